@@ -1,0 +1,600 @@
+package zclaim
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Limits and defaults of a Broker.
+const (
+	// DefaultKey is the schedule key when BrokerOptions.Key is empty.
+	DefaultKey = "zclaim:{default}"
+	// DefaultLease is the lease of a claim when BrokerOptions.Lease is zero.
+	DefaultLease = 30 * time.Second
+	// DefaultMaxAttempts is used when BrokerOptions.MaxAttempts is zero.
+	DefaultMaxAttempts = 25
+	// DefaultBatchSize is used when BrokerOptions.BatchSize is zero.
+	DefaultBatchSize = 100
+	// MaxBatchSize bounds one claim or recovery script.
+	MaxBatchSize = 1000
+	// MaxIDLen is the longest job id, in bytes.
+	MaxIDLen = 512
+	// MaxPayloadLen bounds a job's Type, Queue and Payload together, in bytes.
+	MaxPayloadLen = 1 << 20
+)
+
+var (
+	//go:embed prelude.lua
+	preludeLua string
+	//go:embed claim.lua
+	claimLua string
+	//go:embed schedule.lua
+	scheduleLua string
+	//go:embed ack.lua
+	ackLua string
+	//go:embed extend.lua
+	extendLua string
+	//go:embed retry.lua
+	retryLua string
+	//go:embed kill.lua
+	killLua string
+	//go:embed recover.lua
+	recoverLua string
+	//go:embed stats.lua
+	statsLua string
+	//go:embed cancel.lua
+	cancelLua string
+
+	claimScript    = brokerScript(claimLua)
+	scheduleScript = brokerScript(scheduleLua)
+	ackScript      = brokerScript(ackLua)
+	extendScript   = brokerScript(extendLua)
+	retryScript    = brokerScript(retryLua)
+	killScript     = brokerScript(killLua)
+	recoverScript  = brokerScript(recoverLua)
+	statsScript    = brokerScript(statsLua)
+	cancelScript   = brokerScript(cancelLua)
+)
+
+// brokerScript prepends the shared helpers to a script's body.
+func brokerScript(body string) *redis.Script { return redis.NewScript(preludeLua + "\n" + body) }
+
+// BrokerOptions configure a Broker. The zero value is valid: every field
+// left zero takes the default its comment names.
+type BrokerOptions struct {
+	// Key is the schedule ZSet (member = job id, score = due time). Every
+	// other key of the schedule is derived from it and shares its Redis
+	// Cluster slot. An existing set written by other programs can be
+	// adopted by naming it. Default: DefaultKey ("zclaim:{default}").
+	Key string
+	// ScoreUnit is the unit of the scores: time.Second (Unix seconds,
+	// fractions allowed; new jobs get millisecond precision) or
+	// time.Millisecond (Unix milliseconds). Default: time.Second.
+	ScoreUnit time.Duration
+	// Lease is how long a claim is held before recovery may take it back.
+	// Default: DefaultLease (30s).
+	Lease time.Duration
+	// MaxAttempts is how many claims a job gets; a run that fails or whose
+	// lease expires on its last attempt goes to the dead set.
+	// Default: DefaultMaxAttempts (25).
+	MaxAttempts int
+	// Backoff is the delay before attempt+1 after attempt failed or expired.
+	// Default: DefaultBackoff (exponential from 1s, jittered, capped at 1h).
+	Backoff func(attempt int) time.Duration
+	// BatchSize is how many jobs one recovery pass (and one dispatcher
+	// claim) handles, 1 to MaxBatchSize. Default: DefaultBatchSize (100).
+	BatchSize int
+	// Logger receives the broker's logs. Default: nil, quiet.
+	Logger *slog.Logger
+}
+
+// DefaultBackoff waits 1s after the first attempt and doubles with each
+// attempt up to 1h, picking uniformly from the upper half of that delay.
+func DefaultBackoff(attempt int) time.Duration {
+	if attempt < 1 {
+		attempt = 1
+	}
+	d := time.Hour
+	if attempt <= 12 {
+		d = min(time.Second<<(attempt-1), time.Hour)
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+func (o *BrokerOptions) setDefaults() {
+	if o.Key == "" {
+		o.Key = DefaultKey
+	}
+	if o.ScoreUnit == 0 {
+		o.ScoreUnit = time.Second
+	}
+	if o.Lease == 0 {
+		o.Lease = DefaultLease
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.Backoff == nil {
+		o.Backoff = DefaultBackoff
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (o *BrokerOptions) validate() error {
+	switch {
+	case o.ScoreUnit != time.Second && o.ScoreUnit != time.Millisecond:
+		return fmt.Errorf("%w: ScoreUnit must be time.Second or time.Millisecond, not %v", ErrInvalidOptions, o.ScoreUnit)
+	case o.Lease < time.Millisecond:
+		return fmt.Errorf("%w: Lease must be at least 1ms, not %v", ErrInvalidOptions, o.Lease)
+	case o.MaxAttempts < 1:
+		return fmt.Errorf("%w: MaxAttempts must be at least 1, not %d", ErrInvalidOptions, o.MaxAttempts)
+	case o.BatchSize < 1 || o.BatchSize > MaxBatchSize:
+		return fmt.Errorf("%w: BatchSize must be between 1 and %d, not %d", ErrInvalidOptions, MaxBatchSize, o.BatchSize)
+	}
+	return nil
+}
+
+// Broker keeps a schedule of delayed jobs in a Redis sorted set and hands
+// due jobs to exactly one claimer each. It is safe for concurrent use, and
+// any number of Brokers (in any number of processes) may share a schedule.
+type Broker struct {
+	rdb  redis.UniversalClient
+	opts BrokerOptions
+	keys keys
+	ups  int // score units per second: 1 or 1000
+	log  *slog.Logger
+}
+
+// Job is one piece of work on the schedule. Its ID names the work: it is
+// the member of the schedule set, the asynq TaskID when dispatched, and the
+// default idempotency key of the middleware.
+type Job struct {
+	ID      string
+	RunAt   time.Time
+	Type    string // asynq task type, used when dispatched
+	Payload []byte
+	Queue   string // asynq queue; "" means "default"
+}
+
+// Claim is a job taken off the schedule by one claimer, with a lease.
+type Claim struct {
+	Job
+	// Token is the fencing token of this claim: strictly increasing per
+	// schedule and never reused. Ack, Extend, Retry and Kill succeed only
+	// while it is current.
+	Token int64
+	// Attempt is 1 on the first claim of a job, 2 on the claim after one
+	// retry or one expired lease, and so on.
+	Attempt int
+	// LeaseUntil is the lease deadline by Redis' clock. After it, recovery
+	// may take the job back and void Token.
+	LeaseUntil time.Time
+}
+
+// member is the claim's entry in the in-flight set.
+func (c Claim) member() string { return c.ID + "|" + strconv.FormatInt(c.Token, 10) }
+
+// NewBroker returns a Broker on rdb, which it never closes. It fails when
+// an option is out of range, or when rdb is a cluster client and the keys
+// derived from opts.Key cannot share its hash slot.
+func NewBroker(rdb redis.UniversalClient, opts BrokerOptions) (*Broker, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidOptions)
+	}
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	k, err := deriveKeys(opts.Key, isCluster(rdb))
+	if err != nil {
+		return nil, err
+	}
+	ups := 1
+	if opts.ScoreUnit == time.Millisecond {
+		ups = 1000
+	}
+	return &Broker{rdb: rdb, opts: opts, keys: k, ups: ups, log: opts.Logger}, nil
+}
+
+// Key returns the schedule key.
+func (b *Broker) Key() string { return b.keys.schedule }
+
+// Lease returns the lease a claim gets.
+func (b *Broker) Lease() time.Duration { return b.opts.Lease }
+
+// score encodes t as a score, rounded up to the millisecond so that a job
+// never comes due before t.
+func (b *Broker) score(t time.Time) string {
+	n := t.UnixNano()
+	ms := n / 1e6
+	if n%1e6 > 0 {
+		ms++
+	}
+	if b.ups == 1000 {
+		return strconv.FormatInt(ms, 10)
+	}
+	return strconv.FormatFloat(float64(ms)/1000, 'f', -1, 64)
+}
+
+// scoreTime decodes a score (as Redis formats it) to a time.
+func (b *Broker) scoreTime(s string) time.Time {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return time.Time{}
+	}
+	if b.ups == 1000 {
+		return time.UnixMicro(int64(math.Round(f * 1000)))
+	}
+	return time.UnixMicro(int64(math.Round(f * 1e6)))
+}
+
+// validateJob checks one job against the documented limits.
+func validateJob(j *Job) error {
+	switch {
+	case j.ID == "":
+		return ErrEmptyID
+	case len(j.ID) > MaxIDLen:
+		return ErrIDTooLong
+	case j.RunAt.IsZero():
+		return ErrNoRunAt
+	case len(j.Type)+len(j.Queue)+len(j.Payload) > MaxPayloadLen:
+		return ErrPayloadTooLarge
+	}
+	return nil
+}
+
+// Schedule adds jobs to the schedule, each due at its RunAt (a time in the
+// past is due at once). A job whose id is already scheduled is replaced:
+// its due time and payload become the new ones. A job whose id is in flight
+// gets a new run beside the one in flight, which it does not disturb.
+//
+// The whole call is validated before anything is written: one bad job
+// (a *JobError) and nothing is scheduled. Jobs are written in chunks of
+// MaxBatchSize, each atomically.
+func (b *Broker) Schedule(ctx context.Context, jobs ...Job) error {
+	if err := ctx.Err(); err != nil {
+		return wrap(ctx, "schedule", err, nil)
+	}
+	last := make(map[string]int, len(jobs))
+	for i := range jobs {
+		if err := validateJob(&jobs[i]); err != nil {
+			return &JobError{Index: i, ID: jobs[i].ID, Err: err}
+		}
+		last[jobs[i].ID] = i
+	}
+	args := make([]any, 0, 1+3*min(len(jobs), MaxBatchSize))
+	flush := func() error {
+		if len(args) <= 1 {
+			return nil
+		}
+		err := scheduleScript.Run(ctx, b.rdb, []string{b.keys.schedule, b.keys.pending}, args...).Err()
+		args = args[:1]
+		return wrap(ctx, "schedule", err, b.keys.types)
+	}
+	args = append(args, b.keys.notice)
+	for i, j := range jobs {
+		if last[j.ID] != i {
+			continue // a later job in this call replaces it
+		}
+		rec := encodeRest(j.Type, j.Queue, j.Payload)
+		if rec != "" {
+			rec = "0:" + rec
+		}
+		args = append(args, j.ID, b.score(j.RunAt), rec)
+		if len(args) > 3*MaxBatchSize {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// Cancel removes a scheduled job. It reports whether the id was scheduled.
+// A run of the id that is already in flight is not affected.
+func (b *Broker) Cancel(ctx context.Context, id string) (bool, error) {
+	if err := checkID(ctx, "cancel", id); err != nil {
+		return false, err
+	}
+	n, err := cancelScript.Run(ctx, b.rdb, []string{b.keys.schedule, b.keys.pending}, id).Int()
+	if err != nil {
+		return false, wrap(ctx, "cancel", err, b.keys.types)
+	}
+	return n == 1, nil
+}
+
+func checkID(ctx context.Context, op, id string) error {
+	if err := ctx.Err(); err != nil {
+		return wrap(ctx, op, err, nil)
+	}
+	if id == "" {
+		return fmt.Errorf("zclaim: %s: %w", op, ErrEmptyID)
+	}
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("zclaim: %s: %w", op, ErrIDTooLong)
+	}
+	return nil
+}
+
+// Claim atomically takes up to max jobs that are due by Redis' clock and
+// leases them to the caller for BrokerOptions.Lease. Each claim carries a
+// fresh fencing token. Nothing due returns an empty slice and no error.
+// max must be positive; values above MaxBatchSize are capped.
+//
+// Finish each claim with Ack, Retry or Kill, and Extend it while working
+// past its lease. A claim that is never settled comes back through Recover.
+func (b *Broker) Claim(ctx context.Context, max int) ([]Claim, error) {
+	r, err := b.claim(ctx, max)
+	return r.claims, err
+}
+
+// claimResult is one claim script's answer.
+type claimResult struct {
+	claims []Claim
+	wait   time.Duration // until the earliest remaining job is due (by Redis' clock)
+	next   bool          // whether any job remains scheduled
+}
+
+func (b *Broker) claim(ctx context.Context, max int) (claimResult, error) {
+	if err := ctx.Err(); err != nil {
+		return claimResult{}, wrap(ctx, "claim", err, nil)
+	}
+	if max <= 0 {
+		return claimResult{}, fmt.Errorf("zclaim: claim: %w: max must be positive, not %d", ErrInvalidArgument, max)
+	}
+	max = min(max, MaxBatchSize)
+	raw, err := claimScript.Run(ctx, b.rdb,
+		[]string{b.keys.schedule, b.keys.inflight, b.keys.tokens, b.keys.pending, b.keys.runs},
+		max, b.opts.Lease.Milliseconds(), b.ups).Slice()
+	if err != nil {
+		return claimResult{}, wrap(ctx, "claim", err, b.keys.types)
+	}
+	if len(raw) < 4 || (len(raw)-4)%3 != 0 {
+		return claimResult{}, fmt.Errorf("zclaim: claim: %w: reply of %d values", ErrCorrupt, len(raw))
+	}
+	deadline, _ := raw[0].(int64)
+	first, _ := raw[1].(int64)
+	var res claimResult
+	if next, ok := raw[3].(string); ok {
+		now, _ := strconv.ParseFloat(raw[2].(string), 64)
+		nf, _ := strconv.ParseFloat(next, 64)
+		res.next = true
+		res.wait = max0(time.Duration((nf - now) / float64(b.ups) * float64(time.Second)))
+	}
+	n := (len(raw) - 4) / 3
+	if n == 0 {
+		return res, nil
+	}
+	res.claims = make([]Claim, 0, n)
+	for i := 0; i < n; i++ {
+		id, _ := raw[4+3*i].(string)
+		score, _ := raw[5+3*i].(string)
+		c := Claim{
+			Job:        Job{ID: id, RunAt: b.scoreTime(score)},
+			Token:      first + int64(i),
+			Attempt:    1,
+			LeaseUntil: time.UnixMilli(deadline),
+		}
+		if rec, ok := raw[6+3*i].(string); ok {
+			a, err := decodeRecord(rec, &c.Job)
+			if err != nil {
+				b.buryCorrupt(ctx, c, err)
+				continue
+			}
+			c.Attempt = a + 1
+		}
+		res.claims = append(res.claims, c)
+	}
+	return res, nil
+}
+
+// buryCorrupt sends a claim whose record cannot be decoded to the dead set,
+// where it can be inspected; it is not handed out.
+func (b *Broker) buryCorrupt(ctx context.Context, c Claim, cause error) {
+	b.log.LogAttrs(ctx, slog.LevelError, "zclaim: job record is corrupt; moved to the dead set",
+		slog.String("key", b.keys.schedule), slog.String("id", c.ID), slog.String("error", cause.Error()))
+	if err := b.Kill(context.WithoutCancel(ctx), c, "corrupt record: "+cause.Error()); err != nil {
+		b.log.LogAttrs(ctx, slog.LevelError, "zclaim: could not move a corrupt job to the dead set",
+			slog.String("id", c.ID), slog.String("error", err.Error()))
+	}
+}
+
+func max0(d time.Duration) time.Duration {
+	if d < 0 {
+		return 0
+	}
+	return d
+}
+
+func checkClaim(ctx context.Context, op string, c Claim) error {
+	if err := checkID(ctx, op, c.ID); err != nil {
+		return err
+	}
+	if c.Token <= 0 {
+		return fmt.Errorf("zclaim: %s: %w: claim without a token", op, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Ack finishes a claim: the job leaves the broker. It returns ErrLeaseLost,
+// and changes nothing, when c's token is no longer current.
+func (b *Broker) Ack(ctx context.Context, c Claim) error {
+	if err := checkClaim(ctx, "ack", c); err != nil {
+		return err
+	}
+	n, err := ackScript.Run(ctx, b.rdb, []string{b.keys.inflight, b.keys.runs},
+		c.member(), c.Token).Int()
+	if err != nil {
+		return wrap(ctx, "ack", err, b.keys.types)
+	}
+	if n == 0 {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// Extend moves c's lease deadline to d from now (by Redis' clock) and
+// returns the claim with its new LeaseUntil. It returns ErrLeaseLost when
+// c's token is no longer current. A lease that has passed but has not been
+// recovered yet can still be extended: the token is what counts.
+func (b *Broker) Extend(ctx context.Context, c Claim, d time.Duration) (Claim, error) {
+	if err := checkClaim(ctx, "extend", c); err != nil {
+		return c, err
+	}
+	if d <= 0 {
+		return c, fmt.Errorf("zclaim: extend: %w: duration must be positive, not %v", ErrInvalidArgument, d)
+	}
+	ms := max(1, (d + time.Millisecond - 1).Milliseconds())
+	deadline, err := extendScript.Run(ctx, b.rdb, []string{b.keys.inflight}, c.member(), ms).Int64()
+	if err != nil {
+		return c, wrap(ctx, "extend", err, b.keys.types)
+	}
+	if deadline == 0 {
+		return c, ErrLeaseLost
+	}
+	c.LeaseUntil = time.UnixMilli(deadline)
+	return c, nil
+}
+
+// Retry ends c's run and puts the job back on the schedule at at (or, for
+// a zero at, after BrokerOptions.Backoff(c.Attempt) by Redis' clock). If c
+// was the job's last attempt (MaxAttempts), the job goes to the dead set
+// with the reason "attempts exhausted" instead. If the same id was
+// scheduled again meanwhile, that newer entry stands for the work and is
+// left as it is. It returns ErrLeaseLost when c's token is no longer current.
+func (b *Broker) Retry(ctx context.Context, c Claim, at time.Time) error {
+	if err := checkClaim(ctx, "retry", c); err != nil {
+		return err
+	}
+	mode, when := "at", ""
+	if at.IsZero() {
+		mode, when = "in", strconv.FormatInt(b.opts.Backoff(c.Attempt).Milliseconds(), 10)
+	} else {
+		when = b.score(at)
+	}
+	n, err := retryScript.Run(ctx, b.rdb, b.settleKeys(), c.member(), c.ID, c.Token,
+		mode, when, b.opts.MaxAttempts, b.ups, b.keys.notice).Int()
+	if err != nil {
+		return wrap(ctx, "retry", err, b.keys.types)
+	}
+	switch n {
+	case 0:
+		return ErrLeaseLost
+	case 2:
+		b.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: job attempts exhausted; moved to the dead set",
+			slog.String("key", b.keys.schedule), slog.String("id", c.ID), slog.Int("attempt", c.Attempt))
+	}
+	return nil
+}
+
+func (b *Broker) settleKeys() []string {
+	return []string{b.keys.schedule, b.keys.inflight, b.keys.pending, b.keys.runs, b.keys.dead, b.keys.deadInfo}
+}
+
+// Kill ends c's run and puts the job into the dead set with reason. It
+// returns ErrLeaseLost when c's token is no longer current.
+func (b *Broker) Kill(ctx context.Context, c Claim, reason string) error {
+	if err := checkClaim(ctx, "kill", c); err != nil {
+		return err
+	}
+	if reason == "" {
+		reason = "killed"
+	}
+	n, err := killScript.Run(ctx, b.rdb, []string{b.keys.inflight, b.keys.runs, b.keys.dead, b.keys.deadInfo},
+		c.member(), c.ID, c.Token, reason).Int()
+	if err != nil {
+		return wrap(ctx, "kill", err, b.keys.types)
+	}
+	if n == 0 {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// Stats are counts of one schedule at one instant of Redis time.
+type Stats struct {
+	Scheduled int64     // jobs on the schedule
+	Due       int64     // of those, due now
+	Inflight  int64     // claims held
+	Expired   int64     // of those, past their lease and waiting for recovery
+	Dead      int64     // jobs in the dead set
+	Next      time.Time // due time of the earliest scheduled job; zero if none
+}
+
+// Stats returns the schedule's counts.
+func (b *Broker) Stats(ctx context.Context) (Stats, error) {
+	if err := ctx.Err(); err != nil {
+		return Stats{}, wrap(ctx, "stats", err, nil)
+	}
+	raw, err := statsScript.Run(ctx, b.rdb, []string{b.keys.schedule, b.keys.inflight, b.keys.dead}, b.ups).Slice()
+	if err != nil {
+		return Stats{}, wrap(ctx, "stats", err, b.keys.types)
+	}
+	if len(raw) != 7 {
+		return Stats{}, fmt.Errorf("zclaim: stats: %w: reply of %d values", ErrCorrupt, len(raw))
+	}
+	st := Stats{}
+	for i, p := range []*int64{&st.Scheduled, &st.Due, &st.Inflight, &st.Expired, &st.Dead} {
+		*p, _ = raw[i].(int64)
+	}
+	if next, ok := raw[5].(string); ok {
+		st.Next = b.scoreTime(next)
+	}
+	return st, nil
+}
+
+// DeadJob is an entry of the dead set.
+type DeadJob struct {
+	Job
+	Attempts int       // claims the job had
+	Reason   string    // why it died: "lease expired", "attempts exhausted", or Kill's reason
+	DiedAt   time.Time // by Redis' clock
+	Err      error     // set when the stored record could not be decoded
+}
+
+// Dead lists up to max jobs of the dead set, oldest death first.
+func (b *Broker) Dead(ctx context.Context, max int) ([]DeadJob, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, wrap(ctx, "dead", err, nil)
+	}
+	if max <= 0 {
+		return nil, fmt.Errorf("zclaim: dead: %w: max must be positive, not %d", ErrInvalidArgument, max)
+	}
+	zs, err := b.rdb.ZRangeWithScores(ctx, b.keys.dead, 0, int64(max)-1).Result()
+	if err != nil {
+		return nil, wrap(ctx, "dead", err, b.keys.types)
+	}
+	if len(zs) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(zs))
+	for i, z := range zs {
+		ids[i], _ = z.Member.(string)
+	}
+	infos, err := b.rdb.HMGet(ctx, b.keys.deadInfo, ids...).Result()
+	if err != nil {
+		return nil, wrap(ctx, "dead", err, b.keys.types)
+	}
+	out := make([]DeadJob, len(zs))
+	for i, z := range zs {
+		d := DeadJob{Job: Job{ID: ids[i]}, DiedAt: time.UnixMilli(int64(z.Score))}
+		if info, ok := infos[i].(string); ok {
+			d.Reason, d.Attempts, d.Err = decodeDeadInfo(info, &d.Job)
+		}
+		out[i] = d
+	}
+	return out, nil
+}

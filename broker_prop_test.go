@@ -1,0 +1,321 @@
+package zclaim
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// The broker against a model. Random sequences of Schedule, Cancel, Claim,
+// Ack, Extend, Retry, Kill, Recover and waiting (leases are 40 ms, so waits
+// make them expire) must keep every run of a job in exactly one place:
+// scheduled, in flight, dead or finished; at most one scheduled entry per id;
+// tokens strictly increasing; nothing claimed before it is due; a stale
+// token's operations failing with ErrLeaseLost and changing nothing.
+
+const propLease = 40 * time.Millisecond
+
+type mSched struct {
+	payload  string // "" = no record written by Schedule
+	attempts int    // claims already made of this run
+	due      time.Time
+	exact    bool // due is the exact score; else an upper bound
+}
+
+type mClaim struct {
+	c       Claim
+	payload string
+}
+
+type brokerModel struct {
+	b         *Broker
+	scheduled map[string]mSched
+	inflight  map[int64]mClaim // current claims by token
+	dead      map[string]string
+	all       []Claim // every claim ever handed out, current or stale
+	lastToken int64
+	finished  int
+	n         int
+}
+
+func (m *brokerModel) now(t *rapid.T) time.Time {
+	now, err := m.b.rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+func (m *brokerModel) pickClaim(t *rapid.T) (Claim, bool) {
+	if len(m.all) == 0 {
+		t.Skip("no claims yet")
+	}
+	c := rapid.SampledFrom(m.all).Draw(t, "claim")
+	cur, ok := m.inflight[c.Token]
+	if ok {
+		c.LeaseUntil = cur.c.LeaseUntil
+	}
+	return c, ok
+}
+
+// settleBack mirrors settle_back: a run that did not finish goes back to
+// the schedule, unless the id is scheduled already or its attempts are spent.
+func (m *brokerModel) settleBack(mc mClaim, due time.Time, reason string, max int) (dead bool) {
+	delete(m.inflight, mc.c.Token)
+	id := mc.c.ID
+	if _, ok := m.scheduled[id]; ok {
+		m.finished++ // superseded by the newer entry of the same id
+		return false
+	}
+	if mc.c.Attempt >= max {
+		m.dead[id] = reason
+		return true
+	}
+	m.scheduled[id] = mSched{payload: mc.payload, attempts: mc.c.Attempt, due: due}
+	return false
+}
+
+func (m *brokerModel) actions() map[string]func(*rapid.T) {
+	ids := rapid.SampledFrom([]string{"a", "b", "c", "d"})
+	max := m.b.opts.MaxAttempts
+	return map[string]func(*rapid.T){
+		"schedule": func(t *rapid.T) {
+			id := ids.Draw(t, "id")
+			delay := rapid.SampledFrom([]time.Duration{-10 * time.Millisecond, 0, 15 * time.Millisecond, time.Hour}).Draw(t, "delay")
+			payload := ""
+			if rapid.Bool().Draw(t, "payload") {
+				m.n++
+				payload = fmt.Sprintf("p%d", m.n)
+			}
+			j := Job{ID: id, RunAt: m.now(t).Add(delay)}
+			if payload != "" {
+				j.Type, j.Payload = "t", []byte(payload)
+			}
+			if err := m.b.Schedule(ctx, j); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := m.scheduled[id]; ok {
+				m.finished++ // the replaced entry's run ends here
+			}
+			m.scheduled[id] = mSched{payload: payload, due: m.b.scoreTime(m.b.score(j.RunAt)), exact: true}
+		},
+		"cancel": func(t *rapid.T) {
+			id := ids.Draw(t, "id")
+			ok, err := m.b.Cancel(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, want := m.scheduled[id]
+			if ok != want {
+				t.Fatalf("cancel %s: %v, model %v", id, ok, want)
+			}
+			delete(m.scheduled, id)
+		},
+		"claim": func(t *rapid.T) {
+			n := rapid.IntRange(1, 5).Draw(t, "max")
+			before := m.now(t)
+			cs, err := m.b.Claim(ctx, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := m.now(t)
+			dueBefore := 0
+			for _, s := range m.scheduled {
+				if !s.due.After(before) {
+					dueBefore++
+				}
+			}
+			if len(cs) < min(n, dueBefore) {
+				t.Fatalf("claimed %d of max %d with %d due", len(cs), n, dueBefore)
+			}
+			for _, c := range cs {
+				s, ok := m.scheduled[c.ID]
+				if !ok {
+					t.Fatalf("claimed %q, which the model has not scheduled", c.ID)
+				}
+				claimedAt := c.LeaseUntil.Add(-propLease)
+				if c.RunAt.After(after) || c.RunAt.After(claimedAt.Add(time.Millisecond)) || (s.exact && !c.RunAt.Equal(s.due)) {
+					t.Fatalf("claim %+v early or wrong due time (model %v, claimed at %v)", c, s.due, claimedAt)
+				}
+				if c.Token <= m.lastToken {
+					t.Fatalf("token %d after %d", c.Token, m.lastToken)
+				}
+				m.lastToken = c.Token
+				if string(c.Payload) != s.payload || c.Attempt != s.attempts+1 {
+					t.Fatalf("claim %+v, model %+v", c, s)
+				}
+				delete(m.scheduled, c.ID)
+				m.inflight[c.Token] = mClaim{c: c, payload: s.payload}
+				m.all = append(m.all, c)
+			}
+		},
+		"ack": func(t *rapid.T) {
+			c, cur := m.pickClaim(t)
+			err := m.b.Ack(ctx, c)
+			m.expect(t, "ack", err, cur)
+			if cur {
+				delete(m.inflight, c.Token)
+				m.finished++
+			}
+		},
+		"extend": func(t *rapid.T) {
+			c, cur := m.pickClaim(t)
+			nc, err := m.b.Extend(ctx, c, propLease)
+			m.expect(t, "extend", err, cur)
+			if cur {
+				mc := m.inflight[c.Token]
+				mc.c.LeaseUntil = nc.LeaseUntil
+				m.inflight[c.Token] = mc
+			}
+		},
+		"retry": func(t *rapid.T) {
+			c, cur := m.pickClaim(t)
+			err := m.b.Retry(ctx, c, time.Time{})
+			m.expect(t, "retry", err, cur)
+			if cur {
+				m.settleBack(m.inflight[c.Token], m.now(t), "attempts exhausted", max)
+			}
+		},
+		"kill": func(t *rapid.T) {
+			c, cur := m.pickClaim(t)
+			err := m.b.Kill(ctx, c, "killed by test")
+			m.expect(t, "kill", err, cur)
+			if cur {
+				delete(m.inflight, c.Token)
+				m.dead[c.ID] = "killed by test"
+			}
+		},
+		"recover": func(t *rapid.T) {
+			before := m.now(t)
+			r, err := m.b.Recover(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := m.now(t)
+			var gone []mClaim
+			for _, mc := range m.inflight {
+				dl := mc.c.LeaseUntil
+				switch {
+				case !dl.After(before):
+					gone = append(gone, mc)
+				case dl.After(after):
+				default: // expired during the call: look whether recovery took it
+					if _, err := m.b.rdb.ZScore(ctx, m.b.keys.inflight, mc.c.member()).Result(); err != nil {
+						gone = append(gone, mc)
+					}
+				}
+			}
+			// The script walks expired members by deadline, then member name.
+			sort.Slice(gone, func(i, j int) bool {
+				a, b := gone[i].c, gone[j].c
+				if !a.LeaseUntil.Equal(b.LeaseUntil) {
+					return a.LeaseUntil.Before(b.LeaseUntil)
+				}
+				return a.member() < b.member()
+			})
+			dead := 0
+			for _, mc := range gone {
+				if m.settleBack(mc, after, "lease expired", max) {
+					dead++
+				}
+			}
+			if r.Requeued+r.Dead != len(gone) || r.Dead != dead {
+				t.Fatalf("recovered %+v, model expects %d with %d dead", r, len(gone), dead)
+			}
+		},
+		"wait": func(t *rapid.T) {
+			time.Sleep(time.Duration(rapid.IntRange(0, 50).Draw(t, "ms")) * time.Millisecond)
+		},
+		"": m.check,
+	}
+}
+
+func (m *brokerModel) expect(t *rapid.T, op string, err error, current bool) {
+	switch {
+	case current && err != nil:
+		t.Fatalf("%s of a current claim: %v", op, err)
+	case !current && !errors.Is(err, ErrLeaseLost):
+		t.Fatalf("%s of a stale claim: %v, want ErrLeaseLost", op, err)
+	}
+}
+
+// check compares Redis with the model.
+func (m *brokerModel) check(t *rapid.T) {
+	rdb, k := m.b.rdb, m.b.keys
+	sched, err := rdb.ZRangeWithScores(ctx, k.schedule, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sched) != len(m.scheduled) {
+		t.Fatalf("schedule holds %d ids, model %d", len(sched), len(m.scheduled))
+	}
+	for _, z := range sched {
+		id := z.Member.(string)
+		s, ok := m.scheduled[id]
+		if !ok {
+			t.Fatalf("%q scheduled in Redis, not in the model", id)
+		}
+		rec, err := rdb.HGet(ctx, k.pending, id).Result()
+		var j Job
+		attempts := 0
+		if err == nil {
+			attempts, err = decodeRecord(rec, &j)
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if string(j.Payload) != s.payload || attempts != s.attempts {
+			t.Fatalf("%q pending record %q, model %+v", id, rec, s)
+		}
+	}
+	infl, err := rdb.ZRange(ctx, k.inflight, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infl) != len(m.inflight) {
+		t.Fatalf("in flight %v, model %d", infl, len(m.inflight))
+	}
+	for _, mc := range m.inflight {
+		if _, err := rdb.ZScore(ctx, k.inflight, mc.c.member()).Result(); err != nil {
+			t.Fatalf("claim %s missing from the in-flight set", mc.c.member())
+		}
+	}
+	runs, err := rdb.HLen(ctx, k.runs).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	withRecord := 0
+	for _, mc := range m.inflight {
+		if mc.payload != "" || mc.c.Attempt > 1 {
+			withRecord++
+		}
+	}
+	if int(runs) != withRecord {
+		t.Fatalf("%d run records, model %d", runs, withRecord)
+	}
+	dead, err := rdb.ZRange(ctx, k.dead, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != len(m.dead) {
+		t.Fatalf("dead %v, model %v", dead, m.dead)
+	}
+}
+
+func TestBrokerProperties(t *testing.T) {
+	rdb := newClient(t)
+	rapid.Check(t, func(rt *rapid.T) {
+		key := testKey(t) // deleted when the whole test ends
+		b, err := NewBroker(rdb, BrokerOptions{Key: key, Lease: propLease, MaxAttempts: 3,
+			Backoff: func(int) time.Duration { return 0 }})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		m := &brokerModel{b: b, scheduled: map[string]mSched{}, inflight: map[int64]mClaim{}, dead: map[string]string{}}
+		rt.Repeat(m.actions())
+	})
+}

@@ -1,0 +1,523 @@
+package zclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var ctx = context.Background()
+
+func jobsDue(n int, prefix string, at time.Time) []Job {
+	jobs := make([]Job, n)
+	for i := range jobs {
+		jobs[i] = Job{ID: prefix + strconv.Itoa(i), RunAt: at, Type: "t", Payload: []byte("p" + strconv.Itoa(i))}
+	}
+	return jobs
+}
+
+// 16 goroutines, each with its own connection, race to claim 20,000 due
+// jobs in random batch sizes: each id is claimed exactly once, none is
+// lost, and tokens are never handed out twice.
+func TestClaimConcurrentExactlyOnce(t *testing.T) {
+	key := testKey(t)
+	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Minute})
+	const n, workers = 20000, 16
+	must(t, b.Schedule(ctx, jobsDue(n, "job-", time.Now().Add(-time.Second))...))
+
+	var mu sync.Mutex
+	seen := make(map[string]int, n)
+	tokens := make(map[int64]bool, n)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := redis.NewClient(&redis.Options{Addr: testAddr, PoolSize: 1})
+			defer c.Close()
+			wb, err := NewBroker(c, BrokerOptions{Key: key, Lease: time.Minute})
+			if err != nil {
+				errs <- err
+				return
+			}
+			for {
+				cs, err := wb.Claim(ctx, 1+rand.IntN(200))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(cs) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, c := range cs {
+					seen[c.ID]++
+					if tokens[c.Token] {
+						errs <- fmt.Errorf("token %d handed out twice", c.Token)
+					}
+					tokens[c.Token] = true
+					if string(c.Payload) != "p"+strings.TrimPrefix(c.ID, "job-") || c.Type != "t" || c.Attempt != 1 {
+						errs <- fmt.Errorf("claim %+v carries the wrong record", c)
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(seen) != n {
+		t.Fatalf("claimed %d distinct ids, want %d", len(seen), n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Fatalf("%s claimed %d times", id, k)
+		}
+	}
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if st.Scheduled != 0 || st.Inflight != n {
+		t.Fatalf("stats %+v, want 0 scheduled and %d in flight", st, n)
+	}
+}
+
+// Acks racing from many goroutines: each claim acks exactly once; a second
+// ack of the same claim is ErrLeaseLost.
+func TestAckConcurrent(t *testing.T) {
+	key := testKey(t)
+	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Minute})
+	must(t, b.Schedule(ctx, jobsDue(500, "a", time.Now().Add(-time.Second))...))
+	cs, err := b.Claim(ctx, 1000)
+	must(t, err)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok := map[int64]int{}
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := redis.NewClient(&redis.Options{Addr: testAddr, PoolSize: 1})
+			defer c.Close()
+			wb, _ := NewBroker(c, BrokerOptions{Key: key})
+			for _, cl := range cs {
+				err := wb.Ack(ctx, cl)
+				mu.Lock()
+				if err == nil {
+					ok[cl.Token]++
+				} else if !errors.Is(err, ErrLeaseLost) {
+					ok[-1]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(ok) != len(cs) || ok[-1] != 0 {
+		t.Fatalf("acks %d of %d claims, %d unexpected errors", len(ok), len(cs), ok[-1])
+	}
+	for tok, k := range ok {
+		if k != 1 {
+			t.Fatalf("token %d acked %d times", tok, k)
+		}
+	}
+	st, _ := b.Stats(ctx)
+	if st.Inflight != 0 {
+		t.Fatalf("%d still in flight", st.Inflight)
+	}
+}
+
+// Nothing due is an empty slice, not an error; a job is never claimed
+// before its due time by Redis' clock.
+func TestClaimNeverEarly(t *testing.T) {
+	b := newBroker(t, BrokerOptions{})
+	rdb := b.rdb
+	cs, err := b.Claim(ctx, 10)
+	if err != nil || len(cs) != 0 {
+		t.Fatalf("empty schedule: %v, %v", cs, err)
+	}
+	due := redisNow(t, rdb).Add(60 * time.Millisecond)
+	must(t, b.Schedule(ctx, Job{ID: "soon", RunAt: due}))
+	for {
+		before := redisNow(t, rdb)
+		cs, err := b.Claim(ctx, 10)
+		must(t, err)
+		if len(cs) == 0 {
+			if before.After(due.Add(50 * time.Millisecond)) {
+				t.Fatalf("job due at %v not claimed at %v", due, before)
+			}
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		claimedAt := cs[0].LeaseUntil.Add(-b.Lease())
+		if claimedAt.Before(due.Truncate(time.Millisecond)) {
+			t.Fatalf("claimed at %v, due %v: early", claimedAt, due)
+		}
+		if !cs[0].RunAt.Equal(due.Truncate(time.Millisecond).Add(time.Millisecond)) && !cs[0].RunAt.Equal(due) {
+			t.Fatalf("RunAt %v, want %v rounded up to the ms", cs[0].RunAt, due)
+		}
+		return
+	}
+}
+
+// A lease expires, recovery takes the job back and voids the old token;
+// the old holder's Ack, Extend, Retry and Kill all fail with ErrLeaseLost,
+// the new holder's succeed. After MaxAttempts expiries the job is dead.
+func TestLeaseExpiryRecoverReclaim(t *testing.T) {
+	b := newBroker(t, BrokerOptions{Lease: 20 * time.Millisecond, MaxAttempts: 3,
+		Backoff: func(int) time.Duration { return 0 }})
+	must(t, b.Schedule(ctx, Job{ID: "j", RunAt: time.Now().Add(-time.Second), Type: "email", Payload: []byte("x")}))
+	old := claimOne(t, b)
+	if old.Attempt != 1 {
+		t.Fatalf("attempt %d", old.Attempt)
+	}
+	time.Sleep(30 * time.Millisecond)
+	r, err := b.Recover(ctx)
+	must(t, err)
+	if r.Requeued != 1 || r.Dead != 0 {
+		t.Fatalf("recovered %+v", r)
+	}
+	cur := claimOne(t, b)
+	if cur.Attempt != 2 || cur.Token <= old.Token || cur.Type != "email" || string(cur.Payload) != "x" {
+		t.Fatalf("re-claim %+v after %+v", cur, old)
+	}
+	wantErr(t, b.Ack(ctx, old), ErrLeaseLost)
+	_, err = b.Extend(ctx, old, time.Second)
+	wantErr(t, err, ErrLeaseLost)
+	wantErr(t, b.Retry(ctx, old, time.Time{}), ErrLeaseLost)
+	wantErr(t, b.Kill(ctx, old, "x"), ErrLeaseLost)
+	cur, err = b.Extend(ctx, cur, time.Minute)
+	must(t, err)
+	must(t, b.Retry(ctx, cur, time.Now().Add(-time.Second)))
+	third := claimOne(t, b)
+	if third.Attempt != 3 {
+		t.Fatalf("attempt %d", third.Attempt)
+	}
+	time.Sleep(30 * time.Millisecond)
+	r, err = b.Recover(ctx)
+	must(t, err)
+	if r.Dead != 1 {
+		t.Fatalf("recovered %+v, want 1 dead", r)
+	}
+	wantErr(t, b.Ack(ctx, third), ErrLeaseLost)
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if st.Dead != 1 || st.Scheduled != 0 || st.Inflight != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	dead, err := b.Dead(ctx, 10)
+	must(t, err)
+	if len(dead) != 1 || dead[0].ID != "j" || dead[0].Reason != "lease expired" || dead[0].Attempts != 3 ||
+		dead[0].Type != "email" || string(dead[0].Payload) != "x" || dead[0].Err != nil {
+		t.Fatalf("dead %+v", dead)
+	}
+}
+
+func claimOne(t *testing.T, b *Broker) Claim {
+	t.Helper()
+	cs, err := b.Claim(ctx, 10)
+	must(t, err)
+	if len(cs) != 1 {
+		t.Fatalf("claimed %d, want 1", len(cs))
+	}
+	return cs[0]
+}
+
+// Retry on the last attempt sends the job to the dead set; Kill does so
+// with its reason; Extend moves the lease by Redis' clock.
+func TestRetryKillExtend(t *testing.T) {
+	b := newBroker(t, BrokerOptions{MaxAttempts: 2, Backoff: func(int) time.Duration { return 0 }})
+	must(t, b.Schedule(ctx, Job{ID: "r", RunAt: time.Now()}, Job{ID: "k", RunAt: time.Now()}))
+	time.Sleep(2 * time.Millisecond)
+	cs, err := b.Claim(ctx, 2)
+	must(t, err)
+	if len(cs) != 2 {
+		t.Fatalf("claimed %d", len(cs))
+	}
+	byID := map[string]Claim{cs[0].ID: cs[0], cs[1].ID: cs[1]}
+	ext, err := b.Extend(ctx, byID["r"], time.Hour)
+	must(t, err)
+	if d := time.Until(ext.LeaseUntil); d < 59*time.Minute {
+		t.Fatalf("extended lease ends in %v", d)
+	}
+	// Two extends in the same millisecond must both succeed.
+	_, err = b.Extend(ctx, ext, time.Hour)
+	must(t, err)
+	must(t, b.Kill(ctx, byID["k"], "bad payload"))
+	must(t, b.Retry(ctx, ext, time.Time{}))
+	again := claimOne(t, b)
+	if again.ID != "r" || again.Attempt != 2 {
+		t.Fatalf("%+v", again)
+	}
+	must(t, b.Retry(ctx, again, time.Time{}))
+	dead, err := b.Dead(ctx, 10)
+	must(t, err)
+	reasons := map[string]string{}
+	for _, d := range dead {
+		reasons[d.ID] = d.Reason
+	}
+	if reasons["k"] != "bad payload" || reasons["r"] != "attempts exhausted" {
+		t.Fatalf("dead %+v", dead)
+	}
+	_, err = b.Extend(ctx, again, time.Second)
+	wantErr(t, err, ErrLeaseLost)
+}
+
+// Scheduling an id while a run of it is in flight adds a new run and
+// leaves the first alone: the first run's Ack does not delete the second's
+// payload, and the second is claimed with its own payload and token.
+func TestScheduleIDInFlight(t *testing.T) {
+	b := newBroker(t, BrokerOptions{})
+	must(t, b.Schedule(ctx, Job{ID: "o", RunAt: time.Now().Add(-time.Second), Payload: []byte("first")}))
+	first := claimOne(t, b)
+	must(t, b.Schedule(ctx, Job{ID: "o", RunAt: time.Now().Add(-time.Second), Payload: []byte("second")}))
+	must(t, b.Ack(ctx, first))
+	second := claimOne(t, b)
+	if string(second.Payload) != "second" || second.Attempt != 1 || second.Token <= first.Token {
+		t.Fatalf("second run %+v", second)
+	}
+	// An expired first run that comes back while a newer run is scheduled
+	// does not replace it.
+	must(t, b.Schedule(ctx, Job{ID: "o", RunAt: time.Now().Add(time.Hour), Payload: []byte("third")}))
+	time.Sleep(60 * time.Millisecond)
+	r, err := b.Recover(ctx)
+	must(t, err)
+	if r.Requeued != 1 {
+		t.Fatalf("%+v", r)
+	}
+	st, _ := b.Stats(ctx)
+	if st.Scheduled != 1 || st.Next.Before(time.Now().Add(50*time.Minute)) {
+		t.Fatalf("stats %+v: the newer entry was replaced", st)
+	}
+}
+
+// Cancel removes a scheduled job and its payload, and reports whether it was there.
+func TestCancel(t *testing.T) {
+	b := newBroker(t, BrokerOptions{})
+	must(t, b.Schedule(ctx, Job{ID: "c", RunAt: time.Now(), Payload: []byte("x")}))
+	ok, err := b.Cancel(ctx, "c")
+	if err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	ok, err = b.Cancel(ctx, "c")
+	if err != nil || ok {
+		t.Fatalf("second cancel: %v %v", ok, err)
+	}
+	n, _ := b.rdb.HLen(ctx, b.keys.pending).Result()
+	if n != 0 {
+		t.Fatalf("%d payloads left", n)
+	}
+}
+
+// A set written by plain ZADD, scored in seconds (with and without a
+// fraction) or in milliseconds, is adopted as it is.
+func TestAdoptPlainZADD(t *testing.T) {
+	for _, unit := range []time.Duration{time.Second, time.Millisecond} {
+		t.Run(unit.String(), func(t *testing.T) {
+			key := plainKey(t)
+			rdb := newClient(t)
+			now := redisNow(t, rdb)
+			score := func(at time.Time) float64 {
+				if unit == time.Millisecond {
+					return float64(at.UnixMilli())
+				}
+				return float64(at.UnixMilli()) / 1000
+			}
+			must(t, rdb.ZAdd(ctx, key,
+				redis.Z{Score: float64(now.Add(-time.Hour).Unix()), Member: "order-1"},
+				redis.Z{Score: score(now.Add(-time.Second)), Member: "order-2"},
+				redis.Z{Score: score(now.Add(time.Hour)), Member: "order-3"},
+			).Err())
+			b, err := NewBroker(rdb, BrokerOptions{Key: key, ScoreUnit: unit, Lease: 30 * time.Millisecond,
+				Backoff: func(int) time.Duration { return 0 }})
+			must(t, err)
+			cs, err := b.Claim(ctx, 10)
+			must(t, err)
+			if len(cs) != 2 || cs[0].ID != "order-1" || cs[1].ID != "order-2" {
+				t.Fatalf("claims %+v", cs)
+			}
+			for _, c := range cs {
+				if c.Type != "" || c.Payload != nil || c.Attempt != 1 || c.RunAt.After(now) {
+					t.Fatalf("claim %+v", c)
+				}
+			}
+			if d := cs[1].RunAt.Sub(now.Add(-time.Second).Truncate(time.Millisecond)); d < 0 || d > time.Millisecond {
+				t.Fatalf("RunAt %v, want %v", cs[1].RunAt, now.Add(-time.Second))
+			}
+			must(t, b.Ack(ctx, cs[0]))
+			time.Sleep(40 * time.Millisecond)
+			r, err := b.Recover(ctx)
+			must(t, err)
+			if r.Requeued != 1 {
+				t.Fatalf("%+v", r)
+			}
+			// The producer's own key still holds the requeued id, scored in its unit.
+			sc, err := rdb.ZScore(ctx, key, "order-2").Result()
+			must(t, err)
+			if sc > score(redisNow(t, rdb))+1 || sc < score(now) {
+				t.Fatalf("requeued score %v out of range", sc)
+			}
+			again := claimOne(t, b)
+			if again.ID != "order-2" || again.Attempt != 2 {
+				t.Fatalf("%+v", again)
+			}
+		})
+	}
+}
+
+// Bad input gets a clear zclaim error and writes nothing.
+func TestBadInput(t *testing.T) {
+	b := newBroker(t, BrokerOptions{})
+	rdb := b.rdb
+	now := time.Now()
+	for _, tc := range []struct {
+		name string
+		job  Job
+		want error
+	}{
+		{"empty id", Job{RunAt: now}, ErrEmptyID},
+		{"long id", Job{ID: strings.Repeat("x", MaxIDLen+1), RunAt: now}, ErrIDTooLong},
+		{"zero RunAt", Job{ID: "z"}, ErrNoRunAt},
+		{"big payload", Job{ID: "p", RunAt: now, Payload: make([]byte, MaxPayloadLen+1)}, ErrPayloadTooLarge},
+	} {
+		err := b.Schedule(ctx, Job{ID: "good", RunAt: now}, tc.job)
+		wantErr(t, err, tc.want)
+		wantErr(t, err, ErrInvalidJob)
+		var je *JobError
+		if !errors.As(err, &je) || je.Index != 1 || !strings.HasPrefix(err.Error(), "zclaim: ") {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+	}
+	if n, _ := rdb.Exists(ctx, b.keys.schedule, b.keys.pending).Result(); n != 0 {
+		t.Fatal("a refused batch wrote something")
+	}
+	for _, max := range []int{0, -1} {
+		_, err := b.Claim(ctx, max)
+		wantErr(t, err, ErrInvalidArgument)
+	}
+	// max above MaxBatchSize is capped.
+	must(t, b.Schedule(ctx, jobsDue(MaxBatchSize+5, "cap", now.Add(-time.Second))...))
+	cs, err := b.Claim(ctx, 5000)
+	must(t, err)
+	if len(cs) != MaxBatchSize {
+		t.Fatalf("claimed %d, want the cap %d", len(cs), MaxBatchSize)
+	}
+	_, err = b.Extend(ctx, cs[0], 0)
+	wantErr(t, err, ErrInvalidArgument)
+	wantErr(t, b.Ack(ctx, Claim{Job: Job{ID: "x"}}), ErrInvalidArgument)
+	_, err = b.Cancel(ctx, "")
+	wantErr(t, err, ErrEmptyID)
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	before, _ := b.Stats(ctx)
+	wantErr(t, b.Schedule(cctx, Job{ID: "c", RunAt: now}), context.Canceled)
+	_, err = b.Claim(cctx, 1)
+	wantErr(t, err, context.Canceled)
+	wantErr(t, b.Ack(cctx, cs[0]), context.Canceled)
+	_, err = b.Recover(cctx)
+	wantErr(t, err, context.Canceled)
+	after, _ := b.Stats(ctx)
+	if before.Scheduled != after.Scheduled || before.Inflight != after.Inflight {
+		t.Fatalf("a cancelled context changed something: %+v -> %+v", before, after)
+	}
+
+	for _, o := range []BrokerOptions{
+		{BatchSize: MaxBatchSize + 1}, {BatchSize: -1}, {ScoreUnit: time.Minute},
+		{Lease: -time.Second}, {MaxAttempts: -1},
+	} {
+		_, err := NewBroker(rdb, o)
+		wantErr(t, err, ErrInvalidOptions)
+	}
+	_, err = NewBroker(nil, BrokerOptions{})
+	wantErr(t, err, ErrInvalidOptions)
+}
+
+// A key of the wrong Redis type is named in the error, and nothing is written.
+func TestWrongType(t *testing.T) {
+	b := newBroker(t, BrokerOptions{})
+	rdb := b.rdb
+	must(t, rdb.Set(ctx, b.keys.schedule, "oops", 0).Err())
+	err := b.Schedule(ctx, Job{ID: "x", RunAt: time.Now(), Payload: []byte("p")})
+	wantErr(t, err, ErrWrongType)
+	var wt *WrongTypeError
+	if !errors.As(err, &wt) || wt.Key != b.keys.schedule || wt.Got != "string" || wt.Want != "zset" ||
+		!strings.Contains(err.Error(), b.keys.schedule) {
+		t.Fatalf("%v", err)
+	}
+	if n, _ := rdb.Exists(ctx, b.keys.pending).Result(); n != 0 {
+		t.Fatal("wrote a payload beside a wrong-typed schedule")
+	}
+	_, err = b.Claim(ctx, 1)
+	wantErr(t, err, ErrWrongType)
+	_, err = b.Stats(ctx)
+	wantErr(t, err, ErrWrongType)
+	must(t, rdb.Del(ctx, b.keys.schedule).Err())
+
+	must(t, b.Schedule(ctx, Job{ID: "y", RunAt: time.Now().Add(-time.Second)}))
+	must(t, rdb.HSet(ctx, b.keys.tokens, "f", "v").Err())
+	_, err = b.Claim(ctx, 1)
+	if !errors.As(err, &wt) || wt.Key != b.keys.tokens {
+		t.Fatalf("%v", err)
+	}
+	if n, _ := rdb.ZCard(ctx, b.keys.schedule).Result(); n != 1 {
+		t.Fatal("a failed claim removed the job")
+	}
+}
+
+// Derived keys share the schedule key's cluster slot, with or without a
+// hash tag of its own; a key that cannot is refused on a cluster client.
+func TestClusterKeys(t *testing.T) {
+	for _, key := range []string{"delay:jobs", "zclaim:{orders}", DefaultKey, "a{b"} {
+		k, err := deriveKeys(key, true)
+		must(t, err)
+		for _, d := range []string{k.inflight, k.tokens, k.pending, k.runs, k.dead, k.deadInfo} {
+			if Slot(d) != Slot(key) {
+				t.Fatalf("%q and %q in different slots", key, d)
+			}
+		}
+	}
+	if Slot("{user1000}.following") != Slot("{user1000}.followers") || Slot("123456789") != 12739 {
+		t.Fatal("Slot disagrees with Redis Cluster's spec")
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{testAddr}})
+	defer cc.Close()
+	for _, key := range []string{"x{}y", "}x{"} {
+		_, err := NewBroker(cc, BrokerOptions{Key: key})
+		wantErr(t, err, ErrInvalidOptions)
+		if !strings.Contains(err.Error(), "hash tag") {
+			t.Fatalf("error does not say how to fix it: %v", err)
+		}
+	}
+	_, err := NewBroker(cc, BrokerOptions{Key: "delay:jobs"})
+	must(t, err)
+}
+
+// A record that cannot be decoded sends the job to the dead set with a
+// reason, instead of handing out a half-read job.
+func TestCorruptRecord(t *testing.T) {
+	b := newBroker(t, BrokerOptions{})
+	must(t, b.Schedule(ctx, Job{ID: "bad", RunAt: time.Now().Add(-time.Second)}, Job{ID: "good", RunAt: time.Now().Add(-time.Second)}))
+	must(t, b.rdb.HSet(ctx, b.keys.pending, "bad", "0:9zz").Err())
+	cs, err := b.Claim(ctx, 10)
+	must(t, err)
+	if len(cs) != 1 || cs[0].ID != "good" {
+		t.Fatalf("%+v", cs)
+	}
+	dead, err := b.Dead(ctx, 10)
+	must(t, err)
+	if len(dead) != 1 || !strings.HasPrefix(dead[0].Reason, "corrupt record") {
+		t.Fatalf("%+v", dead)
+	}
+}

@@ -1,0 +1,57 @@
+// Package zclaim is the delayed-job and exactly-once layer for asynq on Redis.
+//
+// Many teams keep delayed jobs in a Redis sorted set (member = job id,
+// score = due time) and poll it with ZRANGEBYSCORE followed by ZREM; two
+// pollers read the same member before either removes it, and the job runs
+// twice. zclaim gives such a set four things:
+//
+//   - A [Broker] that claims due jobs atomically in one Lua script, by
+//     Redis' own clock, and leases each claim under a fencing token that
+//     only grows. [Broker.Ack], [Broker.Extend], [Broker.Retry] and
+//     [Broker.Kill] succeed only for the holder of the current token; a
+//     holder whose lease was recovered gets [ErrLeaseLost].
+//   - Recovery ([Broker.Recover], [Broker.RunRecovery]): a run whose lease
+//     expired goes back to the schedule after a backoff, or into a dead set
+//     after its last attempt. Nothing is lost.
+//   - An idempotency store and asynq middleware that keep one live run per
+//     job id and skip runs of jobs that already finished.
+//   - A dispatcher that turns due jobs into asynq tasks the moment they
+//     are due.
+//
+// # Keys
+//
+// A schedule is named by one key (BrokerOptions.Key, default
+// "zclaim:{default}"). The other keys are derived from it and share its
+// Redis Cluster hash slot: a key with a hash tag keeps it
+// ("zclaim:{orders}:inflight"); a key without one is wrapped in braces
+// ("delay:jobs" -> "{delay:jobs}:inflight"), which hashes like the key
+// itself, so producers that write "delay:jobs" need not change. Job ids are
+// members and hash fields, never parts of key names.
+//
+// # Scores
+//
+// Scores are Unix seconds by default, fractions allowed: ZADD delay:jobs
+// 1787991500 order-731 keeps working, and jobs scheduled through zclaim get
+// millisecond precision (1787991500.25), rounded up so a job never comes due
+// early. A set scored in Unix milliseconds is adopted with
+// BrokerOptions.ScoreUnit = time.Millisecond. Members written by other
+// programs have no type or payload; they are claimed with empty ones.
+//
+// # Runs of one id
+//
+// A job id names one piece of work. Scheduling an id that is already
+// scheduled replaces its due time and payload. Scheduling an id that is in
+// flight adds a new run beside the one in flight; each run keeps its own
+// payload, and one run's Ack never removes the other's. When a run comes
+// back (Retry, or an expired lease) while the id is scheduled again, the
+// newer entry stands for the work and is left as it is.
+//
+// # Errors
+//
+// Errors carry the prefix "zclaim:" and match the package's Err values with
+// errors.Is: bad input ([ErrEmptyID], [ErrIDTooLong], [ErrPayloadTooLarge],
+// [ErrNoRunAt] inside a [*JobError]; [ErrInvalidArgument]), a key holding
+// another Redis type ([*WrongTypeError], matching [ErrWrongType], naming the
+// key), a lost lease ([ErrLeaseLost]). A cancelled context comes back
+// matching context.Canceled. Bad input changes nothing.
+package zclaim

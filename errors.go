@@ -1,0 +1,96 @@
+package zclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	// ErrLeaseLost is returned by Ack, Extend, Retry and Kill (and by an
+	// Execution's Extend, Complete and Release) when the caller's fencing
+	// token is no longer the current one: its lease expired and the work was
+	// recovered, or it was settled already. Nothing was changed.
+	ErrLeaseLost = errors.New("zclaim: lease lost")
+
+	// ErrInvalidJob is wrapped by a *JobError for a job that Schedule refuses.
+	ErrInvalidJob = errors.New("zclaim: invalid job")
+	// ErrEmptyID: a job id (or idempotency key) is empty.
+	ErrEmptyID = errors.New("zclaim: empty id")
+	// ErrIDTooLong: a job id is longer than MaxIDLen bytes.
+	ErrIDTooLong = fmt.Errorf("zclaim: id longer than %d bytes", MaxIDLen)
+	// ErrPayloadTooLarge: a job's Type, Queue and Payload together exceed MaxPayloadLen bytes.
+	ErrPayloadTooLarge = fmt.Errorf("zclaim: payload larger than %d bytes", MaxPayloadLen)
+	// ErrNoRunAt: a job has a zero RunAt.
+	ErrNoRunAt = errors.New("zclaim: zero RunAt")
+	// ErrInvalidArgument: an argument is out of range (a claim max <= 0, an
+	// extension <= 0, a claim with no id or token).
+	ErrInvalidArgument = errors.New("zclaim: invalid argument")
+	// ErrInvalidOptions: an options struct holds a value out of range.
+	ErrInvalidOptions = errors.New("zclaim: invalid options")
+	// ErrWrongType is matched by a *WrongTypeError.
+	ErrWrongType = errors.New("zclaim: key holds the wrong Redis type")
+	// ErrCorrupt: a value read back from Redis cannot be decoded.
+	ErrCorrupt = errors.New("zclaim: corrupt value")
+)
+
+// JobError tells which job of a Schedule call was refused and why.
+// errors.Is(err, ErrInvalidJob) and errors.Is(err, Err) both hold.
+type JobError struct {
+	Index int    // position in the Schedule call
+	ID    string // the job's id (possibly truncated for display)
+	Err   error  // ErrEmptyID, ErrIDTooLong, ErrPayloadTooLarge or ErrNoRunAt
+}
+
+func (e *JobError) Error() string {
+	id := e.ID
+	if len(id) > 64 {
+		id = id[:64] + "..."
+	}
+	return fmt.Sprintf("zclaim: job %d (%q): %s", e.Index, id, strings.TrimPrefix(e.Err.Error(), "zclaim: "))
+}
+
+func (e *JobError) Unwrap() []error { return []error{ErrInvalidJob, e.Err} }
+
+// WrongTypeError names a key that holds another Redis type than the one
+// zclaim needs. The script that found it wrote nothing.
+type WrongTypeError struct {
+	Key  string // the key
+	Want string // the type zclaim needs: "zset", "hash" or "string"
+	Got  string // the type the key holds
+}
+
+func (e *WrongTypeError) Error() string {
+	if e.Want == "" {
+		return fmt.Sprintf("zclaim: key %q holds a %s", e.Key, e.Got)
+	}
+	return fmt.Sprintf("zclaim: key %q holds a %s, want a %s", e.Key, e.Got, e.Want)
+}
+
+func (e *WrongTypeError) Is(target error) bool { return target == ErrWrongType }
+
+// wrap gives an error from Redis or the context the package prefix and the
+// operation's name; ctx errors stay matchable with errors.Is.
+func wrap(ctx context.Context, op string, err error, want map[string]string) error {
+	if err == nil {
+		return nil
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		msg := rerr.Error()
+		if rest, ok := strings.CutPrefix(msg, "ZCLAIM_WRONGTYPE "); ok {
+			i := strings.LastIndexByte(rest, ' ')
+			if i > 0 {
+				key := rest[:i]
+				return &WrongTypeError{Key: key, Got: rest[i+1:], Want: want[key]}
+			}
+		}
+	}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		err = errors.Join(cerr, err)
+	}
+	return fmt.Errorf("zclaim: %s: %w", op, err)
+}

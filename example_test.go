@@ -1,0 +1,82 @@
+package zclaim_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/zclaim/zclaim"
+)
+
+func ExampleBroker_Schedule() {
+	ctx := context.Background()
+	rdb := zclaim.DemoClient() // your *redis.Client or *redis.ClusterClient
+	defer rdb.Close()
+
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: zclaim.DemoKey("orders")})
+	if err != nil {
+		panic(err)
+	}
+	err = b.Schedule(ctx,
+		zclaim.Job{ID: "order-731:reminder", RunAt: time.Now().Add(time.Hour),
+			Type: "email:reminder", Payload: []byte(`{"order":731}`)},
+		zclaim.Job{ID: "order-732:reminder", RunAt: time.Now().Add(2 * time.Hour),
+			Type: "email:reminder", Payload: []byte(`{"order":732}`)},
+	)
+	if err != nil {
+		panic(err)
+	}
+	st, _ := b.Stats(ctx)
+	fmt.Println("scheduled:", st.Scheduled, "due:", st.Due)
+	// Output: scheduled: 2 due: 0
+}
+
+func ExampleBroker_Claim() {
+	ctx := context.Background()
+	rdb := zclaim.DemoClient()
+	defer rdb.Close()
+	b, _ := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: zclaim.DemoKey("orders"), Lease: 10 * time.Second})
+	_ = b.Schedule(ctx, zclaim.Job{ID: "order-731:reminder", RunAt: time.Now().Add(-time.Second),
+		Type: "email:reminder", Payload: []byte(`{"order":731}`)})
+
+	claims, err := b.Claim(ctx, 10)
+	if err != nil {
+		panic(err)
+	}
+	for _, c := range claims {
+		fmt.Printf("%s %s %s attempt %d\n", c.ID, c.Type, c.Payload, c.Attempt)
+		// ... do the work, calling b.Extend before c.LeaseUntil if it runs long ...
+		if err := b.Ack(ctx, c); err != nil {
+			// zclaim.ErrLeaseLost: the lease expired and the job was
+			// recovered; another worker owns it now.
+			fmt.Println(err)
+		}
+	}
+	// Output: order-731:reminder email:reminder {"order":731} attempt 1
+}
+
+func ExampleBroker_Ack() {
+	ctx := context.Background()
+	rdb := zclaim.DemoClient()
+	defer rdb.Close()
+	b, _ := zclaim.NewBroker(rdb, zclaim.BrokerOptions{
+		Key:     zclaim.DemoKey("orders"),
+		Lease:   20 * time.Millisecond,
+		Backoff: func(attempt int) time.Duration { return 0 }, // retry at once
+	})
+	_ = b.Schedule(ctx, zclaim.Job{ID: "order-731", RunAt: time.Now().Add(-time.Second)})
+
+	claims, _ := b.Claim(ctx, 1)
+	stale := claims[0]
+	time.Sleep(30 * time.Millisecond) // the worker stalls past its lease
+	r, _ := b.Recover(ctx)            // usually run by RunRecovery or a Dispatcher
+	fmt.Println("requeued:", r.Requeued)
+
+	claims, _ = b.Claim(ctx, 1)
+	fmt.Println("stale ack:", b.Ack(ctx, stale))
+	fmt.Println("current ack:", b.Ack(ctx, claims[0]), "attempt", claims[0].Attempt)
+	// Output:
+	// requeued: 1
+	// stale ack: zclaim: lease lost
+	// current ack: <nil> attempt 2
+}

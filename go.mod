@@ -1,0 +1,14 @@
+module github.com/zclaim/zclaim
+
+go 1.26.0
+
+require (
+	github.com/redis/go-redis/v9 v9.23.0
+	pgregory.net/rapid v1.3.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)

@@ -1,0 +1,240 @@
+package zclaim
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The tests talk to a real Redis. By default TestMain starts its own
+// redis-server (from PATH) on a free port, without persistence, and stops
+// it at the end. ZCLAIM_TEST_REDIS=host:port uses that server instead; the
+// tests then touch only keys of their own and never flush it.
+const redisEnv = "ZCLAIM_TEST_REDIS"
+
+var testAddr string
+
+func TestMain(m *testing.M) {
+	testAddr = os.Getenv(redisEnv)
+	var srv *redisServer
+	if testAddr == "" {
+		var err error
+		srv, err = startRedis(0)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "zclaim tests need a Redis 7 server: %v\n"+
+				"install one (apt-get install redis-server) or name one with %s=host:port\n", err, redisEnv)
+			os.Exit(2)
+		}
+		testAddr = srv.addr
+	}
+	code := m.Run()
+	for _, tag := range exampleKeys {
+		deleteTagged(tag)
+	}
+	if srv != nil {
+		srv.stop()
+	}
+	os.Exit(code)
+}
+
+// redisServer is a redis-server process owned by the tests.
+type redisServer struct {
+	addr string
+	port int
+	dir  string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+}
+
+// startRedis starts redis-server on port (0: a free one) and waits until it answers.
+func startRedis(port int) (*redisServer, error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, fmt.Errorf("redis-server is not on PATH")
+	}
+	if port == 0 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		port = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	dir, err := os.MkdirTemp("", "zclaim-redis-")
+	if err != nil {
+		return nil, err
+	}
+	s := &redisServer{addr: "127.0.0.1:" + strconv.Itoa(port), port: port, dir: dir}
+	return s, s.start()
+}
+
+func (s *redisServer) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cmd := exec.Command("redis-server", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--loglevel", "warning")
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	s.cmd = cmd
+	c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return fmt.Errorf("redis-server on %s did not answer: %w", s.addr, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stop kills the server (no persistence: its data is gone).
+func (s *redisServer) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+		s.cmd = nil
+	}
+}
+
+// ownRedis starts a server for one test that needs to stop and restart it.
+func ownRedis(t testing.TB) *redisServer {
+	t.Helper()
+	s, err := startRedis(0)
+	if err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	t.Cleanup(func() { s.stop(); os.RemoveAll(s.dir) })
+	return s
+}
+
+// newClient returns a client of the test server, closed at the end of the test.
+func newClient(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: testAddr, PoolSize: 4})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// testKey returns a schedule key of the test's own, "zt:{name:random}", and
+// deletes every key that shares its hash tag when the test ends.
+func testKey(t testing.TB) string {
+	t.Helper()
+	var b [4]byte
+	rand.Read(b[:])
+	name := strings.NewReplacer("/", ".", "{", "", "}", "", " ", "_").Replace(t.Name())
+	tag := name + ":" + hex.EncodeToString(b[:])
+	t.Cleanup(func() { deleteTagged(tag) })
+	return "zt:{" + tag + "}"
+}
+
+// deleteTagged removes the keys whose name holds {tag}.
+func deleteTagged(tag string) {
+	c := redis.NewClient(&redis.Options{Addr: testAddr})
+	defer c.Close()
+	ctx := context.Background()
+	for _, pat := range []string{"*{" + tag + "}*", "{*{" + tag + "}*"} {
+		iter := c.Scan(ctx, 0, pat, 1000).Iterator()
+		for iter.Next(ctx) {
+			c.Del(ctx, iter.Val())
+		}
+	}
+}
+
+// newBroker returns a broker on its own key with short leases.
+func newBroker(t testing.TB, opts BrokerOptions) *Broker {
+	t.Helper()
+	if opts.Key == "" {
+		opts.Key = testKey(t)
+	}
+	if opts.Lease == 0 {
+		opts.Lease = 50 * time.Millisecond
+	}
+	b, err := NewBroker(newClient(t), opts)
+	if err != nil {
+		t.Fatalf("NewBroker: %v", err)
+	}
+	return b
+}
+
+// redisNow reads Redis TIME.
+func redisNow(t testing.TB, c redis.UniversalClient) time.Time {
+	t.Helper()
+	now, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatalf("TIME: %v", err)
+	}
+	return now
+}
+
+// must fails the test on err; for the test's own goroutine only.
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// errorsIs reports a failed errors.Is check with both errors.
+func wantErr(t testing.TB, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("error %v, want one matching %v", err, target)
+	}
+}
+
+// plainKey returns a key without a hash tag, as a foreign producer might
+// use, and deletes it and the keys derived from it when the test ends.
+func plainKey(t testing.TB) string {
+	t.Helper()
+	var b [4]byte
+	rand.Read(b[:])
+	key := "zt:plain:" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		c := redis.NewClient(&redis.Options{Addr: testAddr})
+		defer c.Close()
+		ctx := context.Background()
+		c.Del(ctx, key)
+		iter := c.Scan(ctx, 0, "{"+key+"}*", 1000).Iterator()
+		for iter.Next(ctx) {
+			c.Del(ctx, iter.Val())
+		}
+	})
+	return key
+}
+
+// DemoClient returns a client of the test server for the package's
+// examples, and DemoKey a hash-tagged key of their own. Exported here
+// (in a _test file) only so that the external example package can reach them.
+func DemoClient() *redis.Client { return redis.NewClient(&redis.Options{Addr: testAddr}) }
+
+var exampleKeys []string
+
+func DemoKey(name string) string {
+	var b [4]byte
+	rand.Read(b[:])
+	tag := name + ":" + hex.EncodeToString(b[:])
+	exampleKeys = append(exampleKeys, tag)
+	return "example:{" + tag + "}"
+}

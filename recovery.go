@@ -1,0 +1,79 @@
+package zclaim
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"time"
+)
+
+// maxDelays bounds the backoff delays handed to one recovery script; later
+// attempts reuse the last one.
+const maxDelays = 64
+
+// Recovered counts what one recovery pass did.
+type Recovered struct {
+	Requeued int // expired runs put back on the schedule (or covered by a newer entry of the same id)
+	Dead     int // expired runs that had spent their attempts, now in the dead set
+	scanned  int
+}
+
+// Recover runs one bounded recovery pass: up to BatchSize in-flight runs
+// whose lease has passed by Redis' clock go back to the schedule after
+// their backoff, or to the dead set with the reason "lease expired" when
+// they were on their last attempt. Their tokens are voided either way, so
+// a late Ack, Extend, Retry or Kill by the old holder gets ErrLeaseLost.
+func (b *Broker) Recover(ctx context.Context) (Recovered, error) {
+	if err := ctx.Err(); err != nil {
+		return Recovered{}, wrap(ctx, "recover", err, nil)
+	}
+	n := min(b.opts.MaxAttempts, maxDelays)
+	args := make([]any, 0, 4+n)
+	args = append(args, b.opts.BatchSize, b.ups, b.opts.MaxAttempts, b.keys.notice)
+	for a := 1; a <= n; a++ {
+		args = append(args, strconv.FormatInt(b.opts.Backoff(a).Milliseconds(), 10))
+	}
+	raw, err := recoverScript.Run(ctx, b.rdb, b.settleKeys(), args...).Int64Slice()
+	if err != nil {
+		return Recovered{}, wrap(ctx, "recover", err, b.keys.types)
+	}
+	r := Recovered{Requeued: int(raw[0]), Dead: int(raw[1]), scanned: int(raw[2])}
+	if r.scanned > 0 {
+		b.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: recovered expired leases",
+			slog.String("key", b.keys.schedule), slog.Int("requeued", r.Requeued), slog.Int("dead", r.Dead))
+	}
+	return r, nil
+}
+
+// DefaultRecoveryInterval is RunRecovery's interval when every is not positive.
+const DefaultRecoveryInterval = time.Second
+
+// RunRecovery runs Recover every interval until ctx is done, and at once
+// again after a pass that found a full batch. Errors are logged and the
+// loop goes on. It returns nil when ctx is done. every <= 0 means
+// DefaultRecoveryInterval.
+func (b *Broker) RunRecovery(ctx context.Context, every time.Duration) error {
+	if every <= 0 {
+		every = DefaultRecoveryInterval
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		r, err := b.Recover(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			b.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: recovery pass failed",
+				slog.String("key", b.keys.schedule), slog.String("error", err.Error()))
+			t.Reset(every)
+		case r.scanned >= b.opts.BatchSize:
+			t.Reset(0)
+		default:
+			t.Reset(every)
+		}
+	}
+}

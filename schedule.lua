@@ -1,0 +1,30 @@
+-- schedule.lua: add or replace scheduled jobs; announce an earlier head.
+-- KEYS[1] schedule ZSet   KEYS[2] pending records hash (id -> record)
+-- ARGV[1] notice channel   then per job: id, score, record ("" = no record)
+-- Returns the number of ids that were not scheduled before.
+-- Publishes the smallest new score on the channel when it is earlier than
+-- the head of the schedule was. Error "ZCLAIM_WRONGTYPE key type".
+local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'hash'})
+if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
+
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local zadd, hset, hdel = {}, {}, {}
+local min = nil
+for i = 2, #ARGV, 3 do
+  local id, score, rec = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  zadd[#zadd + 1] = score
+  zadd[#zadd + 1] = id
+  if rec == '' then hdel[#hdel + 1] = id else
+    hset[#hset + 1] = id
+    hset[#hset + 1] = rec
+  end
+  local s = tonumber(score)
+  if min == nil or s < min then min = s end
+end
+local added = redis.call('ZADD', KEYS[1], unpack(zadd))
+if #hset > 0 then redis.call('HSET', KEYS[2], unpack(hset)) end
+if #hdel > 0 then redis.call('HDEL', KEYS[2], unpack(hdel)) end
+if min ~= nil and (head[2] == nil or min < tonumber(head[2])) then
+  redis.call('PUBLISH', ARGV[1], min)
+end
+return added
