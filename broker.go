@@ -53,19 +53,19 @@ var (
 	//go:embed cancel.lua
 	cancelLua string
 
-	claimScript    = brokerScript(claimLua)
-	scheduleScript = brokerScript(scheduleLua)
-	ackScript      = brokerScript(ackLua)
-	extendScript   = brokerScript(extendLua)
-	retryScript    = brokerScript(retryLua)
-	killScript     = brokerScript(killLua)
-	recoverScript  = brokerScript(recoverLua)
-	statsScript    = brokerScript(statsLua)
-	cancelScript   = brokerScript(cancelLua)
+	claimScript    = newScript(claimLua)
+	scheduleScript = newScript(scheduleLua)
+	ackScript      = newScript(ackLua)
+	extendScript   = newScript(extendLua)
+	retryScript    = newScript(retryLua)
+	killScript     = newScript(killLua)
+	recoverScript  = newScript(recoverLua)
+	statsScript    = newScript(statsLua)
+	cancelScript   = newScript(cancelLua)
 )
 
-// brokerScript prepends the shared helpers to a script's body.
-func brokerScript(body string) *redis.Script { return redis.NewScript(preludeLua + "\n" + body) }
+// newScript prepends the shared helpers (prelude.lua) to a script's body.
+func newScript(body string) *redis.Script { return redis.NewScript(preludeLua + "\n" + body) }
 
 // BrokerOptions configure a Broker. The zero value is valid: every field
 // left zero takes the default its comment names.

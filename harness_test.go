@@ -26,7 +26,14 @@ const redisEnv = "ZCLAIM_TEST_REDIS"
 
 var testAddr string
 
+// quietRedisLog drops go-redis' own pool logs: the tests that stop Redis on
+// purpose would fill the output with dial errors.
+type quietRedisLog struct{}
+
+func (quietRedisLog) Printf(context.Context, string, ...any) {}
+
 func TestMain(m *testing.M) {
+	redis.SetLogger(quietRedisLog{})
 	testAddr = os.Getenv(redisEnv)
 	var srv *redisServer
 	if testAddr == "" {

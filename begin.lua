@@ -1,0 +1,28 @@
+-- begin.lua: start a run of one idempotency key, unless it finished or is running.
+-- KEYS[1] run record hash {s = "run"|"done"|"free", t = token, l = lease deadline (Unix ms)}
+-- ARGV[1] lease in ms   ARGV[2] ttl of a running record in ms
+-- Returns {0, token, deadline_ms} acquired; {1, token, 0} already done;
+--   {2, token, ms_left} running elsewhere with a live lease.
+-- The new token is the larger of the last one + 1 and Redis TIME in
+-- microseconds, so it keeps growing after a record has expired.
+-- Errors "ZCLAIM_WRONGTYPE key type", "ZCLAIM_CORRUPT key".
+local bad = wrongtype({KEYS[1], 'hash'})
+if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local rec = redis.call('HMGET', KEYS[1], 's', 't', 'l')
+local s, tok, dl = rec[1], tonumber(rec[2]), tonumber(rec[3])
+if s then
+  if not tok or (s ~= 'run' and s ~= 'done' and s ~= 'free') or (s == 'run' and not dl) then
+    return redis.error_reply('ZCLAIM_CORRUPT ' .. KEYS[1])
+  end
+  if s == 'done' then return {1, tok, 0} end
+  if dl > now_ms then return {2, tok, dl - now_ms} end
+end
+local new = now_us
+if tok and tok + 1 > new then new = tok + 1 end
+local deadline = now_ms + tonumber(ARGV[1])
+redis.call('HSET', KEYS[1], 's', 'run', 't', new, 'l', deadline)
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
+return {0, new, deadline}

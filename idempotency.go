@@ -1,0 +1,226 @@
+package zclaim
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults of an Idempotency store.
+const (
+	// DefaultIdempotencyPrefix prefixes the run record of each key.
+	DefaultIdempotencyPrefix = "zclaim:run:"
+	// DefaultRetention is how long a finished record is kept when
+	// IdempotencyOptions.Retention is zero.
+	DefaultRetention = 24 * time.Hour
+)
+
+var (
+	// ErrAlreadyDone is returned by Begin for a key whose work finished
+	// (within Retention).
+	ErrAlreadyDone = errors.New("zclaim: already done")
+	// ErrInProgress is returned by Begin for a key that another run holds
+	// with a live lease; a *InProgressError matches it.
+	ErrInProgress = errors.New("zclaim: in progress elsewhere")
+
+	//go:embed begin.lua
+	beginLua string
+	//go:embed settle.lua
+	settleLua string
+
+	beginScript  = newScript(beginLua)
+	settleScript = newScript(settleLua)
+)
+
+// InProgressError tells that another run holds a key, and for how long its
+// lease runs yet by Redis' clock. errors.Is(err, ErrInProgress) holds.
+type InProgressError struct {
+	Key       string
+	LeaseLeft time.Duration
+}
+
+func (e *InProgressError) Error() string {
+	return fmt.Sprintf("zclaim: key %q in progress elsewhere (lease left %v)", e.Key, e.LeaseLeft)
+}
+
+func (e *InProgressError) Is(target error) bool { return target == ErrInProgress }
+
+// IdempotencyOptions configure an Idempotency store. The zero value is
+// valid: every field left zero takes the default its comment names.
+type IdempotencyOptions struct {
+	// Prefix of the run record keys: the record of key k is Prefix+k, one
+	// Redis key per job, so every script touches a single key and runs on
+	// Redis Cluster. Default: DefaultIdempotencyPrefix ("zclaim:run:").
+	Prefix string
+	// Lease of a running record. The middleware renews it every Lease/3
+	// while the handler runs; a run that stops renewing (a stalled or dead
+	// worker) loses it after Lease, and another run may start.
+	// Default: 30s.
+	Lease time.Duration
+	// Retention is how long a finished record is kept: a run of the same
+	// key within it is skipped. Default: DefaultRetention (24h).
+	Retention time.Duration
+	// Key names the work of an asynq task. Default: the asynq task id,
+	// which the Dispatcher sets to the job id.
+	Key func(ctx context.Context, t *asynq.Task) (string, error)
+	// Logger receives the store's logs. Default: nil, quiet.
+	Logger *slog.Logger
+}
+
+// Idempotency is a store of run records, one per key: running (with a lease
+// and a fencing token) or finished. It keeps one key to at most one live
+// run, and a finished key from running again within Retention.
+//
+// What it cannot do: a worker that dies after its side effect but before
+// Complete leaves a running record whose lease expires, and the work runs
+// again. Side effects downstream should therefore carry Execution.Key as
+// their own idempotency key, and may reject writes whose Execution.Token
+// is lower than one they have already seen for that key (a fenced write).
+type Idempotency struct {
+	rdb  redis.UniversalClient
+	opts IdempotencyOptions
+	log  *slog.Logger
+}
+
+// NewIdempotency returns a store on rdb, which it never closes.
+func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempotency, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidOptions)
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultIdempotencyPrefix
+	}
+	if opts.Lease == 0 {
+		opts.Lease = DefaultLease
+	}
+	if opts.Retention == 0 {
+		opts.Retention = DefaultRetention
+	}
+	if opts.Key == nil {
+		opts.Key = TaskIDKey
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case opts.Lease < 3*time.Millisecond:
+		return nil, fmt.Errorf("%w: Lease must be at least 3ms, not %v", ErrInvalidOptions, opts.Lease)
+	case opts.Retention < time.Millisecond:
+		return nil, fmt.Errorf("%w: Retention must be at least 1ms, not %v", ErrInvalidOptions, opts.Retention)
+	}
+	return &Idempotency{rdb: rdb, opts: opts, log: opts.Logger}, nil
+}
+
+// TaskIDKey is the default Key function: the asynq task id.
+func TaskIDKey(ctx context.Context, _ *asynq.Task) (string, error) {
+	id, ok := asynq.GetTaskID(ctx)
+	if !ok {
+		return "", errors.New("zclaim: no asynq task id in the context")
+	}
+	return id, nil
+}
+
+// Execution is one run of a key, holding its lease.
+type Execution struct {
+	Key   string // the idempotency key
+	Token int64  // fencing token: larger than every earlier run's of Key
+
+	i          *Idempotency
+	mu         sync.Mutex
+	leaseUntil time.Time
+}
+
+// LeaseUntil is the lease deadline by Redis' clock as of the last Begin or Extend.
+func (e *Execution) LeaseUntil() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.leaseUntil
+}
+
+func (i *Idempotency) recordKey(key string) string { return i.opts.Prefix + key }
+
+func ms(d time.Duration) int64 { return max(1, (d + time.Millisecond - 1).Milliseconds()) }
+
+// Begin starts a run of key. It returns ErrAlreadyDone when key finished
+// within Retention, a *InProgressError (matching ErrInProgress) when
+// another run holds a live lease, and otherwise an Execution with a fresh
+// lease and a token larger than any earlier run's of key.
+func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error) {
+	if err := checkID(ctx, "begin", key); err != nil {
+		return nil, err
+	}
+	rk := i.recordKey(key)
+	raw, err := beginScript.Run(ctx, i.rdb, []string{rk}, ms(i.opts.Lease), ms(i.opts.Lease+i.opts.Retention)).Int64Slice()
+	if err != nil {
+		return nil, i.wrap(ctx, "begin", rk, err)
+	}
+	if len(raw) != 3 {
+		return nil, fmt.Errorf("zclaim: begin: %w: reply of %d values", ErrCorrupt, len(raw))
+	}
+	switch raw[0] {
+	case 1:
+		return nil, fmt.Errorf("%w: key %q", ErrAlreadyDone, key)
+	case 2:
+		return nil, &InProgressError{Key: key, LeaseLeft: time.Duration(raw[2]) * time.Millisecond}
+	}
+	return &Execution{Key: key, Token: raw[1], i: i, leaseUntil: time.UnixMilli(raw[2])}, nil
+}
+
+func (i *Idempotency) wrap(ctx context.Context, op, rk string, err error) error {
+	var rerr redis.Error
+	if errors.As(err, &rerr) && rerr.Error() == "ZCLAIM_CORRUPT "+rk {
+		return fmt.Errorf("zclaim: %s: %w: run record %q", op, ErrCorrupt, rk)
+	}
+	return wrap(ctx, op, err, map[string]string{rk: "hash"})
+}
+
+func (e *Execution) settle(ctx context.Context, op string, ttl time.Duration) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, wrap(ctx, op, err, nil)
+	}
+	rk := e.i.recordKey(e.Key)
+	n, err := settleScript.Run(ctx, e.i.rdb, []string{rk}, strconv.FormatInt(e.Token, 10), op,
+		ms(e.i.opts.Lease), ms(ttl)).Int64()
+	if err != nil {
+		return 0, e.i.wrap(ctx, op, rk, err)
+	}
+	if n == 0 {
+		return 0, ErrLeaseLost
+	}
+	return n, nil
+}
+
+// Extend renews the lease for another Lease from now by Redis' clock. It
+// returns ErrLeaseLost, changing nothing, when another run has taken the key.
+func (e *Execution) Extend(ctx context.Context) error {
+	dl, err := e.settle(ctx, "extend", e.i.opts.Lease+e.i.opts.Retention)
+	if err == nil {
+		e.mu.Lock()
+		e.leaseUntil = time.UnixMilli(dl)
+		e.mu.Unlock()
+	}
+	return err
+}
+
+// Complete marks the key finished; it is kept for Retention. It returns
+// ErrLeaseLost, changing nothing, when this run's token is no longer current.
+func (e *Execution) Complete(ctx context.Context) error {
+	_, err := e.settle(ctx, "complete", e.i.opts.Retention)
+	return err
+}
+
+// Release gives the key up without finishing it, so that the next run can
+// start at once. It returns ErrLeaseLost, changing nothing, when this run's
+// token is no longer current.
+func (e *Execution) Release(ctx context.Context) error {
+	_, err := e.settle(ctx, "release", e.i.opts.Lease+e.i.opts.Retention)
+	return err
+}

@@ -1,0 +1,477 @@
+package zclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// newIdem returns a store on the test server under a prefix of the test's own.
+func newIdem(t testing.TB, rdb redis.UniversalClient, opts IdempotencyOptions) *Idempotency {
+	t.Helper()
+	if opts.Prefix == "" {
+		opts.Prefix = testKey(t) + ":run:"
+	}
+	if opts.Lease == 0 {
+		opts.Lease = 60 * time.Millisecond
+	}
+	i, err := NewIdempotency(rdb, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i
+}
+
+// fastRetry retries tasks that met a run in progress as RetryDelay says,
+// and other failures after 10 ms (asynq's default waits seconds).
+func fastRetry(n int, err error, t *asynq.Task) time.Duration {
+	if errors.Is(err, ErrInProgress) {
+		return RetryDelay(n, err, t)
+	}
+	return 10 * time.Millisecond
+}
+
+func payloadKey(_ context.Context, t *asynq.Task) (string, error) { return string(t.Payload()), nil }
+
+// Begin, Complete, Release and Extend follow the run record; a stale
+// holder's calls fail with ErrLeaseLost and change nothing.
+func TestIdempotencyFencing(t *testing.T) {
+	rdb := newClient(t)
+	i := newIdem(t, rdb, IdempotencyOptions{Lease: 30 * time.Millisecond})
+	e1, err := i.Begin(ctx, "k")
+	must(t, err)
+	_, err = i.Begin(ctx, "k")
+	wantErr(t, err, ErrInProgress)
+	var ip *InProgressError
+	if !errors.As(err, &ip) || ip.LeaseLeft <= 0 || ip.LeaseLeft > 30*time.Millisecond {
+		t.Fatalf("%v", err)
+	}
+	time.Sleep(40 * time.Millisecond)
+	e2, err := i.Begin(ctx, "k") // e1's lease passed without renewal
+	must(t, err)
+	if e2.Token <= e1.Token {
+		t.Fatalf("token %d after %d", e2.Token, e1.Token)
+	}
+	wantErr(t, e1.Extend(ctx), ErrLeaseLost)
+	wantErr(t, e1.Complete(ctx), ErrLeaseLost)
+	wantErr(t, e1.Release(ctx), ErrLeaseLost)
+	must(t, e2.Extend(ctx))
+	if time.Until(e2.LeaseUntil()) <= 0 {
+		t.Fatal("extended lease already over")
+	}
+	must(t, e2.Release(ctx))
+	e3, err := i.Begin(ctx, "k") // released: the next run starts at once
+	must(t, err)
+	if e3.Token <= e2.Token {
+		t.Fatalf("token %d after %d", e3.Token, e2.Token)
+	}
+	wantErr(t, e2.Complete(ctx), ErrLeaseLost)
+	must(t, e3.Complete(ctx))
+	_, err = i.Begin(ctx, "k")
+	wantErr(t, err, ErrAlreadyDone)
+	wantErr(t, e3.Complete(ctx), ErrLeaseLost)
+	st, _ := rdb.HGet(ctx, i.recordKey("k"), "s").Result()
+	if st != "done" {
+		t.Fatalf("record state %q", st)
+	}
+}
+
+// Many goroutines, each on its own connection, Begin one key at once:
+// exactly one acquires.
+func TestBeginConcurrentOneWinner(t *testing.T) {
+	prefix := testKey(t) + ":run:"
+	for round := 0; round < 20; round++ {
+		key := fmt.Sprintf("job-%d", round)
+		var won, busy atomic.Int32
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		errs := make(chan error, 32)
+		for g := 0; g < 32; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := redis.NewClient(&redis.Options{Addr: testAddr, PoolSize: 1})
+				defer c.Close()
+				i, _ := NewIdempotency(c, IdempotencyOptions{Prefix: prefix, Lease: time.Minute})
+				c.Ping(ctx)
+				<-start
+				_, err := i.Begin(ctx, key)
+				switch {
+				case err == nil:
+					won.Add(1)
+				case errors.Is(err, ErrInProgress):
+					busy.Add(1)
+				default:
+					errs <- err
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if won.Load() != 1 || busy.Load() != 31 {
+			t.Fatalf("round %d: %d acquired, %d in progress", round, won.Load(), busy.Load())
+		}
+	}
+}
+
+// A finished record disappears after Retention, and the key runs again
+// with a larger token.
+func TestRetention(t *testing.T) {
+	rdb := newClient(t)
+	i := newIdem(t, rdb, IdempotencyOptions{Retention: 50 * time.Millisecond})
+	e, err := i.Begin(ctx, "r")
+	must(t, err)
+	must(t, e.Complete(ctx))
+	_, err = i.Begin(ctx, "r")
+	wantErr(t, err, ErrAlreadyDone)
+	waitFor(t, 2*time.Second, "the record to expire", func() bool {
+		n, _ := rdb.Exists(ctx, i.recordKey("r")).Result()
+		return n == 0
+	})
+	e2, err := i.Begin(ctx, "r")
+	must(t, err)
+	if e2.Token <= e.Token {
+		t.Fatalf("token %d after %d", e2.Token, e.Token)
+	}
+}
+
+// Bad input and bad records: clear errors, nothing written.
+func TestIdempotencyBadInput(t *testing.T) {
+	rdb := newClient(t)
+	i := newIdem(t, rdb, IdempotencyOptions{})
+	_, err := i.Begin(ctx, "")
+	wantErr(t, err, ErrEmptyID)
+	_, err = i.Begin(ctx, strings.Repeat("k", MaxIDLen+1))
+	wantErr(t, err, ErrIDTooLong)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = i.Begin(cctx, "k")
+	wantErr(t, err, context.Canceled)
+	must(t, rdb.Set(ctx, i.recordKey("str"), "x", 0).Err())
+	_, err = i.Begin(ctx, "str")
+	var wt *WrongTypeError
+	if !errors.As(err, &wt) || wt.Key != i.recordKey("str") || wt.Want != "hash" {
+		t.Fatalf("%v", err)
+	}
+	must(t, rdb.HSet(ctx, i.recordKey("bad"), "s", "zzz", "t", "1").Err())
+	_, err = i.Begin(ctx, "bad")
+	wantErr(t, err, ErrCorrupt)
+	if v, _ := rdb.HGet(ctx, i.recordKey("bad"), "s").Result(); v != "zzz" {
+		t.Fatal("a corrupt record was overwritten")
+	}
+	for _, o := range []IdempotencyOptions{{Lease: time.Millisecond}, {Retention: -time.Second}} {
+		_, err := NewIdempotency(rdb, o)
+		wantErr(t, err, ErrInvalidOptions)
+	}
+}
+
+// 1. One business key enqueued as two asynq tasks: the handler runs once,
+// both tasks complete.
+func TestMiddlewareSameKeyTwice(t *testing.T) {
+	rdb := newClient(t)
+	i := newIdem(t, rdb, IdempotencyOptions{Key: payloadKey})
+	q := testQueue(t)
+	var runs atomic.Int32
+	h := i.Middleware()(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		runs.Add(1)
+		time.Sleep(30 * time.Millisecond)
+		return nil
+	}))
+	startAsynq(t, testAddr, q, h, asynq.Config{IsFailure: IsFailure, RetryDelayFunc: fastRetry})
+	c := newAsynqClient(t, testAddr)
+	for _, id := range []string{"a", "b"} {
+		_, err := c.Enqueue(asynq.NewTask("order", []byte("order-731")), asynq.Queue(q), asynq.TaskID(id),
+			asynq.Retention(time.Minute), asynq.MaxRetry(5))
+		must(t, err)
+	}
+	in := newInspector(t)
+	waitFor(t, 10*time.Second, "both tasks to complete", func() bool {
+		for _, id := range []string{"a", "b"} {
+			ti, err := in.GetTaskInfo(q, id)
+			if err != nil || ti.State != asynq.TaskStateCompleted {
+				return false
+			}
+		}
+		return true
+	})
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+	for _, id := range []string{"a", "b"} {
+		ti, _ := in.GetTaskInfo(q, id)
+		if ti.Retried != 0 {
+			t.Fatalf("task %s counted %d failures for a run in progress", id, ti.Retried)
+		}
+	}
+}
+
+// 2. The stalled worker: the first run stops renewing (its connection to
+// Redis hangs) while its handler goes on. The second delivery does not
+// start while the first lease is live; the first handler's context is
+// cancelled with ErrLeaseLost, and its Complete returns ErrLeaseLost.
+func TestMiddlewareStalledWorker(t *testing.T) {
+	const lease = 90 * time.Millisecond
+	direct := newClient(t)
+	prefix := testKey(t) + ":run:"
+	px := newProxy(t, testAddr)
+	i1 := newIdem(t, clientVia(t, px), IdempotencyOptions{Prefix: prefix, Lease: lease, Key: payloadKey})
+	i2 := newIdem(t, direct, IdempotencyOptions{Prefix: prefix, Lease: lease, Key: payloadKey})
+
+	type firstRun struct {
+		e         *Execution
+		cause     error
+		cancelled time.Time // by Redis' clock
+		complete  error
+	}
+	started := make(chan *Execution, 1)
+	resumed := make(chan struct{})
+	firstDone := make(chan firstRun, 1)
+	h1 := i1.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		e, _ := ExecutionFromContext(ctx)
+		started <- e
+		<-ctx.Done()
+		r := firstRun{e: e, cause: context.Cause(ctx), cancelled: redisNow(t, direct)}
+		<-resumed
+		r.complete = e.Complete(context.Background())
+		firstDone <- r
+		return nil
+	}))
+	type secondRun struct {
+		e     *Execution
+		start time.Time
+	}
+	var second atomic.Int32
+	secondStarted := make(chan secondRun, 4)
+	h2 := i2.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		second.Add(1)
+		e, _ := ExecutionFromContext(ctx)
+		secondStarted <- secondRun{e: e, start: redisNow(t, direct)}
+		return nil
+	}))
+	q1, q2 := testQueue(t), testQueue(t)
+	cfg := asynq.Config{IsFailure: IsFailure, RetryDelayFunc: fastRetry}
+	startAsynq(t, testAddr, q1, h1, cfg)
+	startAsynq(t, testAddr, q2, h2, cfg)
+	c := newAsynqClient(t, testAddr)
+
+	_, err := c.Enqueue(asynq.NewTask("order", []byte("order-9")), asynq.Queue(q1), asynq.MaxRetry(3))
+	must(t, err)
+	e1 := <-started
+	px.Pause() // the first worker stalls: its renewals hang
+	_, err = c.Enqueue(asynq.NewTask("order", []byte("order-9")), asynq.Queue(q2), asynq.MaxRetry(3))
+	must(t, err)
+
+	var s2 secondRun
+	select {
+	case s2 = <-secondStarted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second delivery never started")
+	}
+	lastLease := e1.LeaseUntil()
+	if s2.start.Before(lastLease) {
+		t.Fatalf("second run started at %v while the first held its lease until %v", s2.start, lastLease)
+	}
+	if s2.e.Token <= e1.Token {
+		t.Fatalf("second token %d, first %d", s2.e.Token, e1.Token)
+	}
+	px.Resume()
+	close(resumed)
+	r := <-firstDone
+	if !errors.Is(r.cause, ErrLeaseLost) {
+		t.Fatalf("first handler's context cancelled with %v", r.cause)
+	}
+	if r.cancelled.After(s2.start) && r.cancelled.Sub(s2.start) > 0 {
+		// the first handler was told before (or as) the second began
+		t.Fatalf("first handler cancelled at %v, after the second started at %v", r.cancelled, s2.start)
+	}
+	wantErr(t, r.complete, ErrLeaseLost)
+	time.Sleep(50 * time.Millisecond)
+	if n := second.Load(); n != 1 {
+		t.Fatalf("second handler ran %d times", n)
+	}
+}
+
+// 3. A handler error releases the key and the retry runs and completes; a
+// panic releases it too, and the panic reaches asynq.
+func TestMiddlewareErrorAndPanic(t *testing.T) {
+	rdb := newClient(t)
+	i := newIdem(t, rdb, IdempotencyOptions{Lease: time.Minute})
+	for _, mode := range []string{"error", "panic"} {
+		t.Run(mode, func(t *testing.T) {
+			q := testQueue(t)
+			var runs atomic.Int32
+			var tokens sync.Map
+			h := i.Middleware()(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+				n := runs.Add(1)
+				e, _ := ExecutionFromContext(ctx)
+				tokens.Store(n, e.Token)
+				if n == 1 {
+					if mode == "panic" {
+						panic("boom")
+					}
+					return errors.New("transient")
+				}
+				return nil
+			}))
+			var seen atomic.Value
+			startAsynq(t, testAddr, q, h, asynq.Config{IsFailure: IsFailure, RetryDelayFunc: fastRetry,
+				ErrorHandler: asynq.ErrorHandlerFunc(func(_ context.Context, _ *asynq.Task, err error) { seen.Store(err.Error()) })})
+			c := newAsynqClient(t, testAddr)
+			id := mode + "-task"
+			_, err := c.Enqueue(asynq.NewTask("x", nil), asynq.Queue(q), asynq.TaskID(id), asynq.Retention(time.Minute))
+			must(t, err)
+			in := newInspector(t)
+			waitFor(t, 10*time.Second, "the retry to complete", func() bool {
+				ti, err := in.GetTaskInfo(q, id)
+				return err == nil && ti.State == asynq.TaskStateCompleted
+			})
+			if runs.Load() != 2 {
+				t.Fatalf("handler ran %d times, want 2", runs.Load())
+			}
+			want := "transient"
+			if mode == "panic" {
+				want = "boom"
+			}
+			if msg, _ := seen.Load().(string); !strings.Contains(msg, want) {
+				t.Fatalf("asynq saw %q, want the handler's %q", msg, want)
+			}
+			t1, _ := tokens.Load(int32(1))
+			t2, _ := tokens.Load(int32(2))
+			if t2.(int64) <= t1.(int64) {
+				t.Fatalf("tokens %v then %v", t1, t2)
+			}
+			_, err = i.Begin(ctx, id)
+			wantErr(t, err, ErrAlreadyDone)
+		})
+	}
+}
+
+// 5. Redis unreachable: no handler runs (fail closed); after a restart the
+// work proceeds, once.
+func TestMiddlewareFailClosed(t *testing.T) {
+	own := ownRedis(t)
+	orc := redis.NewClient(&redis.Options{Addr: own.addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { orc.Close() })
+	i := newIdem(t, orc, IdempotencyOptions{Lease: time.Minute})
+	q := testQueue(t)
+	var runs atomic.Int32
+	var failures atomic.Int32
+	h := i.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		runs.Add(1)
+		return nil
+	}))
+	startAsynq(t, testAddr, q, h, asynq.Config{IsFailure: IsFailure, RetryDelayFunc: fastRetry,
+		ErrorHandler: asynq.ErrorHandlerFunc(func(context.Context, *asynq.Task, error) { failures.Add(1) })})
+	own.stop()
+	c := newAsynqClient(t, testAddr)
+	_, err := c.Enqueue(asynq.NewTask("x", nil), asynq.Queue(q), asynq.TaskID("fc"), asynq.MaxRetry(1000),
+		asynq.Retention(time.Minute))
+	must(t, err)
+	waitFor(t, 10*time.Second, "a few failed attempts", func() bool { return failures.Load() >= 3 })
+	if runs.Load() != 0 {
+		t.Fatalf("handler ran %d times without its idempotency store", runs.Load())
+	}
+	must(t, own.start())
+	in := newInspector(t)
+	waitFor(t, 10*time.Second, "the task to complete", func() bool {
+		ti, err := in.GetTaskInfo(q, "fc")
+		return err == nil && ti.State == asynq.TaskStateCompleted
+	})
+	if runs.Load() != 1 {
+		t.Fatalf("handler ran %d times after the restart", runs.Load())
+	}
+}
+
+// The Key function: its error goes back to asynq as is; an empty key is
+// an error and the handler does not run.
+func TestMiddlewareKeyErrors(t *testing.T) {
+	rdb := newClient(t)
+	keyErr := errors.New("no order id in payload")
+	i := newIdem(t, rdb, IdempotencyOptions{Key: func(_ context.Context, task *asynq.Task) (string, error) {
+		if string(task.Payload()) == "bad" {
+			return "", keyErr
+		}
+		return string(task.Payload()), nil
+	}})
+	ran := false
+	h := i.Middleware()(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { ran = true; return nil }))
+	if err := h.ProcessTask(ctx, asynq.NewTask("x", []byte("bad"))); err != keyErr {
+		t.Fatalf("Key error came back as %v", err)
+	}
+	wantErr(t, h.ProcessTask(ctx, asynq.NewTask("x", nil)), ErrEmptyID)
+	if ran {
+		t.Fatal("handler ran without a key")
+	}
+	// Without asynq's context the default Key function has no task id.
+	d := newIdem(t, rdb, IdempotencyOptions{})
+	if err := d.Middleware()(h).ProcessTask(ctx, asynq.NewTask("x", nil)); err == nil || ran {
+		t.Fatalf("default key without a task id: %v (ran %v)", err, ran)
+	}
+}
+
+// On its last retry a task that meets a run in progress waits for it
+// instead of failing (asynq would archive it).
+func TestMiddlewareLastRetryWaits(t *testing.T) {
+	rdb := newClient(t)
+	i := newIdem(t, rdb, IdempotencyOptions{Lease: 60 * time.Millisecond, Key: payloadKey})
+	q := testQueue(t)
+	other, err := i.Begin(ctx, "job-1") // a run elsewhere, which then finishes
+	must(t, err)
+	go func() {
+		time.Sleep(40 * time.Millisecond)
+		other.Complete(context.Background())
+	}()
+	var runs atomic.Int32
+	h := i.Middleware()(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { runs.Add(1); return nil }))
+	startAsynq(t, testAddr, q, h, asynq.Config{IsFailure: IsFailure, RetryDelayFunc: fastRetry})
+	c := newAsynqClient(t, testAddr)
+	_, err = c.Enqueue(asynq.NewTask("x", []byte("job-1")), asynq.Queue(q), asynq.TaskID("lr"),
+		asynq.MaxRetry(0), asynq.Retention(time.Minute))
+	must(t, err)
+	in := newInspector(t)
+	waitFor(t, 10*time.Second, "the task to finish", func() bool {
+		ti, err := in.GetTaskInfo(q, "lr")
+		return err == nil && (ti.State == asynq.TaskStateCompleted || ti.State == asynq.TaskStateArchived)
+	})
+	ti, _ := in.GetTaskInfo(q, "lr")
+	if ti.State != asynq.TaskStateCompleted || runs.Load() != 0 {
+		t.Fatalf("task %v, handler ran %d times", ti.State, runs.Load())
+	}
+}
+
+// A handler that runs for several leases keeps its key: the middleware
+// renews the lease, so another Begin meets ErrInProgress throughout.
+func TestMiddlewareRenewsLease(t *testing.T) {
+	rdb := newClient(t)
+	const lease = 30 * time.Millisecond
+	i := newIdem(t, rdb, IdempotencyOptions{Lease: lease, Key: payloadKey})
+	var probes []error
+	h := i.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		for k := 0; k < 10; k++ {
+			time.Sleep(lease / 2)
+			_, err := i.Begin(ctx, "long")
+			probes = append(probes, err)
+		}
+		return ctx.Err()
+	}))
+	must(t, h.ProcessTask(ctx, asynq.NewTask("x", []byte("long"))))
+	for k, err := range probes {
+		if !errors.Is(err, ErrInProgress) {
+			t.Fatalf("probe %d after %v: %v", k, time.Duration(k+1)*lease/2, err)
+		}
+	}
+	_, err := i.Begin(ctx, "long")
+	wantErr(t, err, ErrAlreadyDone)
+}

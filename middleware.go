@@ -1,0 +1,214 @@
+package zclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// settleTimeout bounds Complete and Release after the handler returned;
+// they run on a context that outlives the handler's cancellation.
+const settleTimeout = 5 * time.Second
+
+type executionKey struct{}
+
+// ContextWithExecution returns ctx carrying e.
+func ContextWithExecution(ctx context.Context, e *Execution) context.Context {
+	return context.WithValue(ctx, executionKey{}, e)
+}
+
+// ExecutionFromContext returns the Execution the middleware started for
+// the task being handled: its Key is the idempotency key and its Token the
+// fencing token to hand to downstream writes.
+func ExecutionFromContext(ctx context.Context) (*Execution, bool) {
+	e, ok := ctx.Value(executionKey{}).(*Execution)
+	return e, ok
+}
+
+// IsFailure is for asynq.Config.IsFailure: a task that met a run in
+// progress elsewhere (ErrInProgress) is retried without counting a failure.
+func IsFailure(err error) bool { return err != nil && !errors.Is(err, ErrInProgress) }
+
+// RetryDelay is for asynq.Config.RetryDelayFunc: a task that met a run in
+// progress elsewhere is retried soon (within its lease, at most a second,
+// which asynq rounds to its whole-second retry times); other errors get
+// asynq.DefaultRetryDelayFunc.
+func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
+	if errors.Is(err, ErrInProgress) {
+		d := time.Second
+		var ip *InProgressError
+		if errors.As(err, &ip) && ip.LeaseLeft > 0 && ip.LeaseLeft < d {
+			d = ip.LeaseLeft
+		}
+		return d/2 + rand.N(d/2+1)
+	}
+	return asynq.DefaultRetryDelayFunc(n, err, t)
+}
+
+// Middleware returns asynq middleware that runs each task's handler at
+// most once at a time per key, and not again once it finished:
+//
+//   - finished (within Retention): the handler is skipped and the task
+//     succeeds;
+//   - running elsewhere with a live lease: the task fails with an error
+//     matching ErrInProgress, so asynq tries it again later (use IsFailure
+//     and RetryDelay in asynq.Config so this is not counted as a failure
+//     and comes back soon). On its last retry the middleware waits for the
+//     other run instead, since asynq would archive the task;
+//   - otherwise the handler runs with the Execution in its context
+//     (ExecutionFromContext), its lease renewed every Lease/3. If a renewal
+//     finds the lease lost, or cannot reach Redis before the lease ends,
+//     the handler's context is cancelled with cause ErrLeaseLost.
+//
+// A handler that returns nil completes the key. One that returns an error
+// or panics releases it, so a retry can run; the error or panic goes on to
+// asynq unchanged. If Redis cannot be reached the handler does not run and
+// the error goes back to asynq (fail closed).
+func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
+	return func(next asynq.Handler) asynq.Handler {
+		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			key, err := i.opts.Key(ctx, t)
+			if err != nil {
+				return err
+			}
+			if key == "" {
+				return fmt.Errorf("zclaim: middleware: %w: the Key function returned an empty key for a task of type %q", ErrEmptyID, t.Type())
+			}
+			e, err := i.beginOrWait(ctx, key)
+			if errors.Is(err, ErrAlreadyDone) {
+				i.log.LogAttrs(ctx, slog.LevelDebug, "zclaim: skipped a finished job", slog.String("key", key))
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			return i.run(ctx, e, next, t)
+		})
+	}
+}
+
+// beginOrWait begins key; on a task's last retry it waits out a run in
+// progress elsewhere rather than let asynq archive the task.
+func (i *Idempotency) beginOrWait(ctx context.Context, key string) (*Execution, error) {
+	for {
+		e, err := i.Begin(ctx, key)
+		var ip *InProgressError
+		if !errors.As(err, &ip) || !lastRetry(ctx) {
+			return e, err
+		}
+		wait := min(max(ip.LeaseLeft, 5*time.Millisecond), i.opts.Lease/3, time.Second)
+		select {
+		case <-ctx.Done():
+			return nil, errors.Join(err, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+}
+
+// lastRetry reports whether asynq would archive this task on another error.
+func lastRetry(ctx context.Context) bool {
+	n, ok1 := asynq.GetRetryCount(ctx)
+	m, ok2 := asynq.GetMaxRetry(ctx)
+	return ok1 && ok2 && n >= m
+}
+
+// run calls the handler under e's lease and settles e after it.
+func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler, t *asynq.Task) (err error) {
+	hctx, cancel := context.WithCancelCause(ContextWithExecution(ctx, e))
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		i.heartbeat(hctx, e, cancel, stop)
+	}()
+	settle := func(handlerErr error, panicked bool) error {
+		close(stop)
+		<-done
+		cancel(nil)
+		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		defer scancel()
+		if handlerErr == nil && !panicked {
+			if cerr := e.Complete(sctx); cerr != nil {
+				i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not complete a run",
+					slog.String("key", e.Key), slog.Int64("token", e.Token), slog.String("error", cerr.Error()))
+				return fmt.Errorf("zclaim: complete %q: %w", e.Key, cerr)
+			}
+			return nil
+		}
+		if rerr := e.Release(sctx); rerr != nil {
+			i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not release a run",
+				slog.String("key", e.Key), slog.Int64("token", e.Token), slog.String("error", rerr.Error()))
+		}
+		return handlerErr
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			settle(nil, true)
+			panic(r)
+		}
+	}()
+	herr := next.ProcessTask(hctx, t)
+	return settle(herr, false)
+}
+
+// heartbeat renews e's lease every Lease/3 until stop is closed. When the
+// lease is lost, or is not renewed before it ends (as the local clock
+// conservatively reckons it, whether or not a renewal is still waiting on
+// Redis), it cancels the handler with cause ErrLeaseLost.
+func (i *Idempotency) heartbeat(ctx context.Context, e *Execution, cancel context.CancelCauseFunc, stop <-chan struct{}) {
+	lease := i.opts.Lease
+	// Begin's lease started no earlier than now, so now+lease is no later
+	// than its deadline by Redis' clock.
+	localDeadline := time.Now().Add(lease)
+	expire := time.NewTimer(lease)
+	defer expire.Stop()
+	tick := time.NewTicker(lease / 3)
+	defer tick.Stop()
+	type result struct {
+		start time.Time
+		err   error
+	}
+	results := make(chan result, 1)
+	pending := false
+	for {
+		select {
+		case <-stop:
+			return
+		case <-expire.C:
+			i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: lease not renewed before it ended; cancelling the handler",
+				slog.String("key", e.Key), slog.Int64("token", e.Token))
+			cancel(ErrLeaseLost)
+			return
+		case <-tick.C:
+			if pending {
+				continue
+			}
+			pending = true
+			go func(start time.Time) {
+				rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), lease)
+				defer rcancel()
+				results <- result{start, e.Extend(rctx)}
+			}(time.Now())
+		case r := <-results:
+			pending = false
+			switch {
+			case r.err == nil:
+				localDeadline = r.start.Add(lease)
+				expire.Reset(time.Until(localDeadline))
+			case errors.Is(r.err, ErrLeaseLost):
+				i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: lease lost; cancelling the handler",
+					slog.String("key", e.Key), slog.Int64("token", e.Token))
+				cancel(ErrLeaseLost)
+				return
+			default:
+				i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: lease renewal failed; trying again",
+					slog.String("key", e.Key), slog.String("error", r.err.Error()))
+			}
+		}
+	}
+}
