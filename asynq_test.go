@@ -1,6 +1,7 @@
 package zclaim
 
 import (
+	"context"
 	"net"
 	"sync"
 	"testing"
@@ -25,6 +26,11 @@ func testQueue(t testing.TB) string {
 	t.Helper()
 	key := testKey(t) // "zt:{tag}"
 	tag, _ := hashTag(key)
+	t.Cleanup(func() { // asynq lists every queue it has seen in asynq:queues
+		c := redis.NewClient(&redis.Options{Addr: testAddr})
+		defer c.Close()
+		c.SRem(context.Background(), "asynq:queues", tag)
+	})
 	return tag
 }
 
@@ -91,6 +97,7 @@ type proxy struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
 	paused bool
+	down   bool
 	conns  []net.Conn
 }
 
@@ -112,6 +119,13 @@ func (p *proxy) accept() {
 		c, err := p.l.Accept()
 		if err != nil {
 			return
+		}
+		p.mu.Lock()
+		down := p.down
+		p.mu.Unlock()
+		if down {
+			c.Close()
+			continue
 		}
 		s, err := net.Dial("tcp", p.target)
 		if err != nil {
@@ -150,6 +164,22 @@ func (p *proxy) pipe(dst, src net.Conn) {
 func (p *proxy) Pause() { p.mu.Lock(); p.paused = true; p.mu.Unlock() }
 
 func (p *proxy) Resume() { p.mu.Lock(); p.paused = false; p.cond.Broadcast(); p.mu.Unlock() }
+
+// SetDown cuts every connection and refuses new ones while down is true.
+func (p *proxy) SetDown(down bool) {
+	p.mu.Lock()
+	p.down = down
+	conns := p.conns
+	if down {
+		p.conns = nil
+	}
+	p.mu.Unlock()
+	if down {
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+}
 
 func (p *proxy) close() {
 	p.Resume()

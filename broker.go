@@ -344,6 +344,7 @@ func (b *Broker) Claim(ctx context.Context, max int) ([]Claim, error) {
 // claimResult is one claim script's answer.
 type claimResult struct {
 	claims []Claim
+	now    time.Time     // Redis TIME when the script ran
 	wait   time.Duration // until the earliest remaining job is due (by Redis' clock)
 	next   bool          // whether any job remains scheduled
 }
@@ -368,8 +369,10 @@ func (b *Broker) claim(ctx context.Context, max int) (claimResult, error) {
 	deadline, _ := raw[0].(int64)
 	first, _ := raw[1].(int64)
 	var res claimResult
+	nowStr, _ := raw[2].(string)
+	res.now = b.scoreTime(nowStr)
 	if next, ok := raw[3].(string); ok {
-		now, _ := strconv.ParseFloat(raw[2].(string), 64)
+		now, _ := strconv.ParseFloat(nowStr, 64)
 		nf, _ := strconv.ParseFloat(next, 64)
 		res.next = true
 		res.wait = max0(time.Duration((nf - now) / float64(b.ups) * float64(time.Second)))

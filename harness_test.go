@@ -49,6 +49,9 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	for _, tag := range exampleKeys {
 		deleteTagged(tag)
+		c := redis.NewClient(&redis.Options{Addr: testAddr})
+		c.SRem(context.Background(), "asynq:queues", "example:{"+tag+"}")
+		c.Close()
 	}
 	if srv != nil {
 		srv.stop()

@@ -1,0 +1,297 @@
+package zclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// Defaults of a Dispatcher.
+const (
+	DefaultConcurrency    = 16
+	DefaultMaxWait        = time.Second
+	DefaultEnqueueTimeout = 5 * time.Second
+)
+
+// DispatcherOptions configure a Dispatcher. The zero value is valid: every
+// field left zero takes the default its comment names.
+type DispatcherOptions struct {
+	// Concurrency is how many enqueues run at once. The dispatcher claims
+	// only as many jobs as it has free enqueue slots, so that a slow or
+	// unreachable asynq does not burn the leases of waiting claims.
+	// Default: DefaultConcurrency (16).
+	Concurrency int
+	// MaxWait caps the sleep until the earliest due job; the dispatcher is
+	// also woken at once when an earlier job is scheduled.
+	// Default: DefaultMaxWait (1s).
+	MaxWait time.Duration
+	// EnqueueTimeout bounds one enqueue and its Ack.
+	// Default: DefaultEnqueueTimeout (5s).
+	EnqueueTimeout time.Duration
+	// RecoveryInterval is how often Run's recovery loop runs
+	// (Broker.RunRecovery); negative turns it off.
+	// Default: DefaultRecoveryInterval (1s).
+	RecoveryInterval time.Duration
+	// DefaultType is the asynq task type of jobs that have none, such as
+	// ids written by other programs. A job without a type when this is
+	// empty cannot become a task: it goes to the dead set.
+	// Default: "".
+	DefaultType string
+	// TaskOptions adds asynq options per job (MaxRetry, Timeout, ...).
+	// The dispatcher always sets asynq.TaskID(job.ID) and the job's queue.
+	// Default: nil.
+	TaskOptions func(Job) []asynq.Option
+	// OnDispatch, when set, is called after each claim is settled: err is
+	// nil when the task was enqueued, ErrTaskIDConflict-wrapping when asynq
+	// already had it, or the enqueue error. lag is the time from the job's
+	// due time to the end of its enqueue, reckoned from Redis' clock at
+	// the claim. It runs on the enqueueing goroutine: keep it short.
+	// Default: nil.
+	OnDispatch func(c Claim, lag time.Duration, err error)
+	// Logger receives the dispatcher's logs. Default: the Broker's logger.
+	Logger *slog.Logger
+}
+
+// DispatcherStats count what a Dispatcher did since it was made.
+type DispatcherStats struct {
+	Claimed   int64 // claims taken off the schedule
+	Enqueued  int64 // tasks enqueued into asynq
+	Conflicts int64 // claims whose task id asynq already had (acked, not enqueued)
+	Failed    int64 // enqueues that failed; their claims went back with backoff
+	Dead      int64 // claims that could not become tasks (no type), sent to the dead set
+}
+
+// Dispatcher moves due jobs from a Broker's schedule into asynq the moment
+// they are due: it sleeps until the earliest due time (read from Redis),
+// wakes early when an earlier job is scheduled, claims due jobs in
+// batches, enqueues each as an asynq task whose TaskID is the job id, and
+// acks the claim. Any number of dispatchers may share a schedule.
+type Dispatcher struct {
+	b    *Broker
+	c    *asynq.Client
+	opts DispatcherOptions
+	log  *slog.Logger
+
+	claimed, enqueued, conflicts, failed, dead atomic.Int64
+}
+
+// NewDispatcher returns a dispatcher of b's jobs into c. It never closes c.
+func NewDispatcher(b *Broker, c *asynq.Client, opts DispatcherOptions) (*Dispatcher, error) {
+	if b == nil || c == nil {
+		return nil, fmt.Errorf("%w: NewDispatcher needs a Broker and an asynq Client", ErrInvalidOptions)
+	}
+	if opts.Concurrency == 0 {
+		opts.Concurrency = DefaultConcurrency
+	}
+	if opts.MaxWait == 0 {
+		opts.MaxWait = DefaultMaxWait
+	}
+	if opts.EnqueueTimeout == 0 {
+		opts.EnqueueTimeout = DefaultEnqueueTimeout
+	}
+	if opts.RecoveryInterval == 0 {
+		opts.RecoveryInterval = DefaultRecoveryInterval
+	}
+	if opts.Logger == nil {
+		opts.Logger = b.log
+	}
+	switch {
+	case opts.Concurrency < 1:
+		return nil, fmt.Errorf("%w: Concurrency must be at least 1, not %d", ErrInvalidOptions, opts.Concurrency)
+	case opts.MaxWait < time.Millisecond:
+		return nil, fmt.Errorf("%w: MaxWait must be at least 1ms, not %v", ErrInvalidOptions, opts.MaxWait)
+	case opts.EnqueueTimeout < time.Millisecond:
+		return nil, fmt.Errorf("%w: EnqueueTimeout must be at least 1ms, not %v", ErrInvalidOptions, opts.EnqueueTimeout)
+	}
+	return &Dispatcher{b: b, c: c, opts: opts, log: opts.Logger}, nil
+}
+
+// Stats returns the dispatcher's counts.
+func (d *Dispatcher) Stats() DispatcherStats {
+	return DispatcherStats{Claimed: d.claimed.Load(), Enqueued: d.enqueued.Load(),
+		Conflicts: d.conflicts.Load(), Failed: d.failed.Load(), Dead: d.dead.Load()}
+}
+
+// Run dispatches until ctx is done, with the broker's recovery loop beside
+// it. Then it stops claiming, finishes and acks the enqueues under way, and
+// returns nil. Claims it could not settle come back through recovery after
+// their lease. Errors from Redis are logged and retried with backoff.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	rctx, stopBg := context.WithCancel(ctx)
+	defer stopBg()
+	if d.opts.RecoveryInterval > 0 {
+		bg.Add(1)
+		go func() { defer bg.Done(); d.b.RunRecovery(rctx, d.opts.RecoveryInterval) }()
+	}
+	wake := make(chan struct{}, 1)
+	bg.Add(1)
+	go func() { defer bg.Done(); d.listen(rctx, wake) }()
+
+	slots := make(chan struct{}, d.opts.Concurrency)
+	var work sync.WaitGroup
+	defer work.Wait()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	backoff := time.Duration(0)
+	for {
+		// Wait for the timer (or a notice), then for at least one free slot.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		case <-wake:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case slots <- struct{}{}:
+			<-slots
+		}
+		free := d.opts.Concurrency - len(slots)
+		res, err := d.b.claim(ctx, min(free, d.b.opts.BatchSize))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			backoff = min(max(2*backoff, 10*time.Millisecond), d.opts.MaxWait)
+			d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: dispatcher claim failed; backing off",
+				slog.String("key", d.b.keys.schedule), slog.Duration("backoff", backoff), slog.String("error", err.Error()))
+			resetTimer(timer, backoff)
+			continue
+		}
+		backoff = 0
+		claimedAt := time.Now()
+		d.claimed.Add(int64(len(res.claims)))
+		for _, c := range res.claims {
+			slots <- struct{}{}
+			work.Add(1)
+			go func(c Claim) {
+				defer work.Done()
+				defer func() { <-slots }()
+				d.dispatch(c, res.now, claimedAt)
+			}(c)
+		}
+		switch {
+		case len(res.claims) == min(free, d.b.opts.BatchSize):
+			resetTimer(timer, 0) // a full batch: more may be due
+		case !res.next:
+			resetTimer(timer, d.opts.MaxWait)
+		case res.wait == 0 && len(res.claims) == 0:
+			// Due by a hair less than the clock's resolution: do not spin.
+			resetTimer(timer, 500*time.Microsecond)
+		default:
+			resetTimer(timer, min(res.wait, d.opts.MaxWait))
+		}
+	}
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	t.Stop()
+	select {
+	case <-t.C:
+	default:
+	}
+	t.Reset(d)
+}
+
+// listen forwards schedule notices (an earlier job was scheduled) to wake.
+func (d *Dispatcher) listen(ctx context.Context, wake chan<- struct{}) {
+	backoff := 10 * time.Millisecond
+	for ctx.Err() == nil {
+		ps := d.b.rdb.Subscribe(ctx, d.b.keys.notice)
+		ch := ps.Channel()
+	recv:
+		for {
+			select {
+			case <-ctx.Done():
+				break recv
+			case _, ok := <-ch:
+				if !ok {
+					break recv
+				}
+				backoff = 10 * time.Millisecond
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			}
+		}
+		ps.Close()
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+			backoff = min(2*backoff, d.opts.MaxWait)
+		}
+	}
+}
+
+// dispatch enqueues one claim and settles it, on a context of its own so
+// that a shutdown lets it finish.
+func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), d.opts.EnqueueTimeout)
+	defer cancel()
+	typ := c.Type
+	if typ == "" {
+		typ = d.opts.DefaultType
+	}
+	if typ == "" {
+		d.dead.Add(1)
+		err := d.b.Kill(ctx, c, "no task type (set DispatcherOptions.DefaultType)")
+		d.log.LogAttrs(ctx, slog.LevelError, "zclaim: job without a task type sent to the dead set",
+			slog.String("id", c.ID), slog.Any("error", err))
+		d.report(c, redisNow, claimedAt, errors.New("zclaim: job without a task type"))
+		return
+	}
+	opts := []asynq.Option{asynq.TaskID(c.ID)}
+	if c.Queue != "" {
+		opts = append(opts, asynq.Queue(c.Queue))
+	}
+	if d.opts.TaskOptions != nil {
+		opts = append(opts, d.opts.TaskOptions(c.Job)...)
+	}
+	_, err := d.c.EnqueueContext(ctx, asynq.NewTask(typ, c.Payload), opts...)
+	switch {
+	case err == nil:
+		d.enqueued.Add(1)
+	case errors.Is(err, asynq.ErrTaskIDConflict):
+		// asynq holds a task with this id: pending, active, retrying,
+		// archived, or completed and retained. The work is asynq's now;
+		// if that earlier task was archived or completed, this run will
+		// not happen: that is the meaning of one id, one piece of work.
+		d.conflicts.Add(1)
+		d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: asynq already has a task with this id; acked without enqueuing",
+			slog.String("id", c.ID), slog.String("queue", c.Queue))
+		err = fmt.Errorf("zclaim: dispatch %q: %w", c.ID, err)
+	default:
+		d.failed.Add(1)
+		d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: enqueue failed; the job goes back with backoff",
+			slog.String("id", c.ID), slog.Int("attempt", c.Attempt), slog.String("error", err.Error()))
+		if rerr := d.b.Retry(ctx, c, time.Time{}); rerr != nil {
+			d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not give a claim back; recovery will",
+				slog.String("id", c.ID), slog.String("error", rerr.Error()))
+		}
+		d.report(c, redisNow, claimedAt, err)
+		return
+	}
+	if aerr := d.b.Ack(ctx, c); aerr != nil {
+		// ErrLeaseLost: the enqueue outlived the lease and the job was
+		// recovered; its next dispatch meets asynq's TaskID and is acked.
+		d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: ack after enqueue failed",
+			slog.String("id", c.ID), slog.String("error", aerr.Error()))
+	}
+	d.report(c, redisNow, claimedAt, err)
+}
+
+func (d *Dispatcher) report(c Claim, redisNow, claimedAt time.Time, err error) {
+	if d.opts.OnDispatch != nil {
+		d.opts.OnDispatch(c, redisNow.Sub(c.RunAt)+time.Since(claimedAt), err)
+	}
+}

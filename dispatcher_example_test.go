@@ -1,0 +1,49 @@
+package zclaim_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/zclaim/zclaim"
+)
+
+// The README's quick start: a Broker, a Dispatcher and the middleware wired
+// into an asynq server.
+func ExampleDispatcher_Run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rdb := zclaim.DemoClient() // your client; zclaim never closes it
+	defer rdb.Close()
+	key := zclaim.DemoKey("delay-jobs") // e.g. "delay:jobs", the set your producers write
+
+	broker, _ := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: key})
+	idem, _ := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: key + ":run:"})
+
+	handled := make(chan string)
+	mux := asynq.NewServeMux()
+	mux.Use(idem.Middleware())
+	mux.HandleFunc("order:reminder", func(ctx context.Context, t *asynq.Task) error {
+		handled <- string(t.Payload())
+		return nil
+	})
+	queue := key // one queue per example run; yours is "default" or your own
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Queues:            map[string]int{queue: 1},
+		IsFailure:         zclaim.IsFailure,
+		RetryDelayFunc:    zclaim.RetryDelay,
+		TaskCheckInterval: 20 * time.Millisecond, // asynq's default idle sleep is up to 1.5 s
+		LogLevel:          asynq.FatalLevel,
+	})
+	_ = srv.Start(mux)
+	defer srv.Shutdown()
+
+	d, _ := zclaim.NewDispatcher(broker, asynq.NewClientFromRedisClient(rdb), zclaim.DispatcherOptions{})
+	go d.Run(ctx)
+
+	_ = broker.Schedule(ctx, zclaim.Job{ID: "order-731:reminder", RunAt: time.Now().Add(50 * time.Millisecond),
+		Type: "order:reminder", Payload: []byte(`{"order":731}`), Queue: queue})
+	fmt.Println(<-handled)
+	// Output: {"order":731}
+}

@@ -1,0 +1,339 @@
+package zclaim
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// handledLog records each handler start by Redis' clock, per job id.
+type handledLog struct {
+	rdb   *redis.Client
+	mu    sync.Mutex
+	runs  map[string]int
+	early []string
+	lags  []time.Duration
+}
+
+func newHandledLog(t *testing.T) *handledLog {
+	return &handledLog{rdb: newClient(t), runs: map[string]int{}}
+}
+
+// handler's payload is the job's due time in Unix microseconds.
+func (h *handledLog) handler() asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		now, err := h.rdb.Time(ctx).Result()
+		if err != nil {
+			return err
+		}
+		e, _ := ExecutionFromContext(ctx)
+		dueUS, _ := strconv.ParseInt(string(t.Payload()), 10, 64)
+		due := time.UnixMicro(dueUS)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.runs[e.Key]++
+		if now.Before(due) {
+			h.early = append(h.early, fmt.Sprintf("%s started %v early", e.Key, due.Sub(now)))
+		}
+		h.lags = append(h.lags, now.Sub(due))
+		return nil
+	})
+}
+
+func (h *handledLog) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.runs)
+}
+
+// check asserts every id ran exactly once and none early; it logs the lag.
+func (h *handledLog) check(t *testing.T, ids []string) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, id := range ids {
+		if h.runs[id] != 1 {
+			t.Errorf("%s handled %d times", id, h.runs[id])
+		}
+	}
+	if len(h.runs) != len(ids) {
+		t.Errorf("handled %d ids, want %d", len(h.runs), len(ids))
+	}
+	for _, e := range h.early {
+		t.Error(e)
+	}
+	if len(h.lags) > 0 {
+		l := slices.Clone(h.lags)
+		slices.Sort(l)
+		t.Logf("due -> handler start by Redis TIME, %d runs: p50 %v p99 %v max %v",
+			len(l), l[len(l)/2], l[len(l)*99/100], l[len(l)-1])
+	}
+}
+
+// spreadJobs makes n jobs due evenly over d from now (by Redis' clock);
+// each payload is the due time in Unix µs, as the broker will round it.
+func spreadJobs(t *testing.T, b *Broker, n int, d time.Duration) ([]Job, []string) {
+	start := redisNow(t, b.rdb).Add(50 * time.Millisecond)
+	jobs := make([]Job, n)
+	ids := make([]string, n)
+	for i := range jobs {
+		at := start.Add(time.Duration(i) * d / time.Duration(n))
+		due := b.scoreTime(b.score(at))
+		ids[i] = fmt.Sprintf("order-%d:reminder", i)
+		jobs[i] = Job{ID: ids[i], RunAt: at, Type: "reminder", Payload: []byte(strconv.FormatInt(due.UnixMicro(), 10))}
+	}
+	return jobs, ids
+}
+
+func runDispatcher(t *testing.T, d *Dispatcher) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+// 1. 2,000 jobs due over 2 s, two dispatchers, one asynq server with the
+// middleware: every job handled exactly once, none before its due time.
+func TestDispatchExactlyOnceOnTime(t *testing.T) {
+	key := testKey(t)
+	q := testQueue(t)
+	log := newHandledLog(t)
+	idem := newIdem(t, newClient(t), IdempotencyOptions{Lease: time.Second})
+	startAsynq(t, testAddr, q, idem.Middleware()(log.handler()),
+		asynq.Config{Concurrency: 20, IsFailure: IsFailure, RetryDelayFunc: RetryDelay})
+	var enqLags []time.Duration
+	var mu sync.Mutex
+	for range 2 {
+		b := newBroker(t, BrokerOptions{Key: key, Lease: 2 * time.Second})
+		d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{
+			TaskOptions: func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} },
+			OnDispatch: func(c Claim, lag time.Duration, err error) {
+				mu.Lock()
+				enqLags = append(enqLags, lag)
+				mu.Unlock()
+			},
+		})
+		must(t, err)
+		runDispatcher(t, d)
+	}
+	b := newBroker(t, BrokerOptions{Key: key})
+	jobs, ids := spreadJobs(t, b, 2000, 2*time.Second)
+	must(t, b.Schedule(ctx, jobs...))
+	waitFor(t, 20*time.Second, "all jobs handled", func() bool { return log.count() >= len(ids) })
+	time.Sleep(100 * time.Millisecond) // room for a duplicate to show
+	log.check(t, ids)
+	mu.Lock()
+	slices.Sort(enqLags)
+	t.Logf("due -> enqueued, %d: p50 %v p99 %v max %v", len(enqLags),
+		enqLags[len(enqLags)/2], enqLags[len(enqLags)*99/100], enqLags[len(enqLags)-1])
+	mu.Unlock()
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if st.Scheduled != 0 || st.Inflight != 0 || st.Dead != 0 {
+		t.Fatalf("left behind: %+v", st)
+	}
+}
+
+// 2. A dispatcher stopped mid-run while it holds claims (its enqueues
+// hang, then its Redis connections are cut): another dispatcher's recovery
+// takes the claims back after their lease, and every job is handled
+// exactly once.
+func TestDispatcherStoppedMidRun(t *testing.T) {
+	key := testKey(t)
+	q := testQueue(t)
+	log := newHandledLog(t)
+	idem := newIdem(t, newClient(t), IdempotencyOptions{Lease: time.Second})
+	startAsynq(t, testAddr, q, idem.Middleware()(log.handler()),
+		asynq.Config{Concurrency: 20, IsFailure: IsFailure, RetryDelayFunc: RetryDelay})
+	taskOpts := func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} }
+	const lease = 300 * time.Millisecond
+	short := func(p *proxy) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1, ReadTimeout: 200 * time.Millisecond,
+			WriteTimeout: 200 * time.Millisecond, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	brokerPx, asynqPx := newProxy(t, testAddr), newProxy(t, testAddr)
+	ba, err := NewBroker(short(brokerPx), BrokerOptions{Key: key, Lease: lease})
+	must(t, err)
+	da, err := NewDispatcher(ba, asynq.NewClientFromRedisClient(short(asynqPx)), DispatcherOptions{
+		TaskOptions: taskOpts, EnqueueTimeout: 100 * time.Millisecond, RecoveryInterval: -1, Concurrency: 8})
+	must(t, err)
+	stopA := runDispatcher(t, da)
+
+	b := newBroker(t, BrokerOptions{Key: key, Lease: lease})
+	jobs, ids := spreadJobs(t, b, 400, 400*time.Millisecond)
+	must(t, b.Schedule(ctx, jobs...))
+	waitFor(t, 5*time.Second, "the first dispatcher to claim", func() bool { return da.Stats().Claimed >= 50 })
+	asynqPx.Pause() // its enqueues hang ...
+	waitFor(t, 5*time.Second, "claims to pile up", func() bool {
+		st, _ := b.Stats(ctx)
+		return st.Inflight >= 8
+	})
+	brokerPx.Pause() // ... and so do its acks and give-backs
+	stopA()
+	brokerPx.SetDown(true)
+	asynqPx.SetDown(true)
+	st, _ := b.Stats(ctx)
+	t.Logf("first dispatcher stopped: %+v; broker %+v", da.Stats(), st)
+	if st.Inflight == 0 {
+		t.Fatal("the stopped dispatcher held no claims")
+	}
+
+	db, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{
+		TaskOptions: taskOpts, RecoveryInterval: 20 * time.Millisecond})
+	must(t, err)
+	runDispatcher(t, db)
+	waitFor(t, 20*time.Second, "all jobs handled", func() bool { return log.count() >= len(ids) })
+	waitFor(t, 5*time.Second, "the schedule to empty", func() bool {
+		st, _ := b.Stats(ctx)
+		return st.Scheduled == 0 && st.Inflight == 0
+	})
+	log.check(t, ids)
+	st, _ = b.Stats(ctx)
+	if st.Dead != 0 {
+		t.Fatalf("dead: %+v", st)
+	}
+	t.Logf("second dispatcher: %+v", db.Stats())
+}
+
+// 3. asynq unreachable for a while: failed enqueues give their claims
+// back with backoff; nothing is lost or run twice.
+func TestDispatcherEnqueueFailures(t *testing.T) {
+	key := testKey(t)
+	q := testQueue(t)
+	log := newHandledLog(t)
+	idem := newIdem(t, newClient(t), IdempotencyOptions{Lease: time.Second})
+	startAsynq(t, testAddr, q, idem.Middleware()(log.handler()),
+		asynq.Config{Concurrency: 20, IsFailure: IsFailure, RetryDelayFunc: RetryDelay})
+	px := newProxy(t, testAddr)
+	px.SetDown(true)
+	ac := asynq.NewClientFromRedisClient(redis.NewClient(&redis.Options{Addr: px.addr, MaxRetries: -1,
+		DialTimeout: 50 * time.Millisecond}))
+	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Second, MaxAttempts: 1000,
+		Backoff: func(int) time.Duration { return 20 * time.Millisecond }})
+	d, err := NewDispatcher(b, ac, DispatcherOptions{
+		TaskOptions: func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} }})
+	must(t, err)
+	runDispatcher(t, d)
+	jobs, ids := spreadJobs(t, b, 300, 200*time.Millisecond)
+	must(t, b.Schedule(ctx, jobs...))
+	waitFor(t, 5*time.Second, "failed enqueues", func() bool { return d.Stats().Failed >= 300 })
+	if n := log.count(); n != 0 {
+		t.Fatalf("%d handled while asynq was unreachable", n)
+	}
+	px.SetDown(false)
+	waitFor(t, 20*time.Second, "all jobs handled", func() bool { return log.count() >= len(ids) })
+	log.check(t, ids)
+	st, _ := b.Stats(ctx)
+	if st.Dead != 0 || st.Scheduled != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	t.Logf("dispatcher: %+v", d.Stats())
+}
+
+// A job scheduled earlier than the dispatcher's sleep wakes it at once;
+// a job without a task type goes to the dead set (or gets DefaultType).
+func TestDispatcherWakeAndTypes(t *testing.T) {
+	key := testKey(t)
+	q := testQueue(t)
+	var got sync.Map
+	startAsynq(t, testAddr, q, asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		got.Store(id, task.Type())
+		return nil
+	}), asynq.Config{})
+	b := newBroker(t, BrokerOptions{Key: key})
+	lags := make(chan time.Duration, 10)
+	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{
+		MaxWait:     time.Hour, // only a notice can wake it
+		DefaultType: "adopted",
+		TaskOptions: func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} },
+		OnDispatch:  func(_ Claim, lag time.Duration, _ error) { lags <- lag },
+	})
+	must(t, err)
+	must(t, b.Schedule(ctx, Job{ID: "later", RunAt: time.Now().Add(time.Hour), Type: "x"}))
+	runDispatcher(t, d)
+	time.Sleep(50 * time.Millisecond) // asleep until the hour is up
+	must(t, b.Schedule(ctx, Job{ID: "soon", RunAt: redisNow(t, b.rdb).Add(30 * time.Millisecond), Type: "typed"}))
+	// A foreign producer cannot announce its jobs; this one is due and is
+	// taken along when the dispatcher wakes for "soon".
+	must(t, b.rdb.ZAdd(ctx, key, redis.Z{Score: float64(time.Now().Add(-time.Second).Unix()), Member: "foreign"}).Err())
+	for range 2 {
+		select {
+		case lag := <-lags:
+			if lag > 2*time.Second+100*time.Millisecond { // "foreign" is due on a whole second
+				t.Errorf("dispatched %v after due", lag)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the notice did not wake the dispatcher")
+		}
+	}
+	waitFor(t, 5*time.Second, "both tasks handled", func() bool {
+		a, ok1 := got.Load("foreign")
+		b, ok2 := got.Load("soon")
+		return ok1 && ok2 && a == "adopted" && b == "typed"
+	})
+
+	d2, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{RecoveryInterval: -1})
+	must(t, err)
+	stop := runDispatcher(t, d2)
+	must(t, b.rdb.ZAdd(ctx, key, redis.Z{Score: 1, Member: "typeless"}).Err())
+	b.rdb.Publish(ctx, b.keys.notice, "1")
+	waitFor(t, 5*time.Second, "the typeless job to die", func() bool { return d2.Stats().Dead == 1 || d.Stats().Dead == 1 })
+	stop()
+	dead, err := b.Dead(ctx, 10)
+	must(t, err)
+	if len(dead) != 1 || dead[0].ID != "typeless" || !strings.Contains(dead[0].Reason, "no task type") {
+		t.Fatalf("%+v", dead)
+	}
+}
+
+// Run returns when its context is done, without spinning while Redis is down.
+func TestDispatcherRedisDown(t *testing.T) {
+	own := ownRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: own.addr, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	var claims atomic.Int64
+	rdb.AddHook(countHook{&claims})
+	b, err := NewBroker(rdb, BrokerOptions{})
+	must(t, err)
+	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{MaxWait: 200 * time.Millisecond, RecoveryInterval: -1})
+	must(t, err)
+	own.stop()
+	stop := runDispatcher(t, d)
+	time.Sleep(500 * time.Millisecond)
+	stop()
+	if n := claims.Load(); n > 30 {
+		t.Fatalf("%d claim attempts in 500ms with Redis down: spinning", n)
+	}
+	t.Logf("%d claim attempts in 500ms with Redis down", claims.Load())
+}
+
+// countHook counts script calls (claims) made through a client.
+type countHook struct{ n *atomic.Int64 }
+
+func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
