@@ -435,18 +435,40 @@ func checkClaim(ctx context.Context, op string, c Claim) error {
 // Ack finishes a claim: the job leaves the broker. It returns ErrLeaseLost,
 // and changes nothing, when c's token is no longer current.
 func (b *Broker) Ack(ctx context.Context, c Claim) error {
-	if err := checkClaim(ctx, "ack", c); err != nil {
+	lost, err := b.AckMany(ctx, c)
+	if err != nil {
 		return err
 	}
-	n, err := ackScript.Run(ctx, b.rdb, []string{b.keys.inflight, b.keys.runs},
-		c.member(), c.Token).Int()
-	if err != nil {
-		return wrap(ctx, "ack", err, b.keys.types)
-	}
-	if n == 0 {
+	if len(lost) > 0 {
 		return ErrLeaseLost
 	}
 	return nil
+}
+
+// AckMany acks several claims in one round trip. It returns the claims
+// whose tokens were no longer current (nothing changed for those); the
+// others are acked. An error means none was acked.
+func (b *Broker) AckMany(ctx context.Context, cs ...Claim) (lost []Claim, err error) {
+	if len(cs) == 0 {
+		return nil, nil
+	}
+	args := make([]any, 0, 2*len(cs))
+	for _, c := range cs {
+		if err := checkClaim(ctx, "ack", c); err != nil {
+			return nil, err
+		}
+		args = append(args, c.member(), c.Token)
+	}
+	res, err := ackScript.Run(ctx, b.rdb, []string{b.keys.inflight, b.keys.runs}, args...).Int64Slice()
+	if err != nil {
+		return nil, wrap(ctx, "ack", err, b.keys.types)
+	}
+	for i, n := range res {
+		if n == 0 && i < len(cs) {
+			lost = append(lost, cs[i])
+		}
+	}
+	return lost, nil
 }
 
 // Extend moves c's lease deadline to d from now (by Redis' clock) and

@@ -1,13 +1,14 @@
 -- claim.lua: atomically take up to max due jobs and lease them.
 -- KEYS[1] schedule ZSet (member = job id, score = due time in score units)
 -- KEYS[2] in-flight ZSet (member = id .. "|" .. token, score = lease deadline, Unix ms)
--- KEYS[3] token counter (string)   KEYS[4] pending records hash (id -> record)
+-- KEYS[3] token counter (string: the last token)   KEYS[4] pending records hash (id -> record)
 -- KEYS[5] run records hash (token -> record of a claimed run)
 -- ARGV[1] max (1..1000)   ARGV[2] lease in ms   ARGV[3] score units per second (1 or 1000)
 -- Returns {deadline_ms, first_token, now, next, id1, score1, record1|false, id2, ...}
 --   where tokens run first_token, first_token+1, ... in reply order, now is
 --   Redis TIME in score units and next is the earliest remaining score or
---   false; {0, 0, now, next} when nothing is due. Error "ZCLAIM_WRONGTYPE key type".
+--   false (after a full batch: now, since more may be due); {0, 0, now, next}
+--   when nothing is due. Error "ZCLAIM_WRONGTYPE key type".
 local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'string', KEYS[4], 'hash', KEYS[5], 'hash'})
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 
@@ -26,8 +27,14 @@ local ids = {}
 for i = 1, n do ids[i] = due[2 * i - 1] end
 redis.call('ZREM', KEYS[1], unpack(ids))
 
-local last = redis.call('INCRBY', KEYS[3], n)
-local first = last - n + 1
+-- Tokens continue from the larger of the counter and Redis TIME in
+-- microseconds, so they keep growing even if the counter is lost or rolled
+-- back (an AOF that lost its last second, a failover to a lagging replica).
+local base = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
+local now_us = now_ms * 1000
+if now_us > base then base = now_us end
+local first = base + 1
+redis.call('SET', KEYS[3], string.format('%d', base + n))
 local deadline = now_ms + lease
 local recs = redis.call('HMGET', KEYS[4], unpack(ids))
 
@@ -51,5 +58,5 @@ if #moved > 0 then
   redis.call('HDEL', KEYS[4], unpack(moved))
   redis.call('HSET', KEYS[5], unpack(hset))
 end
-out[4] = next_score()
+if n < max then out[4] = next_score() else out[4] = string.format('%.6f', now) end
 return out

@@ -22,9 +22,9 @@ const (
 // DispatcherOptions configure a Dispatcher. The zero value is valid: every
 // field left zero takes the default its comment names.
 type DispatcherOptions struct {
-	// Concurrency is how many enqueues run at once. The dispatcher claims
-	// only as many jobs as it has free enqueue slots, so that a slow or
-	// unreachable asynq does not burn the leases of waiting claims.
+	// Concurrency is how many enqueues run at once. The dispatcher keeps
+	// at most Concurrency more claims queued for them, so that a slow or
+	// unreachable asynq does not burn the leases of many waiting claims.
 	// Default: DefaultConcurrency (16).
 	Concurrency int
 	// MaxWait caps the sleep until the earliest due job; the dispatcher is
@@ -135,28 +135,61 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	bg.Add(1)
 	go func() { defer bg.Done(); d.listen(rctx, wake) }()
 
-	slots := make(chan struct{}, d.opts.Concurrency)
-	var work sync.WaitGroup
-	defer work.Wait()
+	// Successful enqueues are acked in batches by one goroutine: whatever
+	// has queued up while the previous ack ran goes in the next call.
+	acks := make(chan Claim, MaxBatchSize)
+	ackDone := make(chan struct{})
+	go func() { defer close(ackDone); d.acker(acks) }()
+	defer func() { <-ackDone }()
+	defer close(acks)
+
+	// Concurrency workers enqueue claims from a queue of up to
+	// 4×Concurrency more (at most BatchSize): the workers seldom wait for a
+	// claim round trip, and a slow asynq holds few claims waiting.
+	type item struct {
+		c                   Claim
+		redisNow, claimedAt time.Time
+	}
+	queue := make(chan item, 64)
+	freed := make(chan struct{}, 1)
+	var workers sync.WaitGroup
+	for range d.opts.Concurrency {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for it := range queue {
+				select {
+				case freed <- struct{}{}:
+				default:
+				}
+				d.dispatch(it.c, it.redisNow, it.claimedAt, acks)
+			}
+		}()
+	}
+	// On return: stop claiming, let the workers finish what is queued.
+	defer workers.Wait()
+	defer close(queue)
+
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	backoff := time.Duration(0)
+	need := 1 // free queue places to wait for before claiming
 	for {
-		// Wait for the timer (or a notice), then for at least one free slot.
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-timer.C:
 		case <-wake:
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case slots <- struct{}{}:
-			<-slots
+		for cap(queue)-len(queue) < need {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-freed:
+			}
 		}
-		free := d.opts.Concurrency - len(slots)
-		res, err := d.b.claim(ctx, min(free, d.b.opts.BatchSize))
+		want := min(cap(queue)-len(queue), d.b.opts.BatchSize)
+		res, err := d.b.claim(ctx, want)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -171,17 +204,15 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		claimedAt := time.Now()
 		d.claimed.Add(int64(len(res.claims)))
 		for _, c := range res.claims {
-			slots <- struct{}{}
-			work.Add(1)
-			go func(c Claim) {
-				defer work.Done()
-				defer func() { <-slots }()
-				d.dispatch(c, res.now, claimedAt)
-			}(c)
+			queue <- item{c, res.now, claimedAt} // fits: only this loop adds
 		}
+		need = 1
 		switch {
-		case len(res.claims) == min(free, d.b.opts.BatchSize):
-			resetTimer(timer, 0) // a full batch: more may be due
+		case len(res.claims) == want:
+			// A full batch: more may be due. Claim again once half the
+			// queue is free, so that claims stay batched under load.
+			need = max(1, cap(queue)/2)
+			resetTimer(timer, 0)
 		case !res.next:
 			resetTimer(timer, d.opts.MaxWait)
 		case res.wait == 0 && len(res.claims) == 0:
@@ -189,6 +220,49 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			resetTimer(timer, 500*time.Microsecond)
 		default:
 			resetTimer(timer, min(res.wait, d.opts.MaxWait))
+		}
+	}
+}
+
+// ackLinger is how long the acker gathers acks before it sends them: one
+// round trip costs Redis more than the acks in it, and a lease is long.
+const ackLinger = 5 * time.Millisecond
+
+// acker acks claims from in, in batches gathered over ackLinger, until in
+// is closed.
+func (d *Dispatcher) acker(in <-chan Claim) {
+	batch := make([]Claim, 0, MaxBatchSize)
+	linger := time.NewTimer(ackLinger)
+	defer linger.Stop()
+	for c := range in {
+		batch = append(batch[:0], c)
+		resetTimer(linger, ackLinger)
+	more:
+		for len(batch) < MaxBatchSize {
+			select {
+			case c, ok := <-in:
+				if !ok {
+					break more
+				}
+				batch = append(batch, c)
+			case <-linger.C:
+				break more
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d.opts.EnqueueTimeout)
+		lost, err := d.b.AckMany(ctx, batch...)
+		cancel()
+		switch {
+		case err != nil:
+			// The claims stay in flight; after their lease, recovery puts
+			// them back and their next dispatch meets asynq's TaskID.
+			d.log.LogAttrs(context.Background(), slog.LevelWarn, "zclaim: ack after enqueue failed; recovery will settle these claims",
+				slog.Int("claims", len(batch)), slog.String("error", err.Error()))
+		case len(lost) > 0:
+			// The enqueue outlived the lease and the job was recovered;
+			// its next dispatch meets asynq's TaskID and is acked.
+			d.log.LogAttrs(context.Background(), slog.LevelWarn, "zclaim: lease lost before the ack after enqueue",
+				slog.Int("claims", len(lost)), slog.String("first", lost[0].ID))
 		}
 	}
 }
@@ -233,9 +307,10 @@ func (d *Dispatcher) listen(ctx context.Context, wake chan<- struct{}) {
 	}
 }
 
-// dispatch enqueues one claim and settles it, on a context of its own so
+// dispatch enqueues one claim and settles it (a failed enqueue gives it
+// back; a successful one goes to the acker), on a context of its own so
 // that a shutdown lets it finish.
-func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time) {
+func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time, acks chan<- Claim) {
 	ctx, cancel := context.WithTimeout(context.Background(), d.opts.EnqueueTimeout)
 	defer cancel()
 	typ := c.Type
@@ -281,13 +356,8 @@ func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time) {
 		d.report(c, redisNow, claimedAt, err)
 		return
 	}
-	if aerr := d.b.Ack(ctx, c); aerr != nil {
-		// ErrLeaseLost: the enqueue outlived the lease and the job was
-		// recovered; its next dispatch meets asynq's TaskID and is acked.
-		d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: ack after enqueue failed",
-			slog.String("id", c.ID), slog.String("error", aerr.Error()))
-	}
 	d.report(c, redisNow, claimedAt, err)
+	acks <- c
 }
 
 func (d *Dispatcher) report(c Claim, redisNow, claimedAt time.Time, err error) {
