@@ -1,0 +1,207 @@
+// Command bench measures zclaim against the naive ZRANGEBYSCORE+ZREM
+// poller, bare Lua claims and asynq's own scheduling, side by side in one
+// run, and prints one markdown table per scenario. Progress goes to stderr.
+//
+//	go run ./bench                    # starts its own redis-server (from PATH)
+//	go run ./bench -redis host:port   # or uses yours (only keys of its own; never flushed)
+//	go run ./bench -quick             # smaller numbers, for a smoke test
+//	go run ./bench -only claim,lag    # some scenarios: claim, lag, middleware, scale, recovery
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	addrFlag = flag.String("redis", "", "Redis address (default: start redis-server on a free port)")
+	quick    = flag.Bool("quick", false, "smaller numbers: a smoke test, not a measurement")
+	rounds   = flag.Int("rounds", 3, "rounds per contender (interleaved), for median and spread")
+	only     = flag.String("only", "", "comma-separated scenarios to run (claim, lag, middleware, scale, recovery)")
+)
+
+var redisAddr string
+
+func main() {
+	flag.Parse()
+	if *quick && *rounds == 3 {
+		*rounds = 1
+	}
+	redisAddr = *addrFlag
+	if redisAddr == "" {
+		stop, addr, err := startRedis()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v (install redis-server, or pass -redis host:port)\n", err)
+			os.Exit(2)
+		}
+		defer stop()
+		redisAddr = addr
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	info, _ := rdb.Info(context.Background(), "server").Result()
+	rdb.Close()
+	fmt.Printf("# zclaim benchmarks\n\n%s, %d CPUs, %s, Redis %s on loopback; %d round(s) per contender%s.\n",
+		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), infoField(info, "redis_version"),
+		*rounds, map[bool]string{true: " (-quick: smoke test, not a measurement)", false: ""}[*quick])
+	fmt.Printf("Command: `go run ./bench%s`\n", strings.Join(append([]string{""}, os.Args[1:]...), " "))
+
+	scenarios := []struct {
+		name string
+		run  func()
+	}{
+		{"claim", claimScenario},
+		{"lag", lagScenario},
+		{"middleware", middlewareScenario},
+		{"scale", scaleScenario},
+		{"recovery", recoveryScenario},
+	}
+	for _, s := range scenarios {
+		if *only != "" && !slices.Contains(strings.Split(*only, ","), s.name) {
+			continue
+		}
+		s.run()
+	}
+}
+
+// startRedis runs redis-server without persistence on a free port.
+func startRedis() (stop func(), addr string, err error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, "", fmt.Errorf("redis-server is not on PATH")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	dir, _ := os.MkdirTemp("", "zclaim-bench-")
+	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir, "--loglevel", "warning")
+	if err := cmd.Start(); err != nil {
+		return nil, "", err
+	}
+	addr = "127.0.0.1:" + strconv.Itoa(port)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	for i := 0; c.Ping(context.Background()).Err() != nil; i++ {
+		if i > 500 {
+			cmd.Process.Kill()
+			return nil, "", fmt.Errorf("redis-server did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return func() { cmd.Process.Kill(); cmd.Wait(); os.RemoveAll(dir) }, addr, nil
+}
+
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return "?"
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
+func newClient(pool int) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: pool})
+}
+
+// ns returns a hash-tagged key prefix of this run's own.
+func ns(name string) string {
+	return fmt.Sprintf("bench:{%s:%d}", name, time.Now().UnixNano())
+}
+
+// dropKeys deletes the keys holding prefix's hash tag.
+func dropKeys(rdb *redis.Client, prefix string) {
+	ctx := context.Background()
+	tag := prefix[strings.IndexByte(prefix, '{'):]
+	tag = tag[:strings.IndexByte(tag, '}')+1]
+	iter := rdb.Scan(ctx, 0, "*"+tag+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		rdb.Del(ctx, iter.Val()) // not UNLINK: memory figures must not see a lazy free
+	}
+}
+
+// samples summarises repeated measurements.
+type samples []float64
+
+func (s samples) median() float64 {
+	if len(s) == 0 {
+		return 0
+	}
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return c[len(c)/2]
+}
+
+func (s samples) spread() string {
+	if len(s) < 2 {
+		return "–"
+	}
+	return fmt.Sprintf("%s–%s", human(slices.Min(s)), human(slices.Max(s)))
+}
+
+// human prints a rate or count compactly.
+func human(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e4:
+		return fmt.Sprintf("%.0fk", v/1e3)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	case v >= 10:
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// durs holds latencies.
+type durs []time.Duration
+
+func (d durs) pct(p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	c := slices.Clone(d)
+	slices.Sort(c)
+	i := int(float64(len(c)-1) * p)
+	return c[i]
+}
+
+func ms(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	case d >= time.Second:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	case d >= 10*time.Millisecond:
+		return fmt.Sprintf("%.0f ms", float64(d)/1e6)
+	}
+	return fmt.Sprintf("%.2f ms", float64(d)/1e6)
+}
+
+func table(title string, header []string, rows [][]string, notes ...string) {
+	fmt.Printf("\n## %s\n\n| %s |\n|%s\n", title, strings.Join(header, " | "), strings.Repeat("---|", len(header)))
+	for _, r := range rows {
+		fmt.Printf("| %s |\n", strings.Join(r, " | "))
+	}
+	for _, n := range notes {
+		fmt.Printf("\n%s\n", n)
+	}
+}

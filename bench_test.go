@@ -1,0 +1,86 @@
+package zclaim
+
+import (
+	"strconv"
+	"testing"
+	"time"
+)
+
+// Hot paths for `go test -bench . -run '^$'` and benchstat. Each iteration
+// is one job; the schedule is refilled outside the timer.
+
+func BenchmarkClaim100(b *testing.B) {
+	br := newBroker(b, BrokerOptions{Lease: time.Minute})
+	past := time.Now().Add(-time.Second)
+	refill := func() {
+		jobs := make([]Job, 10000)
+		for i := range jobs {
+			jobs[i] = Job{ID: "j" + strconv.Itoa(i), RunAt: past}
+		}
+		must(b, br.Schedule(ctx, jobs...))
+		br.rdb.Del(ctx, br.keys.inflight)
+	}
+	refill()
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		cs, err := br.Claim(ctx, 100)
+		if err != nil {
+			b.Fatal(err)
+		}
+		done += len(cs)
+		if len(cs) == 0 {
+			b.StopTimer()
+			refill()
+			b.StartTimer()
+		}
+	}
+}
+
+func BenchmarkAckMany100(b *testing.B) {
+	br := newBroker(b, BrokerOptions{Lease: time.Minute})
+	past := time.Now().Add(-time.Second)
+	var claims []Claim
+	refill := func() {
+		jobs := make([]Job, 10000)
+		for i := range jobs {
+			jobs[i] = Job{ID: "j" + strconv.Itoa(i), RunAt: past}
+		}
+		must(b, br.Schedule(ctx, jobs...))
+		claims = claims[:0]
+		for {
+			cs, err := br.Claim(ctx, 1000)
+			must(b, err)
+			if len(cs) == 0 {
+				break
+			}
+			claims = append(claims, cs...)
+		}
+	}
+	refill()
+	b.ResetTimer()
+	for done := 0; done < b.N; done += 100 {
+		if len(claims) < 100 {
+			b.StopTimer()
+			refill()
+			b.StartTimer()
+		}
+		if _, err := br.AckMany(ctx, claims[:100]...); err != nil {
+			b.Fatal(err)
+		}
+		claims = claims[100:]
+	}
+}
+
+func BenchmarkBeginComplete(b *testing.B) {
+	i := newIdem(b, newClient(b), IdempotencyOptions{Retention: time.Minute})
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		e, err := i.Begin(ctx, "k"+strconv.Itoa(n))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := e.Complete(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
