@@ -13,3 +13,14 @@ vet:
 
 fmt:
 	gofmt -w .
+
+# make bench: every scenario, side by side, into bench/RESULTS.md (several minutes).
+.PHONY: bench
+bench:
+	$(GO) run ./bench | tee bench/RESULTS.md
+
+# make chaos: the long fault test (separate processes, SIGKILL/SIGSTOP,
+# Redis crash and restart, both appendfsync modes); several minutes.
+.PHONY: chaos
+chaos:
+	$(GO) run ./chaos -jobs 50000 -over 150s -kill-every 1s -stop 45s -fsync always,everysec

@@ -2,13 +2,12 @@ package zclaim
 
 import (
 	"context"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim/internal/tcpproxy"
 )
 
 // quietLogger keeps asynq servers silent in tests.
@@ -87,114 +86,23 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// proxy forwards TCP connections to a Redis server. Pause holds all bytes
-// in both directions (a stalled process, a partitioned network) until
-// Resume; the client's connections stay open.
-type proxy struct {
-	addr   string
-	target string
-	l      net.Listener
-	mu     sync.Mutex
-	cond   *sync.Cond
-	paused bool
-	down   bool
-	conns  []net.Conn
-}
+type proxy = tcpproxy.Proxy
 
+// newProxy forwards to target until the test ends.
 func newProxy(t testing.TB, target string) *proxy {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := tcpproxy.New(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{addr: l.Addr().String(), target: target, l: l}
-	p.cond = sync.NewCond(&p.mu)
-	go p.accept()
-	t.Cleanup(p.close)
+	t.Cleanup(p.Close)
 	return p
-}
-
-func (p *proxy) accept() {
-	for {
-		c, err := p.l.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		down := p.down
-		p.mu.Unlock()
-		if down {
-			c.Close()
-			continue
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		go p.pipe(c, s)
-		go p.pipe(s, c)
-	}
-}
-
-func (p *proxy) pipe(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			for p.paused {
-				p.cond.Wait()
-			}
-			p.mu.Unlock()
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			dst.Close()
-			return
-		}
-	}
-}
-
-func (p *proxy) Pause() { p.mu.Lock(); p.paused = true; p.mu.Unlock() }
-
-func (p *proxy) Resume() { p.mu.Lock(); p.paused = false; p.cond.Broadcast(); p.mu.Unlock() }
-
-// SetDown cuts every connection and refuses new ones while down is true.
-func (p *proxy) SetDown(down bool) {
-	p.mu.Lock()
-	p.down = down
-	conns := p.conns
-	if down {
-		p.conns = nil
-	}
-	p.mu.Unlock()
-	if down {
-		for _, c := range conns {
-			c.Close()
-		}
-	}
-}
-
-func (p *proxy) close() {
-	p.Resume()
-	p.l.Close()
-	p.mu.Lock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
 }
 
 // clientVia returns a go-redis client that reaches Redis through p.
 func clientVia(t testing.TB, p *proxy) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

@@ -160,7 +160,7 @@ func TestDispatcherStoppedMidRun(t *testing.T) {
 	taskOpts := func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} }
 	const lease = 300 * time.Millisecond
 	short := func(p *proxy) *redis.Client {
-		c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1, ReadTimeout: 200 * time.Millisecond,
+		c := redis.NewClient(&redis.Options{Addr: p.Addr, MaxRetries: -1, ReadTimeout: 200 * time.Millisecond,
 			WriteTimeout: 200 * time.Millisecond, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { c.Close() })
 		return c
@@ -220,7 +220,7 @@ func TestDispatcherEnqueueFailures(t *testing.T) {
 		asynq.Config{Concurrency: 20, IsFailure: IsFailure, RetryDelayFunc: RetryDelay})
 	px := newProxy(t, testAddr)
 	px.SetDown(true)
-	ac := asynq.NewClientFromRedisClient(redis.NewClient(&redis.Options{Addr: px.addr, MaxRetries: -1,
+	ac := asynq.NewClientFromRedisClient(redis.NewClient(&redis.Options{Addr: px.Addr, MaxRetries: -1,
 		DialTimeout: 50 * time.Millisecond}))
 	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Second, MaxAttempts: 1000,
 		Backoff: func(int) time.Duration { return 20 * time.Millisecond }})

@@ -292,9 +292,12 @@ func TestMiddlewareStalledWorker(t *testing.T) {
 	if !errors.Is(r.cause, ErrLeaseLost) {
 		t.Fatalf("first handler's context cancelled with %v", r.cause)
 	}
-	if r.cancelled.After(s2.start) && r.cancelled.Sub(s2.start) > 0 {
-		// the first handler was told before (or as) the second began
-		t.Fatalf("first handler cancelled at %v, after the second started at %v", r.cancelled, s2.start)
+	// The first handler is told when its lease ends by its own clock, which
+	// is no later than the Redis deadline the second run waited for. What
+	// is measured here is when the handler saw it (a goroutine wake-up and a
+	// TIME round trip later), so a loaded machine gets some slack.
+	if r.cancelled.Sub(s2.start) > 250*time.Millisecond {
+		t.Fatalf("first handler saw its cancellation at %v, well after the second started at %v", r.cancelled, s2.start)
 	}
 	wantErr(t, r.complete, ErrLeaseLost)
 	time.Sleep(50 * time.Millisecond)
@@ -455,11 +458,11 @@ func TestMiddlewareLastRetryWaits(t *testing.T) {
 // renews the lease, so another Begin meets ErrInProgress throughout.
 func TestMiddlewareRenewsLease(t *testing.T) {
 	rdb := newClient(t)
-	const lease = 30 * time.Millisecond
+	const lease = 150 * time.Millisecond // renewed every 50 ms; room for a loaded machine
 	i := newIdem(t, rdb, IdempotencyOptions{Lease: lease, Key: payloadKey})
 	var probes []error
 	h := i.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
-		for k := 0; k < 10; k++ {
+		for k := 0; k < 8; k++ {
 			time.Sleep(lease / 2)
 			_, err := i.Begin(ctx, "long")
 			probes = append(probes, err)

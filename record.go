@@ -40,7 +40,7 @@ func decodeRecord(rec string, j *Job) (attempts int, err error) {
 		return 0, fmt.Errorf("%w: record without attempts", ErrCorrupt)
 	}
 	attempts, err = strconv.Atoi(a)
-	if err != nil || attempts < 0 {
+	if err != nil || attempts < 0 || strconv.Itoa(attempts) != a {
 		return 0, fmt.Errorf("%w: record attempts %q", ErrCorrupt, a)
 	}
 	if rest == "" {
@@ -71,7 +71,7 @@ func lenPrefixed(s string) (field, rest string, err error) {
 		return "", "", fmt.Errorf("%w: record field length missing", ErrCorrupt)
 	}
 	n, err := strconv.Atoi(ns)
-	if err != nil || n < 0 || n > len(rest) {
+	if err != nil || n < 0 || n > len(rest) || strconv.Itoa(n) != ns { // canonical decimal only
 		return "", "", fmt.Errorf("%w: record field length %q", ErrCorrupt, ns)
 	}
 	return rest[:n], rest[n:], nil

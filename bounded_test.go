@@ -1,0 +1,65 @@
+package zclaim
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Each script is bounded: over a million due members a claim takes at most
+// MaxBatchSize, and over a million expired leases a recovery pass takes at
+// most BatchSize; each call stays far below what would stall Redis.
+func TestScriptsBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads a million members")
+	}
+	const n = 1_000_000
+	b := newBroker(t, BrokerOptions{BatchSize: 100, Lease: time.Minute})
+	rdb := b.rdb
+	past := float64(time.Now().Add(-time.Hour).Unix())
+	pastMS := float64(time.Now().Add(-time.Hour).UnixMilli())
+	for i := 0; i < n; i += 20000 {
+		sched := make([]redis.Z, 0, 20000)
+		infl := make([]redis.Z, 0, 20000)
+		for j := i; j < i+20000; j++ {
+			id := "j" + strconv.Itoa(j)
+			sched = append(sched, redis.Z{Score: past, Member: id})
+			infl = append(infl, redis.Z{Score: pastMS, Member: "x" + id + "|" + strconv.Itoa(j+1)})
+		}
+		p := rdb.Pipeline()
+		p.ZAdd(ctx, b.keys.schedule, sched...)
+		p.ZAdd(ctx, b.keys.inflight, infl...)
+		_, err := p.Exec(ctx)
+		must(t, err)
+	}
+
+	start := time.Now()
+	cs, err := b.Claim(ctx, 5000)
+	claimTook := time.Since(start)
+	must(t, err)
+	if len(cs) != MaxBatchSize {
+		t.Fatalf("claimed %d, want MaxBatchSize %d", len(cs), MaxBatchSize)
+	}
+	if left, _ := rdb.ZCard(ctx, b.keys.schedule).Result(); left != n-MaxBatchSize {
+		t.Fatalf("%d left scheduled, want %d", left, n-MaxBatchSize)
+	}
+
+	start = time.Now()
+	r, err := b.Recover(ctx)
+	recoverTook := time.Since(start)
+	must(t, err)
+	if r.Requeued+r.Dead != 100 {
+		t.Fatalf("one pass recovered %+v, want its batch of 100", r)
+	}
+	// The claimed batch is in flight with a fresh lease; the pass took 100
+	// of the expired ones.
+	if infl, _ := rdb.ZCard(ctx, b.keys.inflight).Result(); infl != n+MaxBatchSize-100 {
+		t.Fatalf("%d in flight, want %d", infl, n+MaxBatchSize-100)
+	}
+	t.Logf("over %d members: claim of %d took %v, recovery pass of 100 took %v", n, MaxBatchSize, claimTook, recoverTook)
+	if claimTook > time.Second || recoverTook > time.Second {
+		t.Fatalf("a bounded script took too long: claim %v, recover %v", claimTook, recoverTook)
+	}
+}

@@ -1,0 +1,445 @@
+// Command chaos runs zclaim as separate OS processes (a producer, several
+// dispatchers, several asynq workers with the idempotency middleware) on a
+// redis-server with append-only persistence, and meanwhile SIGKILLs a
+// dispatcher or worker every second or two (starting a replacement),
+// SIGSTOPs a worker past its lease, crashes and restarts Redis, and cuts
+// every connection for a moment. Each handler applies a side effect to a
+// sink (a second redis-server) that records every attempt with its key and
+// fencing token. At the end it waits for recovery and checks the sink
+// against the producer's own log: nothing lost, nothing early, no side
+// effect accepted twice, nothing left behind.
+//
+//	go run ./chaos                                   # short form
+//	go run ./chaos -jobs 50000 -over 150s -stop 45s -fsync always,everysec   # make chaos
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim"
+	"github.com/zclaim/zclaim/internal/tcpproxy"
+)
+
+// roleEnv names the role a child process plays; its flags follow in argsEnv.
+const (
+	roleEnv = "ZCLAIM_CHAOS_ROLE"
+	argsEnv = "ZCLAIM_CHAOS_ARGS"
+)
+
+func main() {
+	if runRole() {
+		return
+	}
+	cfg := defaultConfig()
+	fs := flag.NewFlagSet("chaos", flag.ExitOnError)
+	cfg.flags(fs)
+	fs.Parse(os.Args[1:])
+	ok := run(cfg, os.Stdout)
+	if !ok {
+		os.Exit(1)
+	}
+}
+
+// runRole runs this process as a child role if the environment says so.
+func runRole() bool {
+	role := os.Getenv(roleEnv)
+	if role == "" {
+		return false
+	}
+	f := parseRole(strings.Fields(os.Getenv(argsEnv)))
+	switch role {
+	case "producer":
+		producer(f)
+	case "dispatcher":
+		dispatcher(f)
+	case "worker":
+		worker(f)
+	default:
+		fmt.Fprintln(os.Stderr, "chaos: unknown role", role)
+		os.Exit(2)
+	}
+	return true
+}
+
+type config struct {
+	jobs        int
+	over        time.Duration
+	fsync       string
+	dispatchers int
+	workers     int
+	killEvery   time.Duration
+	stop        time.Duration
+	wait        time.Duration
+}
+
+func defaultConfig() config {
+	return config{jobs: 1500, over: 15 * time.Second, fsync: "always", dispatchers: 2, workers: 3,
+		killEvery: time.Second, stop: idemLease + brokerLease/2 + time.Second, wait: 4 * time.Minute}
+}
+
+func (c *config) flags(fs *flag.FlagSet) {
+	fs.IntVar(&c.jobs, "jobs", c.jobs, "jobs the producer schedules")
+	fs.DurationVar(&c.over, "over", c.over, "the producer schedules them over this long; the faults run meanwhile")
+	fs.StringVar(&c.fsync, "fsync", c.fsync, "appendfsync variants to run, comma-separated: always, everysec")
+	fs.IntVar(&c.dispatchers, "dispatchers", c.dispatchers, "dispatcher processes")
+	fs.IntVar(&c.workers, "workers", c.workers, "asynq worker processes")
+	fs.DurationVar(&c.killEvery, "kill-every", c.killEvery, "mean time between SIGKILLs")
+	fs.DurationVar(&c.stop, "stop", c.stop, "how long one worker stays SIGSTOPped (past the 2 s middleware lease; past 30 s asynq re-delivers its tasks meanwhile)")
+	fs.DurationVar(&c.wait, "wait", c.wait, "how long to wait for recovery at the end (asynq re-delivers a killed worker's task after 30–90 s)")
+}
+
+// result is one variant's figures.
+type result struct {
+	fsync                                             string
+	jobs, kills, stops, restarts, cuts                int
+	applied, rerunsAtSink, dupRejected, staleRejected int
+	acceptedTwice, lost, early                        int
+	recovered, dead, leftScheduled, leftInflight      int64
+	archived                                          int
+	took                                              time.Duration
+}
+
+func (r result) ok() bool {
+	return r.lost == 0 && r.early == 0 && r.acceptedTwice == 0 && r.dead == 0 && r.leftScheduled == 0 && r.leftInflight == 0
+}
+
+func run(cfg config, w *os.File) bool {
+	var results []result
+	for _, mode := range strings.Split(cfg.fsync, ",") {
+		r, err := runVariant(cfg, strings.TrimSpace(mode), w)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", err)
+			return false
+		}
+		results = append(results, r)
+	}
+	fmt.Fprintf(w, "\n| appendfsync |")
+	for _, r := range results {
+		fmt.Fprintf(w, " %s |", r.fsync)
+	}
+	fmt.Fprintf(w, "\n|---|%s\n", strings.Repeat("---|", len(results)))
+	row := func(name string, get func(result) any) {
+		fmt.Fprintf(w, "| %s |", name)
+		for _, r := range results {
+			fmt.Fprintf(w, " %v |", get(r))
+		}
+		fmt.Fprintln(w)
+	}
+	row("jobs (producer's log)", func(r result) any { return r.jobs })
+	row("SIGKILLs (dispatchers and workers)", func(r result) any { return r.kills })
+	row("SIGSTOPs past the lease", func(r result) any { return r.stops })
+	row("Redis crashes and restarts", func(r result) any { return r.restarts })
+	row("connection cuts", func(r result) any { return r.cuts })
+	row("applied by the sink", func(r result) any { return r.applied })
+	row("applied twice (must be 0)", func(r result) any { return r.acceptedTwice })
+	row("re-runs that reached the sink", func(r result) any { return r.rerunsAtSink })
+	row("… refused: key applied already", func(r result) any { return r.dupRejected })
+	row("… refused: stale token", func(r result) any { return r.staleRejected })
+	row("lost (must be 0)", func(r result) any { return r.lost })
+	row("early starts (must be 0)", func(r result) any { return r.early })
+	row("recovered by the broker (expired leases)", func(r result) any { return r.recovered })
+	row("dead (must be 0)", func(r result) any { return r.dead })
+	row("left scheduled / in flight (must be 0)", func(r result) any { return fmt.Sprintf("%d / %d", r.leftScheduled, r.leftInflight) })
+	row("asynq tasks archived", func(r result) any { return r.archived })
+	row("run time", func(r result) any { return r.took.Round(time.Second) })
+	ok := true
+	for _, r := range results {
+		ok = ok && r.ok()
+	}
+	fmt.Fprintf(w, "\nchaos: %s\n", map[bool]string{true: "PASS", false: "FAIL"}[ok])
+	return ok
+}
+
+// server is a redis-server process of the run.
+type server struct {
+	port int
+	args []string
+	cmd  *exec.Cmd
+}
+
+func freePort() int {
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func startServer(args ...string) (*server, error) {
+	s := &server{port: freePort(), args: args}
+	return s, s.start()
+}
+
+func (s *server) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+func (s *server) start() error {
+	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--loglevel", "warning"}, s.args...)
+	s.cmd = exec.Command("redis-server", args...)
+	if err := s.cmd.Start(); err != nil {
+		return err
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1})
+	defer c.Close()
+	for i := 0; ; i++ {
+		if err := c.Ping(context.Background()).Err(); err == nil {
+			return nil
+		} else if i > 1000 {
+			return fmt.Errorf("redis-server on %s: %w", s.addr(), err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// crash kills the server without letting it write anything more.
+func (s *server) crash() { s.cmd.Process.Kill(); s.cmd.Wait() }
+
+// child is a role process.
+type child struct {
+	role    string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	stopped bool // SIGSTOPped: not to be killed meanwhile
+}
+
+func runVariant(cfg config, mode string, w *os.File) (res result, err error) {
+	began := time.Now()
+	res.fsync = mode
+	dir, err := os.MkdirTemp("", "zclaim-chaos-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	main, err := startServer("--appendonly", "yes", "--appendfsync", mode, "--dir", dir)
+	if err != nil {
+		return res, err
+	}
+	defer func() { main.crash() }()
+	sink, err := startServer("--appendonly", "no")
+	if err != nil {
+		return res, err
+	}
+	defer sink.crash()
+	px, err := tcpproxy.New(main.addr())
+	if err != nil {
+		return res, err
+	}
+	defer px.Close()
+
+	key, queue := "chaos:{jobs}", "chaos"
+	logPath := filepath.Join(dir, "producer.log")
+	self, _ := os.Executable()
+	var mu sync.Mutex
+	var recovered int64
+	start := func(role string, extra ...string) *child {
+		args := append([]string{"-redis", px.Addr, "-sink", sink.addr(), "-key", key, "-queue", queue}, extra...)
+		cmd := exec.Command(self)
+		cmd.Env = append(os.Environ(), roleEnv+"="+role, argsEnv+"="+strings.Join(args, " "))
+		out, _ := cmd.StdoutPipe()
+		cmd.Stderr, _ = os.Create(filepath.Join(dir, role+".err"))
+		if err := cmd.Start(); err != nil {
+			panic(err)
+		}
+		c := &child{role: role, cmd: cmd, done: make(chan struct{})}
+		go func() { // dispatchers log recovery passes as JSON
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				var m struct {
+					Msg      string `json:"msg"`
+					Requeued int64  `json:"requeued"`
+					Dead     int64  `json:"dead"`
+				}
+				if json.Unmarshal(sc.Bytes(), &m) == nil && m.Msg == "zclaim: recovered expired leases" {
+					mu.Lock()
+					recovered += m.Requeued + m.Dead
+					mu.Unlock()
+				}
+			}
+			cmd.Wait()
+			close(c.done)
+		}()
+		return c
+	}
+	var procs []*child
+	for range cfg.dispatchers {
+		procs = append(procs, start("dispatcher"))
+	}
+	for range cfg.workers {
+		procs = append(procs, start("worker"))
+	}
+	defer func() {
+		for _, c := range procs {
+			c.cmd.Process.Signal(syscall.SIGTERM)
+		}
+		for _, c := range procs {
+			select {
+			case <-c.done:
+			case <-time.After(3 * time.Second):
+				c.cmd.Process.Kill()
+			}
+		}
+	}()
+	prod := start("producer", "-log", logPath, "-jobs", strconv.Itoa(cfg.jobs), "-over", cfg.over.String())
+	fmt.Fprintf(w, "chaos (appendfsync %s): %d jobs over %v, %d dispatchers, %d workers\n", mode, cfg.jobs, cfg.over, cfg.dispatchers, cfg.workers)
+
+	// The faults, while the producer runs. Every loop is bounded.
+	t0 := time.Now()
+	stopAt, restartAt, cutAt := cfg.over*3/10, cfg.over/2, cfg.over*7/10
+	var stopped, restarted, cut bool
+	var stopWG sync.WaitGroup
+	for time.Since(t0) < cfg.over+2*time.Second {
+		time.Sleep(cfg.killEvery/2 + time.Duration(rand.Int64N(int64(cfg.killEvery))))
+		el := time.Since(t0)
+		switch {
+		case !stopped && el > stopAt:
+			stopped = true
+			var ws []*child
+			for _, c := range procs {
+				if c.role == "worker" {
+					ws = append(ws, c)
+				}
+			}
+			c := ws[rand.IntN(len(ws))]
+			c.stopped = true
+			c.cmd.Process.Signal(syscall.SIGSTOP)
+			res.stops++
+			fmt.Fprintf(w, "%6.1fs  SIGSTOP a worker for %v\n", time.Since(t0).Seconds(), cfg.stop)
+			stopWG.Add(1)
+			time.AfterFunc(cfg.stop, func() {
+				defer stopWG.Done()
+				c.cmd.Process.Signal(syscall.SIGCONT)
+				fmt.Fprintf(w, "%6.1fs  SIGCONT the stopped worker\n", time.Since(t0).Seconds())
+			})
+		case !restarted && el > restartAt:
+			restarted = true
+			main.crash()
+			time.Sleep(300 * time.Millisecond)
+			if err := main.start(); err != nil {
+				return res, err
+			}
+			res.restarts++
+			fmt.Fprintf(w, "%6.1fs  Redis crashed (SIGKILL) and restarted from its append-only file\n", time.Since(t0).Seconds())
+		case !cut && el > cutAt:
+			cut = true
+			px.SetDown(true)
+			time.Sleep(300 * time.Millisecond)
+			px.SetDown(false)
+			res.cuts++
+			fmt.Fprintf(w, "%6.1fs  every connection to Redis cut for 300 ms\n", time.Since(t0).Seconds())
+		default:
+			i := rand.IntN(len(procs))
+			victim := procs[i]
+			if victim.stopped {
+				continue
+			}
+			victim.cmd.Process.Kill()
+			<-victim.done
+			procs[i] = start(victim.role)
+			res.kills++
+		}
+	}
+	<-prod.done
+	stopWG.Wait()
+	fmt.Fprintf(w, "%6.1fs  producer done; %d kills; waiting for recovery\n", time.Since(t0).Seconds(), res.kills)
+
+	// Wait until every logged job was applied and the broker is empty.
+	ids, dues, err := readLog(logPath)
+	if err != nil {
+		return res, err
+	}
+	res.jobs = len(ids)
+	direct := redis.NewClient(&redis.Options{Addr: main.addr()})
+	defer direct.Close()
+	sinkc := redis.NewClient(&redis.Options{Addr: sink.addr()})
+	defer sinkc.Close()
+	b, _ := zclaim.NewBroker(direct, zclaim.BrokerOptions{Key: key})
+	ctx := context.Background()
+	deadline := time.Now().Add(cfg.wait)
+	for last := time.Now(); ; {
+		n, _ := sinkc.HLen(ctx, "sink:applied").Result()
+		st, _ := b.Stats(ctx)
+		if int(n) >= len(ids) && st.Scheduled == 0 && st.Inflight == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(w, "        gave up waiting: %d/%d applied, %+v\n", n, len(ids), st)
+			break
+		}
+		if time.Since(last) > 10*time.Second {
+			last = time.Now()
+			fmt.Fprintf(w, "%6.1fs  %d/%d applied; scheduled %d, in flight %d\n", time.Since(t0).Seconds(), n, len(ids), st.Scheduled, st.Inflight)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // late re-runs still reach the sink
+
+	applied, _ := sinkc.HGetAll(ctx, "sink:applied").Result()
+	attempts, _ := sinkc.HGetAll(ctx, "sink:attempts").Result()
+	counters, _ := sinkc.HGetAll(ctx, "sink:counters").Result()
+	for i, id := range ids {
+		if _, ok := applied[id]; !ok {
+			res.lost++
+			if res.lost <= 5 {
+				fmt.Fprintf(w, "        lost: %s (due %v)\n", id, time.UnixMicro(dues[i]).Format(time.StampMilli))
+			}
+		}
+	}
+	res.applied = len(applied)
+	for _, a := range attempts {
+		if n, _ := strconv.Atoi(a); n > 1 {
+			res.rerunsAtSink += n - 1
+		}
+	}
+	res.dupRejected, _ = strconv.Atoi(counters["dup"])
+	res.staleRejected, _ = strconv.Atoi(counters["stale"])
+	res.early, _ = strconv.Atoi(counters["early"])
+	// Applications the sink accepted beyond one per key.
+	total, _ := strconv.Atoi(counters["applied"])
+	res.acceptedTwice = total - len(applied)
+	st, _ := b.Stats(ctx)
+	res.dead, res.leftScheduled, res.leftInflight = st.Dead, st.Scheduled, st.Inflight
+	if qi, err := asynq.NewInspectorFromRedisClient(direct).GetQueueInfo(queue); err == nil {
+		res.archived = qi.Archived
+	}
+	mu.Lock()
+	res.recovered = recovered
+	mu.Unlock()
+	res.took = time.Since(began)
+	return res, nil
+}
+
+// readLog reads the producer's log: one "id due_µs" line per scheduled job.
+func readLog(path string) (ids []string, dues map[int]int64, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	dues = map[int]int64{}
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		id, d, ok := strings.Cut(sc.Text(), " ")
+		if !ok || seen[id] {
+			continue
+		}
+		seen[id] = true
+		v, _ := strconv.ParseInt(d, 10, 64)
+		dues[len(ids)] = v
+		ids = append(ids, id)
+	}
+	return ids, dues, sc.Err()
+}

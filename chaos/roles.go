@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim"
+)
+
+// The roles run as separate OS processes, started by the orchestrator with
+// -role NAME. They talk to the main Redis through the orchestrator's proxy
+// (so that it can cut their connections) and to the sink directly.
+
+const (
+	brokerLease = 2 * time.Second
+	idemLease   = 2 * time.Second
+)
+
+type roleFlags struct {
+	redis, sink, key, queue, log string
+	jobs                         int
+	over                         time.Duration
+}
+
+func parseRole(args []string) roleFlags {
+	fs := flag.NewFlagSet("role", flag.ExitOnError)
+	var f roleFlags
+	fs.StringVar(&f.redis, "redis", "", "main Redis (through the proxy)")
+	fs.StringVar(&f.sink, "sink", "", "sink Redis")
+	fs.StringVar(&f.key, "key", "", "schedule key")
+	fs.StringVar(&f.queue, "queue", "", "asynq queue")
+	fs.StringVar(&f.log, "log", "", "producer log")
+	fs.IntVar(&f.jobs, "jobs", 0, "jobs to produce")
+	fs.DurationVar(&f.over, "over", 0, "produce over this long")
+	fs.Parse(args)
+	return f
+}
+
+func mainClient(f roleFlags) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: f.redis, MaxRetries: 2, DialTimeout: 500 * time.Millisecond,
+		ReadTimeout: time.Second, WriteTimeout: time.Second, PoolSize: 32})
+}
+
+func jsonLogger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+func until(ctx context.Context) context.Context {
+	ctx, _ = signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	return ctx
+}
+
+// producer schedules f.jobs jobs over f.over, each due 0–2 s after it is
+// scheduled, and logs each id and due time after Redis accepted it.
+func producer(f roleFlags) {
+	ctx := until(context.Background())
+	rdb := mainClient(f)
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: f.key})
+	if err != nil {
+		panic(err)
+	}
+	out, err := os.Create(f.log)
+	if err != nil {
+		panic(err)
+	}
+	w := bufio.NewWriter(out)
+	const batch = 20
+	step := f.over / time.Duration(max(1, f.jobs/batch))
+	for i := 0; i < f.jobs && ctx.Err() == nil; i += batch {
+		var jobs []zclaim.Job
+		for j := i; j < min(i+batch, f.jobs); j++ {
+			due := time.Now().Add(time.Duration(rand.IntN(2000)) * time.Millisecond).Truncate(time.Millisecond)
+			p, _ := json.Marshal(payload{Due: due.UnixMicro()})
+			jobs = append(jobs, zclaim.Job{ID: "job-" + strconv.Itoa(j), RunAt: due, Type: "chaos", Payload: p, Queue: f.queue})
+		}
+		for ctx.Err() == nil {
+			if err := b.Schedule(ctx, jobs...); err == nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond) // Redis restarting or cut off: try again (Schedule replaces)
+		}
+		for _, j := range jobs {
+			fmt.Fprintf(w, "%s %d\n", j.ID, j.RunAt.UnixMicro())
+		}
+		time.Sleep(step)
+	}
+	w.Flush()
+	out.Sync()
+	out.Close()
+}
+
+type payload struct {
+	Due int64 `json:"due"` // Unix µs
+}
+
+// dispatcher runs a zclaim Dispatcher until killed.
+func dispatcher(f roleFlags) {
+	ctx := until(context.Background())
+	rdb := mainClient(f)
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: f.key, Lease: brokerLease, Logger: jsonLogger(),
+		Backoff: func(a int) time.Duration { return time.Duration(50+rand.IntN(200)) * time.Millisecond }})
+	if err != nil {
+		panic(err)
+	}
+	d, err := zclaim.NewDispatcher(b, asynq.NewClientFromRedisClient(rdb), zclaim.DispatcherOptions{
+		RecoveryInterval: 200 * time.Millisecond, EnqueueTimeout: time.Second, MaxWait: 200 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	d.Run(ctx)
+}
+
+// sinkScript applies a side effect once per key, fenced by token:
+// a token lower than one seen for the key is stale; a key applied already
+// is a duplicate. It records every attempt and early starts by its TIME.
+// KEYS[1] applied (key -> token)  KEYS[2] max token seen  KEYS[3] attempts  KEYS[4] counters
+// ARGV key, token, due (Unix µs). Returns "applied", "dup" or "stale".
+var sinkScript = redis.NewScript(`
+local key, tok, due = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local t = redis.call('TIME')
+if tonumber(t[1]) * 1000000 + tonumber(t[2]) < due then redis.call('HINCRBY', KEYS[4], 'early', 1) end
+redis.call('HINCRBY', KEYS[3], key, 1)
+local seen = tonumber(redis.call('HGET', KEYS[2], key) or '0')
+if tok < seen then redis.call('HINCRBY', KEYS[4], 'stale', 1) return 'stale' end
+redis.call('HSET', KEYS[2], key, ARGV[2])
+if redis.call('HEXISTS', KEYS[1], key) == 1 then redis.call('HINCRBY', KEYS[4], 'dup', 1) return 'dup' end
+redis.call('HSET', KEYS[1], key, ARGV[2])
+redis.call('HINCRBY', KEYS[4], 'applied', 1)
+return 'applied'`)
+
+var sinkKeys = []string{"sink:applied", "sink:maxtoken", "sink:attempts", "sink:counters"}
+
+// worker runs an asynq server whose handler applies a side effect to the
+// sink, wrapped in the idempotency middleware.
+func worker(f roleFlags) {
+	ctx := until(context.Background())
+	rdb := mainClient(f)
+	sink := redis.NewClient(&redis.Options{Addr: f.sink})
+	idem, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: f.key + ":run:", Lease: idemLease})
+	if err != nil {
+		panic(err)
+	}
+	mux := asynq.NewServeMux()
+	mux.Use(idem.Middleware())
+	mux.HandleFunc("chaos", func(ctx context.Context, t *asynq.Task) error {
+		e, _ := zclaim.ExecutionFromContext(ctx)
+		var p payload
+		if err := json.Unmarshal(t.Payload(), &p); err != nil {
+			return err
+		}
+		time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond) // work before the side effect
+		res, err := sinkScript.Run(context.WithoutCancel(ctx), sink, sinkKeys, e.Key, e.Token, p.Due).Text()
+		if err != nil {
+			return err
+		}
+		if res == "stale" {
+			return fmt.Errorf("sink refused a stale token: %w", zclaim.ErrLeaseLost)
+		}
+		// Work after it: a SIGKILL here is a crash between the side effect
+		// and Complete, which re-runs the handler (the sink refuses the key).
+		time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond)
+		return nil
+	})
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Queues:                   map[string]int{f.queue: 1},
+		Concurrency:              10,
+		TaskCheckInterval:        10 * time.Millisecond,
+		DelayedTaskCheckInterval: 200 * time.Millisecond,
+		IsFailure:                zclaim.IsFailure,
+		RetryDelayFunc: func(n int, err error, t *asynq.Task) time.Duration {
+			if errors.Is(err, zclaim.ErrInProgress) {
+				return zclaim.RetryDelay(n, err, t)
+			}
+			return time.Duration(200+rand.IntN(800)) * time.Millisecond
+		},
+		ShutdownTimeout: time.Second,
+		LogLevel:        asynq.FatalLevel,
+	})
+	if err := srv.Start(mux); err != nil {
+		panic(err)
+	}
+	<-ctx.Done()
+	srv.Shutdown()
+}

@@ -1,0 +1,115 @@
+package zclaim
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+// What the broker reads back from Redis may have been written by someone
+// else (an adopted key) or damaged: decoding returns ErrCorrupt, never panics.
+
+func FuzzDecodeRecord(f *testing.F) {
+	f.Add("0:")
+	f.Add("3:")
+	f.Add("0:" + encodeRest("email", "critical", []byte("payload")))
+	f.Add("12:" + encodeRest("", "", []byte{0, 1, 2}))
+	f.Add("0:19zz")
+	f.Add("x:1")
+	f.Add("0:1999999999:")
+	f.Fuzz(func(t *testing.T, rec string) {
+		var j Job
+		a, err := decodeRecord(rec, &j)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("%q: error %v does not match ErrCorrupt", rec, err)
+			}
+			return
+		}
+		if a < 0 {
+			t.Fatalf("%q: attempts %d", rec, a)
+		}
+		// What decodes re-encodes to the same record.
+		if re := encodeRest(j.Type, j.Queue, j.Payload); rec[len(rec)-len(re):] != re {
+			t.Fatalf("%q decoded to %+v, which encodes as %q", rec, j, re)
+		}
+	})
+}
+
+func FuzzEncodeDecode(f *testing.F) {
+	f.Add("email", "default", []byte("x"), uint16(3))
+	f.Add("", "", []byte{}, uint16(0))
+	f.Add("a:b", "1:2", []byte("9:zz"), uint16(7))
+	f.Fuzz(func(t *testing.T, typ, queue string, payload []byte, attempts uint16) {
+		rec := encodeRest(typ, queue, payload)
+		var j Job
+		a, err := decodeRecord(itoa(int(attempts))+":"+rec, &j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a != int(attempts) || j.Type != typ || j.Queue != queue || !bytes.Equal(j.Payload, payload) {
+			t.Fatalf("round trip of %q %q %q %d gave %+v %d", typ, queue, payload, attempts, j, a)
+		}
+	})
+}
+
+func FuzzDecodeDeadInfo(f *testing.F) {
+	f.Add("13:lease expired3:" + encodeRest("t", "", []byte("p")))
+	f.Add("0:0:")
+	f.Add("99:short")
+	f.Fuzz(func(t *testing.T, info string) {
+		var j Job
+		if _, _, err := decodeDeadInfo(info, &j); err != nil && !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%q: %v", info, err)
+		}
+	})
+}
+
+// A run record written by someone else: Begin and the settle calls answer
+// with an error (ErrCorrupt, ErrWrongType) or a valid result, never a panic
+// or a Lua error that is not the package's.
+func FuzzRunRecord(f *testing.F) {
+	f.Add("run", "17", "1")
+	f.Add("done", "x", "")
+	f.Add("free", "1e400", "-5")
+	f.Add("", "", "")
+	rdb := newClient(f)
+	i := newIdem(f, rdb, IdempotencyOptions{})
+	f.Fuzz(func(t *testing.T, s, tok, lease string) {
+		rk := i.recordKey("fuzz")
+		rdb.Del(ctx, rk)
+		fields := map[string]any{}
+		for k, v := range map[string]string{"s": s, "t": tok, "l": lease} {
+			if v != "" {
+				fields[k] = v
+			}
+		}
+		if len(fields) > 0 {
+			must(t, rdb.HSet(ctx, rk, fields).Err())
+		}
+		e, err := i.Begin(ctx, "fuzz")
+		switch {
+		case err == nil:
+			if e.Token <= 0 {
+				t.Fatalf("token %d", e.Token)
+			}
+			if err := e.Complete(ctx); err != nil {
+				t.Fatalf("complete after begin: %v", err)
+			}
+		case errors.Is(err, ErrCorrupt), errors.Is(err, ErrAlreadyDone), errors.Is(err, ErrInProgress):
+		default:
+			t.Fatalf("record %q %q %q: %v", s, tok, lease, err)
+		}
+	})
+}
+
+func itoa(n int) string {
+	b := []byte{}
+	if n == 0 {
+		return "0"
+	}
+	for ; n > 0; n /= 10 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+	}
+	return string(b)
+}
