@@ -5,9 +5,8 @@
 --   {2, token, ms_left} running elsewhere with a live lease.
 -- The new token is the larger of the last one + 1 and Redis TIME in
 -- microseconds, so it keeps growing after a record has expired.
--- Errors "ZCLAIM_WRONGTYPE key type", "ZCLAIM_CORRUPT key".
-local bad = wrongtype({KEYS[1], 'hash'})
-if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
+-- Errors: Redis' WRONGTYPE (before any write), "ZCLAIM_CORRUPT key".
+-- A key of another type fails the HMGET below, before anything is written.
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])

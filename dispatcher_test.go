@@ -94,6 +94,16 @@ func spreadJobs(t *testing.T, b *Broker, n int, d time.Duration) ([]Job, []strin
 	return jobs, ids
 }
 
+// handledSetup gives a test a schedule key, an asynq queue and a server
+// on it whose handler, wrapped in the middleware, records each run.
+func handledSetup(t *testing.T) (key, queue string, log *handledLog) {
+	key, queue, log = testKey(t), testQueue(t), newHandledLog(t)
+	idem := newIdem(t, newClient(t), IdempotencyOptions{Lease: time.Second})
+	startAsynq(t, testAddr, queue, idem.Middleware()(log.handler()),
+		asynq.Config{Concurrency: 20, IsFailure: IsFailure, RetryDelayFunc: RetryDelay})
+	return key, queue, log
+}
+
 func runDispatcher(t *testing.T, d *Dispatcher) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -107,12 +117,7 @@ func runDispatcher(t *testing.T, d *Dispatcher) (stop func()) {
 // 1. 2,000 jobs due over 2 s, two dispatchers, one asynq server with the
 // middleware: every job handled exactly once, none before its due time.
 func TestDispatchExactlyOnceOnTime(t *testing.T) {
-	key := testKey(t)
-	q := testQueue(t)
-	log := newHandledLog(t)
-	idem := newIdem(t, newClient(t), IdempotencyOptions{Lease: time.Second})
-	startAsynq(t, testAddr, q, idem.Middleware()(log.handler()),
-		asynq.Config{Concurrency: 20, IsFailure: IsFailure, RetryDelayFunc: RetryDelay})
+	key, q, log := handledSetup(t)
 	var enqLags []time.Duration
 	var mu sync.Mutex
 	for range 2 {
@@ -151,12 +156,7 @@ func TestDispatchExactlyOnceOnTime(t *testing.T) {
 // takes the claims back after their lease, and every job is handled
 // exactly once.
 func TestDispatcherStoppedMidRun(t *testing.T) {
-	key := testKey(t)
-	q := testQueue(t)
-	log := newHandledLog(t)
-	idem := newIdem(t, newClient(t), IdempotencyOptions{Lease: time.Second})
-	startAsynq(t, testAddr, q, idem.Middleware()(log.handler()),
-		asynq.Config{Concurrency: 20, IsFailure: IsFailure, RetryDelayFunc: RetryDelay})
+	key, q, log := handledSetup(t)
 	taskOpts := func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} }
 	const lease = 300 * time.Millisecond
 	short := func(p *proxy) *redis.Client {
@@ -212,12 +212,7 @@ func TestDispatcherStoppedMidRun(t *testing.T) {
 // 3. asynq unreachable for a while: failed enqueues give their claims
 // back with backoff; nothing is lost or run twice.
 func TestDispatcherEnqueueFailures(t *testing.T) {
-	key := testKey(t)
-	q := testQueue(t)
-	log := newHandledLog(t)
-	idem := newIdem(t, newClient(t), IdempotencyOptions{Lease: time.Second})
-	startAsynq(t, testAddr, q, idem.Middleware()(log.handler()),
-		asynq.Config{Concurrency: 20, IsFailure: IsFailure, RetryDelayFunc: RetryDelay})
+	key, q, log := handledSetup(t)
 	px := newProxy(t, testAddr)
 	px.SetDown(true)
 	ac := asynq.NewClientFromRedisClient(redis.NewClient(&redis.Options{Addr: px.Addr, MaxRetries: -1,

@@ -61,15 +61,17 @@ func TestMain(m *testing.M) {
 
 // redisServer is a redis-server process owned by the tests.
 type redisServer struct {
-	addr string
-	port int
-	dir  string
-	mu   sync.Mutex
-	cmd  *exec.Cmd
+	addr  string
+	port  int
+	dir   string
+	extra []string
+	mu    sync.Mutex
+	cmd   *exec.Cmd
 }
 
-// startRedis starts redis-server on port (0: a free one) and waits until it answers.
-func startRedis(port int) (*redisServer, error) {
+// startRedis starts redis-server on port (0: a free one), with extra
+// arguments, and waits until it answers.
+func startRedis(port int, extra ...string) (*redisServer, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, fmt.Errorf("redis-server is not on PATH")
 	}
@@ -85,15 +87,16 @@ func startRedis(port int) (*redisServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &redisServer{addr: "127.0.0.1:" + strconv.Itoa(port), port: port, dir: dir}
+	s := &redisServer{addr: "127.0.0.1:" + strconv.Itoa(port), port: port, dir: dir, extra: extra}
 	return s, s.start()
 }
 
 func (s *redisServer) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir, "--loglevel", "warning")
+	cmd := exec.Command("redis-server", append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--loglevel", "warning"}, s.extra...)...)
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -128,10 +131,11 @@ func (s *redisServer) stop() {
 	}
 }
 
-// ownRedis starts a server for one test that needs to stop and restart it.
-func ownRedis(t testing.TB) *redisServer {
+// ownRedis starts a server for one test that needs to stop and restart it
+// (or to start it with extra arguments).
+func ownRedis(t testing.TB, extra ...string) *redisServer {
 	t.Helper()
-	s, err := startRedis(0)
+	s, err := startRedis(0, extra...)
 	if err != nil {
 		t.Fatalf("start redis-server: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -174,12 +175,21 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 	return &Execution{Key: key, Token: raw[1], i: i, leaseUntil: time.UnixMilli(raw[2])}, nil
 }
 
+// wrap names the record key in the errors its single-key scripts raise:
+// ZCLAIM_CORRUPT, and Redis' own WRONGTYPE (which names no key).
 func (i *Idempotency) wrap(ctx context.Context, op, rk string, err error) error {
 	var rerr redis.Error
-	if errors.As(err, &rerr) && rerr.Error() == "ZCLAIM_CORRUPT "+rk {
-		return fmt.Errorf("zclaim: %s: %w: run record %q", op, ErrCorrupt, rk)
+	if errors.As(err, &rerr) {
+		msg := rerr.Error()
+		switch {
+		case msg == "ZCLAIM_CORRUPT "+rk:
+			return fmt.Errorf("zclaim: %s: %w: run record %q", op, ErrCorrupt, rk)
+		case strings.HasPrefix(msg, "WRONGTYPE"):
+			typ, _ := i.rdb.Type(context.WithoutCancel(ctx), rk).Result()
+			return &WrongTypeError{Key: rk, Want: "hash", Got: typ}
+		}
 	}
-	return wrap(ctx, op, err, map[string]string{rk: "hash"})
+	return wrap(ctx, op, err, nil)
 }
 
 func (e *Execution) settle(ctx context.Context, op string, ttl time.Duration) (int64, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -79,7 +80,8 @@ func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 			if key == "" {
 				return fmt.Errorf("zclaim: middleware: %w: the Key function returned an empty key for a task of type %q", ErrEmptyID, t.Type())
 			}
-			e, err := i.beginOrWait(ctx, key)
+			begun := time.Now() // no later than Redis' start of the lease
+			e, err := i.beginOrWait(ctx, key, &begun)
 			if errors.Is(err, ErrAlreadyDone) {
 				i.log.LogAttrs(ctx, slog.LevelDebug, "zclaim: skipped a finished job", slog.String("key", key))
 				return nil
@@ -87,15 +89,17 @@ func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 			if err != nil {
 				return err
 			}
-			return i.run(ctx, e, next, t)
+			return i.run(ctx, e, begun, next, t)
 		})
 	}
 }
 
 // beginOrWait begins key; on a task's last retry it waits out a run in
 // progress elsewhere rather than let asynq archive the task.
-func (i *Idempotency) beginOrWait(ctx context.Context, key string) (*Execution, error) {
+// begun is set to the local time just before the Begin that succeeded.
+func (i *Idempotency) beginOrWait(ctx context.Context, key string, begun *time.Time) (*Execution, error) {
 	for {
+		*begun = time.Now()
 		e, err := i.Begin(ctx, key)
 		var ip *InProgressError
 		if !errors.As(err, &ip) || !lastRetry(ctx) {
@@ -117,18 +121,38 @@ func lastRetry(ctx context.Context) bool {
 	return ok1 && ok2 && n >= m
 }
 
-// run calls the handler under e's lease and settles e after it.
-func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler, t *asynq.Task) (err error) {
+// run calls the handler under e's lease and settles e after it. The
+// heartbeat starts only if the handler outlives Lease/3.
+func (i *Idempotency) run(ctx context.Context, e *Execution, begun time.Time, next asynq.Handler, t *asynq.Task) (err error) {
 	hctx, cancel := context.WithCancelCause(ContextWithExecution(ctx, e))
+	var (
+		mu      sync.Mutex
+		stopped bool
+		hbDone  chan struct{}
+	)
 	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		i.heartbeat(hctx, e, cancel, stop)
-	}()
+	start := time.AfterFunc(i.opts.Lease/3, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		hbDone = make(chan struct{})
+		go func() {
+			defer close(hbDone)
+			i.heartbeat(hctx, e, begun, cancel, stop)
+		}()
+	})
 	settle := func(handlerErr error, panicked bool) error {
+		mu.Lock()
+		stopped = true
+		start.Stop()
+		done := hbDone
+		mu.Unlock()
 		close(stop)
-		<-done
+		if done != nil {
+			<-done
+		}
 		cancel(nil)
 		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		defer scancel()
@@ -160,21 +184,34 @@ func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler,
 // lease is lost, or is not renewed before it ends (as the local clock
 // conservatively reckons it, whether or not a renewal is still waiting on
 // Redis), it cancels the handler with cause ErrLeaseLost.
-func (i *Idempotency) heartbeat(ctx context.Context, e *Execution, cancel context.CancelCauseFunc, stop <-chan struct{}) {
+func (i *Idempotency) heartbeat(ctx context.Context, e *Execution, begun time.Time, cancel context.CancelCauseFunc, stop <-chan struct{}) {
 	lease := i.opts.Lease
-	// Begin's lease started no earlier than now, so now+lease is no later
-	// than its deadline by Redis' clock.
-	localDeadline := time.Now().Add(lease)
-	expire := time.NewTimer(lease)
+	// Begin's lease started no earlier than begun, so begun+lease is no
+	// later than its deadline by Redis' clock.
+	localDeadline := begun.Add(lease)
+	expire := time.NewTimer(time.Until(localDeadline))
 	defer expire.Stop()
 	tick := time.NewTicker(lease / 3)
 	defer tick.Stop()
+	kick := make(chan struct{}, 1) // renew at once: the first Lease/3 has passed
+	kick <- struct{}{}
 	type result struct {
 		start time.Time
 		err   error
 	}
 	results := make(chan result, 1)
 	pending := false
+	renew := func() {
+		if pending {
+			return
+		}
+		pending = true
+		go func(start time.Time) {
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), lease)
+			defer rcancel()
+			results <- result{start, e.Extend(rctx)}
+		}(time.Now())
+	}
 	for {
 		select {
 		case <-stop:
@@ -184,16 +221,10 @@ func (i *Idempotency) heartbeat(ctx context.Context, e *Execution, cancel contex
 				slog.String("key", e.Key), slog.Int64("token", e.Token))
 			cancel(ErrLeaseLost)
 			return
+		case <-kick:
+			renew()
 		case <-tick.C:
-			if pending {
-				continue
-			}
-			pending = true
-			go func(start time.Time) {
-				rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), lease)
-				defer rcancel()
-				results <- result{start, e.Extend(rctx)}
-			}(time.Now())
+			renew()
 		case r := <-results:
 			pending = false
 			switch {

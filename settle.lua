@@ -4,8 +4,7 @@
 --   (extend, release) or of a finished one (complete)
 -- Returns the new lease deadline in Unix ms for extend, 1 for complete and
 -- release, 0 when the token is not current (nothing changed).
-local bad = wrongtype({KEYS[1], 'hash'})
-if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
+-- A key of another type fails the HMGET below, before anything is written.
 local rec = redis.call('HMGET', KEYS[1], 's', 't')
 if rec[1] ~= 'run' or tonumber(rec[2]) ~= tonumber(ARGV[1]) then return 0 end
 local op = ARGV[2]
@@ -15,8 +14,7 @@ if op == 'extend' then
   r = now_ms + tonumber(ARGV[3])
   redis.call('HSET', KEYS[1], 'l', r)
 elseif op == 'complete' then
-  redis.call('HSET', KEYS[1], 's', 'done', 'd', now_ms)
-  redis.call('HDEL', KEYS[1], 'l')
+  redis.call('HSET', KEYS[1], 's', 'done', 'd', now_ms, 'l', 0)
 else
   -- Released: the holder's token is void; it stays recorded so that the
   -- next run's token is larger.

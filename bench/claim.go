@@ -255,5 +255,5 @@ func claimScenario() {
 		[]string{"contender", "jobs/s (median)", "spread", "taken more than once", "round trips / job", "vs checked naive", "vs bare + in-flight"},
 		rows,
 		"Targets: `Broker.Claim` batch 100 ≥ 20× the checked naive poller and ≥ 0.5× the bare batch-100 script that moves ids into an in-flight ZSet. "+
-			"Broker.Claim also issues a fencing token per job (one INCRBY per batch), reads payload records (HMGET) and returns the next due time.")
+			"Broker.Claim also issues a fencing token per job (one counter update per batch), reads payload records (HMGET) and returns the next due time.")
 }

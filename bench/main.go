@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim/internal/proc"
 )
 
 var (
@@ -88,6 +89,7 @@ func startRedis() (stop func(), addr string, err error) {
 	dir, _ := os.MkdirTemp("", "zclaim-bench-")
 	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", dir, "--loglevel", "warning")
+	proc.DieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, "", err
 	}

@@ -10,7 +10,7 @@
 // effect accepted twice, nothing left behind.
 //
 //	go run ./chaos                                   # short form
-//	go run ./chaos -jobs 50000 -over 150s -stop 45s -fsync always,everysec   # make chaos
+//	go run ./chaos -jobs 50000 -over 150s -kill-every 1s -stop 100s -fsync always,everysec   # make chaos
 package main
 
 import (
@@ -33,6 +33,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim"
+	"github.com/zclaim/zclaim/internal/proc"
 	"github.com/zclaim/zclaim/internal/tcpproxy"
 )
 
@@ -189,6 +190,7 @@ func (s *server) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 func (s *server) start() error {
 	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--loglevel", "warning"}, s.args...)
 	s.cmd = exec.Command("redis-server", args...)
+	proc.DieWithParent(s.cmd)
 	if err := s.cmd.Start(); err != nil {
 		return err
 	}
@@ -250,6 +252,7 @@ func runVariant(cfg config, mode string, w *os.File) (res result, err error) {
 		cmd.Env = append(os.Environ(), roleEnv+"="+role, argsEnv+"="+strings.Join(args, " "))
 		out, _ := cmd.StdoutPipe()
 		cmd.Stderr, _ = os.Create(filepath.Join(dir, role+".err"))
+		proc.DieWithParent(cmd)
 		if err := cmd.Start(); err != nil {
 			panic(err)
 		}

@@ -1,0 +1,85 @@
+package zclaim
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// On a real Redis Cluster (one node holding every slot), every script runs:
+// Redis itself refuses a script that touches keys of another slot than its
+// first key's, so this shows the derived keys share the schedule's slot,
+// for a hash-tagged key and for an adopted key without a tag.
+func TestRedisCluster(t *testing.T) {
+	srv := ownRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	admin := redis.NewClient(&redis.Options{Addr: srv.addr})
+	defer admin.Close()
+	must(t, admin.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err())
+	waitFor(t, 10*time.Second, "the cluster to be ok", func() bool {
+		info, _ := admin.ClusterInfo(ctx).Result()
+		return strings.Contains(info, "cluster_state:ok")
+	})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.addr}})
+	defer cc.Close()
+
+	for _, key := range []string{"delay:jobs", "zclaim:{orders}"} {
+		t.Run(key, func(t *testing.T) {
+			b, err := NewBroker(cc, BrokerOptions{Key: key, Lease: 30 * time.Millisecond, MaxAttempts: 2,
+				Backoff: func(int) time.Duration { return 0 }})
+			must(t, err)
+			past := time.Now().Add(-time.Second)
+			must(t, b.Schedule(ctx, Job{ID: "a", RunAt: past, Type: "t", Payload: []byte("p")},
+				Job{ID: "b", RunAt: past}, Job{ID: "c", RunAt: past}, Job{ID: "d", RunAt: time.Now().Add(time.Hour)}))
+			cs, err := b.Claim(ctx, 10)
+			must(t, err)
+			if len(cs) != 3 {
+				t.Fatalf("claimed %d", len(cs))
+			}
+			_, err = b.Extend(ctx, cs[0], time.Minute)
+			must(t, err)
+			must(t, b.Retry(ctx, cs[1], past))
+			must(t, b.Kill(ctx, cs[2], "test"))
+			lost, err := b.AckMany(ctx, cs[0])
+			must(t, err)
+			if len(lost) != 0 {
+				t.Fatalf("lost %v", lost)
+			}
+			again, err := b.Claim(ctx, 10)
+			must(t, err)
+			if len(again) != 1 {
+				t.Fatalf("re-claimed %d", len(again))
+			}
+			time.Sleep(40 * time.Millisecond)
+			r, err := b.Recover(ctx)
+			must(t, err)
+			if r.Dead != 1 {
+				t.Fatalf("recovered %+v", r)
+			}
+			ok, err := b.Cancel(ctx, "d")
+			if err != nil || !ok {
+				t.Fatalf("cancel: %v %v", ok, err)
+			}
+			st, err := b.Stats(ctx)
+			must(t, err)
+			if st.Dead != 2 || st.Scheduled != 0 || st.Inflight != 0 {
+				t.Fatalf("stats %+v", st)
+			}
+			dead, err := b.Dead(ctx, 10)
+			must(t, err)
+			if len(dead) != 2 {
+				t.Fatalf("dead %+v", dead)
+			}
+
+			i, err := NewIdempotency(cc, IdempotencyOptions{Prefix: key + ":run:"})
+			must(t, err)
+			e, err := i.Begin(ctx, "a")
+			must(t, err)
+			must(t, e.Extend(ctx))
+			must(t, e.Complete(ctx))
+			_, err = i.Begin(ctx, "a")
+			wantErr(t, err, ErrAlreadyDone)
+		})
+	}
+}

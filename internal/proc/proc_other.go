@@ -1,0 +1,9 @@
+//go:build !linux
+
+// Package proc holds process helpers shared by the project's programs.
+package proc
+
+import "os/exec"
+
+// DieWithParent does nothing here: only Linux offers a parent-death signal.
+func DieWithParent(*exec.Cmd) {}
