@@ -23,8 +23,9 @@ const (
 // field left zero takes the default its comment names.
 type DispatcherOptions struct {
 	// Concurrency is how many enqueues run at once. The dispatcher keeps
-	// at most Concurrency more claims queued for them, so that a slow or
-	// unreachable asynq does not burn the leases of many waiting claims.
+	// at most max(Concurrency, min(4×Concurrency, BatchSize)) more claims
+	// queued for them (64 with the defaults), so that a slow or unreachable
+	// asynq holds few claims waiting while their leases run.
 	// Default: DefaultConcurrency (16).
 	Concurrency int
 	// MaxWait caps the sleep until the earliest due job; the dispatcher is
@@ -150,7 +151,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		c                   Claim
 		redisNow, claimedAt time.Time
 	}
-	queue := make(chan item, 64)
+	queue := make(chan item, max(d.opts.Concurrency, min(4*d.opts.Concurrency, d.b.opts.BatchSize)))
 	freed := make(chan struct{}, 1)
 	var workers sync.WaitGroup
 	for range d.opts.Concurrency {

@@ -332,3 +332,29 @@ func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
+// With asynq hanging, a dispatcher holds few claims: Concurrency
+// enqueues under way and at most max(Concurrency, min(4×Concurrency,
+// BatchSize)) queued, so the rest stay scheduled instead of burning leases.
+func TestDispatcherBoundsClaimsWhileAsynqHangs(t *testing.T) {
+	key := testKey(t)
+	px := newProxy(t, testAddr)
+	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Minute})
+	ac := asynq.NewClientFromRedisClient(clientVia(t, px))
+	d, err := NewDispatcher(b, ac, DispatcherOptions{Concurrency: 2, RecoveryInterval: -1, EnqueueTimeout: time.Minute})
+	must(t, err)
+	px.Pause()
+	must(t, b.Schedule(ctx, jobsDue(100, "h", time.Now().Add(-time.Second))...))
+	stop := runDispatcher(t, d)
+	t.Cleanup(px.Resume) // runs before the dispatcher's stop: a failure does not wait out the enqueues
+	waitFor(t, 5*time.Second, "claims", func() bool { return d.Stats().Claimed > 0 })
+	time.Sleep(200 * time.Millisecond)
+	st, err := b.Stats(ctx)
+	must(t, err)
+	const bound = 2 + 8
+	if st.Inflight == 0 || st.Inflight > bound || st.Scheduled < 100-bound {
+		t.Fatalf("with asynq hanging: %+v, want at most %d in flight", st, bound)
+	}
+	px.Resume()
+	stop()
+}
