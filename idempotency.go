@@ -86,9 +86,10 @@ type IdempotencyOptions struct {
 // their own idempotency key, and may reject writes whose Execution.Token
 // is lower than one they have already seen for that key (a fenced write).
 type Idempotency struct {
-	rdb  redis.UniversalClient
-	opts IdempotencyOptions
-	log  *slog.Logger
+	rdb   redis.UniversalClient
+	opts  IdempotencyOptions
+	log   *slog.Logger
+	group *groupRunner // Begin and settle calls share pipelines under load
 }
 
 // NewIdempotency returns a store on rdb, which it never closes.
@@ -117,7 +118,7 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 	case opts.Retention < time.Millisecond:
 		return nil, fmt.Errorf("%w: Retention must be at least 1ms, not %v", ErrInvalidOptions, opts.Retention)
 	}
-	return &Idempotency{rdb: rdb, opts: opts, log: opts.Logger}, nil
+	return &Idempotency{rdb: rdb, opts: opts, log: opts.Logger, group: &groupRunner{rdb: rdb}}, nil
 }
 
 // TaskIDKey is the default Key function: the asynq task id.
@@ -159,12 +160,13 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 		return nil, err
 	}
 	rk := i.recordKey(key)
-	raw, err := beginScript.Run(ctx, i.rdb, []string{rk}, ms(i.opts.Lease), ms(i.opts.Lease+i.opts.Retention)).Int64Slice()
+	reply, err := i.group.run(ctx, beginScript, []string{rk}, ms(i.opts.Lease), ms(i.opts.Lease+i.opts.Retention))
 	if err != nil {
 		return nil, i.wrap(ctx, "begin", rk, err)
 	}
-	if len(raw) != 3 {
-		return nil, fmt.Errorf("zclaim: begin: %w: reply of %d values", ErrCorrupt, len(raw))
+	raw, ok := int64s(reply)
+	if !ok || len(raw) != 3 {
+		return nil, fmt.Errorf("zclaim: begin: %w: reply %v", ErrCorrupt, reply)
 	}
 	switch raw[0] {
 	case 1:
@@ -173,6 +175,21 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 		return nil, &InProgressError{Key: key, LeaseLeft: time.Duration(raw[2]) * time.Millisecond}
 	}
 	return &Execution{Key: key, Token: raw[1], i: i, leaseUntil: time.UnixMilli(raw[2])}, nil
+}
+
+// int64s reads a script's array of integers.
+func int64s(v any) ([]int64, bool) {
+	a, ok := v.([]any)
+	if !ok {
+		return nil, false
+	}
+	out := make([]int64, len(a))
+	for i, x := range a {
+		if out[i], ok = x.(int64); !ok {
+			return nil, false
+		}
+	}
+	return out, true
 }
 
 // wrap names the record key in the errors its single-key scripts raise:
@@ -197,10 +214,14 @@ func (e *Execution) settle(ctx context.Context, op string, ttl time.Duration) (i
 		return 0, wrap(ctx, op, err, nil)
 	}
 	rk := e.i.recordKey(e.Key)
-	n, err := settleScript.Run(ctx, e.i.rdb, []string{rk}, strconv.FormatInt(e.Token, 10), op,
-		ms(e.i.opts.Lease), ms(ttl)).Int64()
+	reply, err := e.i.group.run(ctx, settleScript, []string{rk}, strconv.FormatInt(e.Token, 10), op,
+		ms(e.i.opts.Lease), ms(ttl))
 	if err != nil {
 		return 0, e.i.wrap(ctx, op, rk, err)
+	}
+	n, ok := reply.(int64)
+	if !ok {
+		return 0, fmt.Errorf("zclaim: %s: %w: reply %v", op, ErrCorrupt, reply)
 	}
 	if n == 0 {
 		return 0, ErrLeaseLost

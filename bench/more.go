@@ -27,8 +27,9 @@ func commandCalls(rdb *redis.Client) int64 {
 	return n
 }
 
-// scriptCounter counts the scripts a client runs: zclaim's round trips
-// (connection set-up, such as HELLO, is not counted).
+// scriptCounter counts zclaim's round trips: each script sent alone, and
+// each pipeline of scripts (group commit) as one. Connection set-up, such
+// as HELLO, is not counted.
 type scriptCounter struct{ n *atomic.Int64 }
 
 func (h scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -41,7 +42,7 @@ func (h scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 func (h scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) } // one round trip
 }
 
 // Scenario 3: an asynq server with a no-op handler over N pending tasks,
