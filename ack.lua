@@ -5,11 +5,21 @@
 -- current (lease lost; nothing changed for it).
 local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'hash'})
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
-local out, del = {}, {}
-for i = 1, #ARGV, 2 do
-  local n = redis.call('ZREM', KEYS[1], ARGV[i])
-  out[#out + 1] = n
-  if n == 1 then del[#del + 1] = ARGV[i + 1] end
+local members = {}
+for i = 1, #ARGV, 2 do members[#members + 1] = ARGV[i] end
+local scores = redis.call('ZMSCORE', KEYS[1], unpack(members))
+local out, rem, del = {}, {}, {}
+for i, sc in ipairs(scores) do
+  if sc then
+    out[i] = 1
+    rem[#rem + 1] = members[i]
+    del[#del + 1] = ARGV[2 * i]
+  else
+    out[i] = 0
+  end
 end
-if #del > 0 then redis.call('HDEL', KEYS[2], unpack(del)) end
+if #rem > 0 then
+  redis.call('ZREM', KEYS[1], unpack(rem))
+  redis.call('HDEL', KEYS[2], unpack(del))
+end
 return out

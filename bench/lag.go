@@ -207,7 +207,6 @@ func lagScenario() {
 		"Targets: p99 ≤ 10 ms to enqueue and ≤ 25 ms to handler start (asynq TaskCheckInterval 10 ms), zero early starts. "+
 			"Lag to handler start is negative for an early start; asynq stores ProcessAt in whole seconds, so a task due at x.5 s can start up to 0.5 s early. "+
 			"With its defaults asynq's idle worker loop sleeps up to 1.5 s before looking at a queue, whatever feeds it: set TaskCheckInterval to 10–50 ms.")
-	dispatchThroughput()
 }
 
 // dispatchThroughput compares the dispatcher draining N due jobs into asynq

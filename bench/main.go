@@ -5,7 +5,7 @@
 //	go run ./bench                    # starts its own redis-server (from PATH)
 //	go run ./bench -redis host:port   # or uses yours (only keys of its own; never flushed)
 //	go run ./bench -quick             # smaller numbers, for a smoke test
-//	go run ./bench -only claim,lag    # some scenarios: claim, lag, middleware, scale, recovery
+//	go run ./bench -only claim,lag    # some scenarios: claim, lag, throughput, middleware, scale, recovery
 package main
 
 import (
@@ -29,7 +29,7 @@ var (
 	addrFlag = flag.String("redis", "", "Redis address (default: start redis-server on a free port)")
 	quick    = flag.Bool("quick", false, "smaller numbers: a smoke test, not a measurement")
 	rounds   = flag.Int("rounds", 3, "rounds per contender (interleaved), for median and spread")
-	only     = flag.String("only", "", "comma-separated scenarios to run (claim, lag, middleware, scale, recovery)")
+	only     = flag.String("only", "", "comma-separated scenarios to run (claim, lag, throughput, middleware, scale, recovery)")
 )
 
 var redisAddr string
@@ -63,6 +63,7 @@ func main() {
 	}{
 		{"claim", claimScenario},
 		{"lag", lagScenario},
+		{"throughput", dispatchThroughput},
 		{"middleware", middlewareScenario},
 		{"scale", scaleScenario},
 		{"recovery", recoveryScenario},
