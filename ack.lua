@@ -1,19 +1,18 @@
 -- ack.lua: finish claimed runs, each fenced by its token.
 -- KEYS[1] in-flight ZSet   KEYS[2] run records hash
--- ARGV pairs: in-flight member (id .. "|" .. token), token
--- Returns one value per pair: 1 when acked, 0 when its token is not
+-- ARGV in-flight members (id .. "|" .. token)
+-- Returns one value per member: 1 when acked, 0 when its token is not
 -- current (lease lost; nothing changed for it).
 local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'hash'})
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
-local members = {}
-for i = 1, #ARGV, 2 do members[#members + 1] = ARGV[i] end
-local scores = redis.call('ZMSCORE', KEYS[1], unpack(members))
+local scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV))
 local out, rem, del = {}, {}, {}
 for i, sc in ipairs(scores) do
   if sc then
     out[i] = 1
-    rem[#rem + 1] = members[i]
-    del[#del + 1] = ARGV[2 * i]
+    rem[#rem + 1] = ARGV[i]
+    local _, tok = split_member(ARGV[i])
+    del[#del + 1] = tok
   else
     out[i] = 0
   end

@@ -7,18 +7,13 @@
 -- microseconds, so it keeps growing after a record has expired.
 -- Errors: Redis' WRONGTYPE (before any write), "ZCLAIM_CORRUPT key".
 -- A key of another type fails the HMGET below, before anything is written.
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms, _, now_us = clock(1)
 local rec = redis.call('HMGET', KEYS[1], 's', 't', 'l')
 local s, tok, dl = rec[1], tonumber(rec[2]), tonumber(rec[3])
 -- A number outside 0..2^53 (or not a number) cannot be a token or a time.
 local function sane(x) return x and x == x and x >= 0 and x <= 9007199254740992 end
-if (rec[2] and not sane(tok)) or (not s and rec[3]) then
-  return redis.error_reply('ZCLAIM_CORRUPT ' .. KEYS[1])
-end
-if s then
-  if not sane(tok) or (s ~= 'run' and s ~= 'done' and s ~= 'free') or (s == 'run' and not sane(dl)) then
+if s or rec[2] or rec[3] then -- a record exists: it must be one of ours
+  if (s ~= 'run' and s ~= 'done' and s ~= 'free') or not sane(tok) or (s == 'run' and not sane(dl)) then
     return redis.error_reply('ZCLAIM_CORRUPT ' .. KEYS[1])
   end
   if s == 'done' then return {1, tok, 0} end

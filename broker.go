@@ -415,6 +415,9 @@ func (b *Broker) buryCorrupt(ctx context.Context, c Claim, cause error) {
 	}
 }
 
+// ms rounds d up to whole milliseconds, at least one.
+func ms(d time.Duration) int64 { return max(1, (d + time.Millisecond - 1).Milliseconds()) }
+
 func max0(d time.Duration) time.Duration {
 	if d < 0 {
 		return 0
@@ -452,12 +455,12 @@ func (b *Broker) AckMany(ctx context.Context, cs ...Claim) (lost []Claim, err er
 	if len(cs) == 0 {
 		return nil, nil
 	}
-	args := make([]any, 0, 2*len(cs))
-	for _, c := range cs {
+	args := make([]any, len(cs))
+	for i, c := range cs {
 		if err := checkClaim(ctx, "ack", c); err != nil {
 			return nil, err
 		}
-		args = append(args, c.member(), c.Token)
+		args[i] = c.member()
 	}
 	res, err := ackScript.Run(ctx, b.rdb, []string{b.keys.inflight, b.keys.runs}, args...).Int64Slice()
 	if err != nil {
@@ -482,8 +485,7 @@ func (b *Broker) Extend(ctx context.Context, c Claim, d time.Duration) (Claim, e
 	if d <= 0 {
 		return c, fmt.Errorf("zclaim: extend: %w: duration must be positive, not %v", ErrInvalidArgument, d)
 	}
-	ms := max(1, (d + time.Millisecond - 1).Milliseconds())
-	deadline, err := extendScript.Run(ctx, b.rdb, []string{b.keys.inflight}, c.member(), ms).Int64()
+	deadline, err := extendScript.Run(ctx, b.rdb, []string{b.keys.inflight}, c.member(), ms(d)).Int64()
 	if err != nil {
 		return c, wrap(ctx, "extend", err, b.keys.types)
 	}
@@ -510,7 +512,7 @@ func (b *Broker) Retry(ctx context.Context, c Claim, at time.Time) error {
 	} else {
 		when = b.score(at)
 	}
-	n, err := retryScript.Run(ctx, b.rdb, b.settleKeys(), c.member(), c.ID, c.Token,
+	n, err := retryScript.Run(ctx, b.rdb, b.settleKeys(), c.member(),
 		mode, when, b.opts.MaxAttempts, b.ups, b.keys.notice).Int()
 	if err != nil {
 		return wrap(ctx, "retry", err, b.keys.types)
@@ -539,7 +541,7 @@ func (b *Broker) Kill(ctx context.Context, c Claim, reason string) error {
 		reason = "killed"
 	}
 	n, err := killScript.Run(ctx, b.rdb, []string{b.keys.inflight, b.keys.runs, b.keys.dead, b.keys.deadInfo},
-		c.member(), c.ID, c.Token, reason).Int()
+		c.member(), reason).Int()
 	if err != nil {
 		return wrap(ctx, "kill", err, b.keys.types)
 	}

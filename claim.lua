@@ -13,7 +13,7 @@ local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'string', KEYS
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 
 local max, lease, ups = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local now_ms, now = clock(ups)
+local now_ms, now, now_us = clock(ups)
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, max)
 local n = #due / 2
 local function next_score()
@@ -31,7 +31,6 @@ redis.call('ZREM', KEYS[1], unpack(ids))
 -- microseconds, so they keep growing even if the counter is lost or rolled
 -- back (an AOF that lost its last second, a failover to a lagging replica).
 local base = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
-local now_us = now_ms * 1000
 if now_us > base then base = now_us end
 local first = base + 1
 redis.call('SET', KEYS[3], string.format('%d', base + n))

@@ -136,6 +136,7 @@ type Execution struct {
 	Token int64  // fencing token: larger than every earlier run's of Key
 
 	i          *Idempotency
+	sent       time.Time // local time just before Begin was sent: no later than Redis' start of the lease
 	mu         sync.Mutex
 	leaseUntil time.Time
 }
@@ -149,8 +150,6 @@ func (e *Execution) LeaseUntil() time.Time {
 
 func (i *Idempotency) recordKey(key string) string { return i.opts.Prefix + key }
 
-func ms(d time.Duration) int64 { return max(1, (d + time.Millisecond - 1).Milliseconds()) }
-
 // Begin starts a run of key. It returns ErrAlreadyDone when key finished
 // within Retention, a *InProgressError (matching ErrInProgress) when
 // another run holds a live lease, and otherwise an Execution with a fresh
@@ -160,6 +159,7 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 		return nil, err
 	}
 	rk := i.recordKey(key)
+	sent := time.Now()
 	reply, err := i.group.run(ctx, beginScript, []string{rk}, ms(i.opts.Lease), ms(i.opts.Lease+i.opts.Retention))
 	if err != nil {
 		return nil, i.wrap(ctx, "begin", rk, err)
@@ -174,7 +174,7 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 	case 2:
 		return nil, &InProgressError{Key: key, LeaseLeft: time.Duration(raw[2]) * time.Millisecond}
 	}
-	return &Execution{Key: key, Token: raw[1], i: i, leaseUntil: time.UnixMilli(raw[2])}, nil
+	return &Execution{Key: key, Token: raw[1], i: i, sent: sent, leaseUntil: time.UnixMilli(raw[2])}, nil
 }
 
 // int64s reads a script's array of integers.

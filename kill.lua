@@ -1,11 +1,12 @@
 -- kill.lua: end a claimed run and put it into the dead set, fenced by token.
 -- KEYS[1] in-flight ZSet   KEYS[2] run records   KEYS[3] dead ZSet   KEYS[4] dead info hash
--- ARGV[1] member   ARGV[2] id   ARGV[3] token   ARGV[4] reason
+-- ARGV[1] in-flight member (id .. "|" .. token)   ARGV[2] reason
 -- Returns 1 when dead, 0 when the token is not current.
 local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'hash'})
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+local id, tok = split_member(ARGV[1])
 local now_ms = clock(1)
-local attempt, rest = take_run(KEYS[2], ARGV[3])
-bury(KEYS[3], KEYS[4], ARGV[2], now_ms, attempt, rest, ARGV[4])
+local attempt, rest = take_run(KEYS[2], tok)
+bury(KEYS[3], KEYS[4], id, now_ms, attempt, rest, ARGV[2])
 return 1

@@ -80,8 +80,7 @@ func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 			if key == "" {
 				return fmt.Errorf("zclaim: middleware: %w: the Key function returned an empty key for a task of type %q", ErrEmptyID, t.Type())
 			}
-			begun := time.Now() // no later than Redis' start of the lease
-			e, err := i.beginOrWait(ctx, key, &begun)
+			e, err := i.beginOrWait(ctx, key)
 			if errors.Is(err, ErrAlreadyDone) {
 				i.log.LogAttrs(ctx, slog.LevelDebug, "zclaim: skipped a finished job", slog.String("key", key))
 				return nil
@@ -89,17 +88,15 @@ func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 			if err != nil {
 				return err
 			}
-			return i.run(ctx, e, begun, next, t)
+			return i.run(ctx, e, next, t)
 		})
 	}
 }
 
 // beginOrWait begins key; on a task's last retry it waits out a run in
 // progress elsewhere rather than let asynq archive the task.
-// begun is set to the local time just before the Begin that succeeded.
-func (i *Idempotency) beginOrWait(ctx context.Context, key string, begun *time.Time) (*Execution, error) {
+func (i *Idempotency) beginOrWait(ctx context.Context, key string) (*Execution, error) {
 	for {
-		*begun = time.Now()
 		e, err := i.Begin(ctx, key)
 		var ip *InProgressError
 		if !errors.As(err, &ip) || !lastRetry(ctx) {
@@ -123,7 +120,7 @@ func lastRetry(ctx context.Context) bool {
 
 // run calls the handler under e's lease and settles e after it. The
 // heartbeat starts only if the handler outlives Lease/3.
-func (i *Idempotency) run(ctx context.Context, e *Execution, begun time.Time, next asynq.Handler, t *asynq.Task) (err error) {
+func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler, t *asynq.Task) (err error) {
 	hctx, cancel := context.WithCancelCause(ContextWithExecution(ctx, e))
 	var (
 		mu      sync.Mutex
@@ -140,7 +137,7 @@ func (i *Idempotency) run(ctx context.Context, e *Execution, begun time.Time, ne
 		hbDone = make(chan struct{})
 		go func() {
 			defer close(hbDone)
-			i.heartbeat(hctx, e, begun, cancel, stop)
+			i.heartbeat(hctx, e, cancel, stop)
 		}()
 	})
 	settle := func(handlerErr error, panicked bool) error {
@@ -184,11 +181,11 @@ func (i *Idempotency) run(ctx context.Context, e *Execution, begun time.Time, ne
 // lease is lost, or is not renewed before it ends (as the local clock
 // conservatively reckons it, whether or not a renewal is still waiting on
 // Redis), it cancels the handler with cause ErrLeaseLost.
-func (i *Idempotency) heartbeat(ctx context.Context, e *Execution, begun time.Time, cancel context.CancelCauseFunc, stop <-chan struct{}) {
+func (i *Idempotency) heartbeat(ctx context.Context, e *Execution, cancel context.CancelCauseFunc, stop <-chan struct{}) {
 	lease := i.opts.Lease
-	// Begin's lease started no earlier than begun, so begun+lease is no
-	// later than its deadline by Redis' clock.
-	localDeadline := begun.Add(lease)
+	// Begin's lease started no earlier than it was sent, so sent+lease is
+	// no later than its deadline by Redis' clock.
+	localDeadline := e.sent.Add(lease)
 	expire := time.NewTimer(time.Until(localDeadline))
 	defer expire.Stop()
 	tick := time.NewTicker(lease / 3)

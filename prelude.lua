@@ -18,15 +18,15 @@ local function wrongtype(kt)
   return nil
 end
 
--- clock reads Redis TIME: now in Unix ms (whole) and in score units
--- (ups = units per second: 1 for seconds with fractions, 1000 for ms).
+-- clock reads Redis TIME: now in Unix ms (whole), in score units (ups =
+-- units per second: 1 for seconds with fractions, 1000 for ms) and in Unix µs.
 local function clock(ups)
   local t = redis.call('TIME')
   local s, us = tonumber(t[1]), tonumber(t[2])
   local now_ms = s * 1000 + math.floor(us / 1000)
   local now
   if ups == 1000 then now = s * 1000 + us / 1000 else now = s + us / 1000000 end
-  return now_ms, now
+  return now_ms, now, s * 1000000 + us
 end
 
 -- split_member parses an in-flight member "id|token".
@@ -52,13 +52,13 @@ local function bury(D, DI, id, now_ms, attempt, rest, reason)
   redis.call('HSET', DI, id, string.len(reason) .. ':' .. reason .. attempt .. ':' .. rest)
 end
 
--- settle_back ends a run that did not finish: back to the schedule at
--- score (kept out if a newer run of the id is already scheduled: that one
--- stands for the same work), or into the dead set once attempt >= max.
--- Returns 1 when requeued (or superseded), 2 when dead.
-local function settle_back(S, P, R, D, DI, id, tok, score, max, now_ms, reason)
-  local attempt, rest = take_run(R, tok)
-  if redis.call('ZSCORE', S, id) then return 1 end
+-- settle_back ends a run that did not finish (its record already taken
+-- with take_run): back to the schedule at score, or into the dead set once
+-- attempt >= max. If a newer run of the id is already scheduled, that one
+-- stands for the same work and this run is dropped.
+-- Returns 1 when requeued, 2 when dead, 3 when superseded.
+local function settle_back(S, P, D, DI, id, attempt, rest, score, max, now_ms, reason)
+  if redis.call('ZSCORE', S, id) then return 3 end
   if attempt >= max then
     bury(D, DI, id, now_ms, attempt, rest, reason)
     return 2

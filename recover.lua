@@ -18,17 +18,11 @@ local ndelays = #ARGV - 4
 for _, m in ipairs(expired) do
   local id, tok = split_member(m)
   if id then
-    local attempt = 1
-    local rec = redis.call('HGET', KEYS[4], tok)
-    if rec then attempt = (tonumber(string.match(rec, '^(%d+):')) or 0) + 1 end
-    local k = attempt
-    if k > ndelays then k = ndelays end
-    local score = now + tonumber(ARGV[4 + k]) * ups / 1000
-    local r = settle_back(KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], id, tok, score, max, now_ms, 'lease expired')
-    if r == 2 then dead = dead + 1 else
-      requeued = requeued + 1
-      if min == nil or score < min then min = score end
-    end
+    local attempt, rest = take_run(KEYS[4], tok)
+    local score = now + tonumber(ARGV[4 + math.min(attempt, ndelays)]) * ups / 1000
+    local r = settle_back(KEYS[1], KEYS[3], KEYS[5], KEYS[6], id, attempt, rest, score, max, now_ms, 'lease expired')
+    if r == 2 then dead = dead + 1 else requeued = requeued + 1 end
+    if r == 1 and (min == nil or score < min) then min = score end
   end
 end
 if min ~= nil then redis.call('PUBLISH', ARGV[4], min) end

@@ -19,6 +19,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -138,6 +141,36 @@ func dropKeys(rdb *redis.Client, prefix string) {
 	for iter.Next(ctx) {
 		rdb.Del(ctx, iter.Val()) // not UNLINK: memory figures must not see a lazy free
 	}
+}
+
+// parallel calls f(i) for i in [0, n) on workers goroutines.
+func parallel(n, workers int, f func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				f(i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// cpuMeter reads the CPU time spent so far by Redis (INFO cpu) and by this
+// process (getrusage): on a machine where both share the cores, CPU per
+// job is what throughput ratios come down to.
+func cpuMeter(rdb *redis.Client) (redisCPU, selfCPU time.Duration) {
+	s, _ := rdb.Info(context.Background(), "cpu").Result()
+	for _, f := range []string{"used_cpu_sys", "used_cpu_user"} {
+		v, _ := strconv.ParseFloat(infoField(s, f), 64)
+		redisCPU += time.Duration(v * float64(time.Second))
+	}
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return redisCPU, time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // samples summarises repeated measurements.

@@ -65,18 +65,9 @@ func middlewareScenario() {
 			key := ns("mw")
 			queue := key
 			ac := asynq.NewClient(asynq.RedisClientOpt{Addr: redisAddr, PoolSize: 20})
-			var wg sync.WaitGroup
-			var next atomic.Int64
-			for range 16 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := next.Add(1); i <= int64(n); i = next.Add(1) {
-						ac.Enqueue(asynq.NewTask("noop", nil), asynq.Queue(queue), asynq.TaskID("t"+strconv.FormatInt(i, 10)))
-					}
-				}()
-			}
-			wg.Wait()
+			parallel(n, 16, func(i int) {
+				ac.Enqueue(asynq.NewTask("noop", nil), asynq.Queue(queue), asynq.TaskID("t"+strconv.Itoa(i)))
+			})
 			ac.Close()
 
 			var handled atomic.Int64
