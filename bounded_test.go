@@ -1,7 +1,9 @@
 package zclaim
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,5 +63,29 @@ func TestScriptsBounded(t *testing.T) {
 	t.Logf("over %d members: claim of %d took %v, recovery pass of 100 took %v", n, MaxBatchSize, claimTook, recoverTook)
 	if claimTook > time.Second || recoverTook > time.Second {
 		t.Fatalf("a bounded script took too long: claim %v, recover %v", claimTook, recoverTook)
+	}
+
+	// Expired batch leases (a dispatcher's claims): a pass takes whole
+	// leases until it has touched its batch of jobs.
+	bb := newBroker(t, BrokerOptions{BatchSize: 100, Lease: time.Minute})
+	for i := 0; i < 100_000; i += 10000 {
+		p := rdb.Pipeline()
+		for j := i; j < i+10000; j++ {
+			first := strconv.Itoa(1000*j + 1)
+			p.ZAdd(ctx, bb.keys.batches, redis.Z{Score: pastMS, Member: first + ":3"})
+			var blob strings.Builder
+			for _, id := range []string{"a" + first, "b" + first, "c" + first} {
+				fmt.Fprintf(&blob, "%d:%s0:", len(id), id) // no record
+			}
+			p.HSet(ctx, bb.keys.runs, "b"+first, blob.String())
+		}
+		_, err := p.Exec(ctx)
+		must(t, err)
+	}
+	must(t, rdb.HSet(ctx, bb.keys.runs, "batched", 300_000).Err())
+	r, err = bb.Recover(ctx)
+	must(t, err)
+	if r.Requeued+r.Dead != 102 || r.scanned != 102 {
+		t.Fatalf("one pass over batch leases of 3 recovered %+v, want 34 leases, 102 jobs", r)
 	}
 }

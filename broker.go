@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,6 +49,8 @@ var (
 	killLua string
 	//go:embed recover.lua
 	recoverLua string
+	//go:embed finish.lua
+	finishLua string
 	//go:embed stats.lua
 	statsLua string
 	//go:embed cancel.lua
@@ -60,6 +63,7 @@ var (
 	retryScript    = newScript(retryLua)
 	killScript     = newScript(killLua)
 	recoverScript  = newScript(recoverLua)
+	finishScript   = newScript(finishLua)
 	statsScript    = newScript(statsLua)
 	cancelScript   = newScript(cancelLua)
 )
@@ -337,7 +341,7 @@ func checkID(ctx context.Context, op, id string) error {
 // Finish each claim with Ack, Retry or Kill, and Extend it while working
 // past its lease. A claim that is never settled comes back through Recover.
 func (b *Broker) Claim(ctx context.Context, max int) ([]Claim, error) {
-	r, err := b.claim(ctx, max)
+	r, err := b.claim(ctx, max, false)
 	return r.claims, err
 }
 
@@ -347,9 +351,19 @@ type claimResult struct {
 	now    time.Time     // Redis TIME when the script ran
 	wait   time.Duration // until the earliest remaining job is due (by Redis' clock)
 	next   bool          // whether any job remains scheduled
+
+	// Of a batch claim only:
+	lease   batchLease
+	index   []int   // each claim's place in the batch, from 1
+	corrupt []Claim // claims whose record could not be decoded, with their
+	bad     []int   // places in the batch and
+	why     []error // decoding errors; the caller settles them as dead
 }
 
-func (b *Broker) claim(ctx context.Context, max int) (claimResult, error) {
+// claim runs claim.lua. With batch, the claims share one lease, settled
+// with finishBatches (the dispatcher's way: per-job leases cost more than
+// the enqueue they cover); without, each has its own in-flight entry.
+func (b *Broker) claim(ctx context.Context, max int, batch bool) (claimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return claimResult{}, wrap(ctx, "claim", err, nil)
 	}
@@ -357,13 +371,50 @@ func (b *Broker) claim(ctx context.Context, max int) (claimResult, error) {
 		return claimResult{}, fmt.Errorf("zclaim: claim: %w: max must be positive, not %d", ErrInvalidArgument, max)
 	}
 	max = min(max, MaxBatchSize)
+	mode := ""
+	if batch {
+		mode = "batch"
+	}
 	raw, err := claimScript.Run(ctx, b.rdb,
-		[]string{b.keys.schedule, b.keys.inflight, b.keys.tokens, b.keys.pending, b.keys.runs},
-		max, b.opts.Lease.Milliseconds(), b.ups).Slice()
+		[]string{b.keys.schedule, b.keys.inflight, b.keys.tokens, b.keys.pending, b.keys.runs, b.keys.batches},
+		max, b.opts.Lease.Milliseconds(), b.ups, mode).Slice()
 	if err != nil {
 		return claimResult{}, wrap(ctx, "claim", err, b.keys.types)
 	}
-	if len(raw) < 4 || (len(raw)-4)%3 != 0 {
+	// The claimed jobs, from either form of reply.
+	type claimed struct{ id, score, rec string }
+	var jobs []claimed
+	switch {
+	case len(raw) == 4:
+	case len(raw) == 6 && batch:
+		blob, _ := raw[4].(string)
+		scores, _ := raw[5].(string)
+		jobs = make([]claimed, 0, strings.Count(scores, " ")+1)
+		for blob != "" {
+			var j claimed
+			var err error
+			if j.id, blob, err = lenPrefixed(blob); err == nil {
+				j.rec, blob, err = lenPrefixed(blob)
+			}
+			if err != nil {
+				return claimResult{}, fmt.Errorf("zclaim: claim: %w: batch reply: %v", ErrCorrupt, err)
+			}
+			j.score, scores, _ = strings.Cut(scores, " ")
+			jobs = append(jobs, j)
+		}
+	case len(raw) == 6:
+		due, _ := raw[4].([]any)
+		recs, _ := raw[5].([]any)
+		if len(due) != 2*len(recs) {
+			return claimResult{}, fmt.Errorf("zclaim: claim: %w: %d ids and scores for %d records", ErrCorrupt, len(due), len(recs))
+		}
+		jobs = make([]claimed, len(recs))
+		for i := range jobs {
+			jobs[i].id, _ = due[2*i].(string)
+			jobs[i].score, _ = due[2*i+1].(string)
+			jobs[i].rec, _ = recs[i].(string) // "" for none: a record is never empty
+		}
+	default:
 		return claimResult{}, fmt.Errorf("zclaim: claim: %w: reply of %d values", ErrCorrupt, len(raw))
 	}
 	deadline, _ := raw[0].(int64)
@@ -377,31 +428,88 @@ func (b *Broker) claim(ctx context.Context, max int) (claimResult, error) {
 		res.next = true
 		res.wait = max0(time.Duration((nf - now) / float64(b.ups) * float64(time.Second)))
 	}
-	n := (len(raw) - 4) / 3
+	n := len(jobs)
 	if n == 0 {
 		return res, nil
 	}
 	res.claims = make([]Claim, 0, n)
-	for i := 0; i < n; i++ {
-		id, _ := raw[4+3*i].(string)
-		score, _ := raw[5+3*i].(string)
+	if batch {
+		res.lease = batchLease{first: first, n: n}
+		res.index = make([]int, 0, n)
+	}
+	for i, j := range jobs {
 		c := Claim{
-			Job:        Job{ID: id, RunAt: b.scoreTime(score)},
+			Job:        Job{ID: j.id, RunAt: b.scoreTime(j.score)},
 			Token:      first + int64(i),
 			Attempt:    1,
 			LeaseUntil: time.UnixMilli(deadline),
 		}
-		if rec, ok := raw[6+3*i].(string); ok {
-			a, err := decodeRecord(rec, &c.Job)
-			if err != nil {
+		if j.rec != "" {
+			a, err := decodeRecord(j.rec, &c.Job)
+			switch {
+			case err != nil && batch:
+				res.corrupt, res.bad, res.why = append(res.corrupt, c), append(res.bad, i+1), append(res.why, err)
+				continue
+			case err != nil:
 				b.buryCorrupt(ctx, c, err)
 				continue
 			}
 			c.Attempt = a + 1
 		}
 		res.claims = append(res.claims, c)
+		if batch {
+			res.index = append(res.index, i+1)
+		}
 	}
 	return res, nil
+}
+
+// batchLease names the lease of a batch claim: the token of its first job
+// and the number of jobs.
+type batchLease struct {
+	first int64
+	n     int
+}
+
+func (l batchLease) member() string { return strconv.FormatInt(l.first, 10) + ":" + strconv.Itoa(l.n) }
+
+// batchEnd is how a batch claim ended: every job is done but those in
+// retry (back to the schedule after a delay) and dead (with a reason),
+// keyed by their place in the batch (from 1).
+type batchEnd struct {
+	lease batchLease
+	retry map[int]time.Duration
+	dead  map[int]string
+}
+
+// finishBatches settles batch claims, each as one, in one round trip. It
+// returns those whose lease was no longer held (recovery took them; nothing
+// changed for those).
+func (b *Broker) finishBatches(ctx context.Context, ends ...batchEnd) (lost []batchEnd, err error) {
+	if len(ends) == 0 {
+		return nil, nil
+	}
+	args := []any{b.ups, b.opts.MaxAttempts, b.keys.notice}
+	for _, e := range ends {
+		args = append(args, e.lease.member(), len(e.retry)+len(e.dead))
+		for x, d := range e.retry {
+			args = append(args, x, "r", strconv.FormatInt(d.Milliseconds(), 10))
+		}
+		for x, why := range e.dead {
+			args = append(args, x, "d", why)
+		}
+	}
+	res, err := finishScript.Run(ctx, b.rdb,
+		[]string{b.keys.schedule, b.keys.batches, b.keys.pending, b.keys.runs, b.keys.dead, b.keys.deadInfo}, args...).Int64Slice()
+	if err != nil {
+		return nil, wrap(ctx, "finish", err, b.keys.types)
+	}
+	for i, n := range res {
+		if n == 0 && i < len(ends) {
+			lost = append(lost, ends[i])
+		}
+	}
+	return lost, nil
 }
 
 // buryCorrupt sends a claim whose record cannot be decoded to the dead set,
@@ -555,7 +663,7 @@ func (b *Broker) Kill(ctx context.Context, c Claim, reason string) error {
 type Stats struct {
 	Scheduled int64     // jobs on the schedule
 	Due       int64     // of those, due now
-	Inflight  int64     // claims held
+	Inflight  int64     // jobs claimed and not yet settled (those of a dispatcher's batch claims included)
 	Expired   int64     // of those, past their lease and waiting for recovery
 	Dead      int64     // jobs in the dead set
 	Next      time.Time // due time of the earliest scheduled job; zero if none
@@ -566,7 +674,7 @@ func (b *Broker) Stats(ctx context.Context) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return Stats{}, wrap(ctx, "stats", err, nil)
 	}
-	raw, err := statsScript.Run(ctx, b.rdb, []string{b.keys.schedule, b.keys.inflight, b.keys.dead}, b.ups).Slice()
+	raw, err := statsScript.Run(ctx, b.rdb, []string{b.keys.schedule, b.keys.inflight, b.keys.dead, b.keys.batches, b.keys.runs}, b.ups).Slice()
 	if err != nil {
 		return Stats{}, wrap(ctx, "stats", err, b.keys.types)
 	}

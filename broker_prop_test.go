@@ -3,6 +3,7 @@ package zclaim
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -11,8 +12,9 @@ import (
 )
 
 // The broker against a model. Random sequences of Schedule, Cancel, Claim,
-// Ack, Extend, Retry, Kill, Recover and waiting (leases are 40 ms, so waits
-// make them expire) must keep every run of a job in exactly one place:
+// Ack, Extend, Retry, Kill, batch claims and their settling (the
+// dispatcher's), Recover and waiting (leases are 40 ms, so waits make them
+// expire) must keep every run of a job in exactly one place:
 // scheduled, in flight, dead or finished; at most one scheduled entry per id;
 // tokens strictly increasing; nothing claimed before it is due; a stale
 // token's operations failing with ErrLeaseLost and changing nothing.
@@ -31,12 +33,21 @@ type mClaim struct {
 	payload string
 }
 
+// mBatch is a batch claim: one lease over its jobs, in claim order.
+type mBatch struct {
+	lease batchLease
+	until time.Time
+	jobs  []mClaim
+}
+
 type brokerModel struct {
 	b         *Broker
 	scheduled map[string]mSched
 	inflight  map[int64]mClaim // current claims by token
+	batches   map[int64]mBatch // current batch claims by first token
+	allBatch  []mBatch         // every batch claim, current or stale
 	dead      map[string]string
-	all       []Claim // every claim ever handed out, current or stale
+	all       []Claim // every claim ever handed out, current or stale (batch claims' jobs too: they have no lease of their own)
 	lastToken int64
 	finished  int
 	n         int
@@ -117,10 +128,19 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 		},
 		"claim": func(t *rapid.T) {
 			n := rapid.IntRange(1, 5).Draw(t, "max")
+			batch := rapid.Bool().Draw(t, "batch")
 			before := m.now(t)
-			cs, err := m.b.Claim(ctx, n)
+			res, err := m.b.claim(ctx, n, batch)
 			if err != nil {
 				t.Fatal(err)
+			}
+			cs := res.claims
+			var mb mBatch
+			if batch && len(cs) > 0 {
+				mb = mBatch{lease: res.lease, until: cs[0].LeaseUntil}
+				if res.lease.n != len(cs) || res.lease.first != cs[0].Token || len(res.corrupt) > 0 {
+					t.Fatalf("batch lease %+v for %d claims from token %d", res.lease, len(cs), cs[0].Token)
+				}
 			}
 			after := m.now(t)
 			dueBefore := 0
@@ -149,8 +169,55 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 					t.Fatalf("claim %+v, model %+v", c, s)
 				}
 				delete(m.scheduled, c.ID)
-				m.inflight[c.Token] = mClaim{c: c, payload: s.payload}
+				if batch {
+					mb.jobs = append(mb.jobs, mClaim{c: c, payload: s.payload})
+				} else {
+					m.inflight[c.Token] = mClaim{c: c, payload: s.payload}
+				}
 				m.all = append(m.all, c)
+			}
+			if mb.lease.n > 0 {
+				m.batches[mb.lease.first] = mb
+				m.allBatch = append(m.allBatch, mb)
+			}
+		},
+		"finish": func(t *rapid.T) {
+			if len(m.allBatch) == 0 {
+				t.Skip("no batch claims yet")
+			}
+			mb := rapid.SampledFrom(m.allBatch).Draw(t, "batch")
+			_, cur := m.batches[mb.lease.first]
+			end := batchEnd{lease: mb.lease, retry: map[int]time.Duration{}, dead: map[int]string{}}
+			outcomes := make([]int, len(mb.jobs))
+			for i := range mb.jobs {
+				switch outcomes[i] = rapid.IntRange(0, 2).Draw(t, "outcome"); outcomes[i] {
+				case 1:
+					end.retry[i+1] = 0
+				case 2:
+					end.dead[i+1] = "dead by test"
+				}
+			}
+			lost, err := m.b.finishBatches(ctx, end)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (len(lost) == 1) == cur {
+				t.Fatalf("finish of a batch (current %v): lost %v", cur, lost)
+			}
+			if !cur {
+				return
+			}
+			delete(m.batches, mb.lease.first)
+			now := m.now(t)
+			for i, mc := range mb.jobs {
+				switch outcomes[i] {
+				case 0:
+					m.finished++
+				case 1:
+					m.settleBack(mc, now, "attempts exhausted", max)
+				case 2:
+					m.dead[mc.c.ID] = "dead by test"
+				}
 			}
 		},
 		"ack": func(t *rapid.T) {
@@ -209,7 +276,8 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 					}
 				}
 			}
-			// The script walks expired members by deadline, then member name.
+			// The script walks expired members by deadline, then member name,
+			// and then expired batch leases the same way, each job in order.
 			sort.Slice(gone, func(i, j int) bool {
 				a, b := gone[i].c, gone[j].c
 				if !a.LeaseUntil.Equal(b.LeaseUntil) {
@@ -217,6 +285,32 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 				}
 				return a.member() < b.member()
 			})
+			var goneBatches []mBatch
+			for _, mb := range m.batches {
+				switch {
+				case !mb.until.After(before):
+					goneBatches = append(goneBatches, mb)
+				case mb.until.After(after):
+				default:
+					if _, err := m.b.rdb.ZScore(ctx, m.b.keys.batches, mb.lease.member()).Result(); err != nil {
+						goneBatches = append(goneBatches, mb)
+					}
+				}
+			}
+			sort.Slice(goneBatches, func(i, j int) bool {
+				a, b := goneBatches[i], goneBatches[j]
+				if !a.until.Equal(b.until) {
+					return a.until.Before(b.until)
+				}
+				return a.lease.member() < b.lease.member()
+			})
+			for _, mb := range goneBatches {
+				delete(m.batches, mb.lease.first)
+				for _, mc := range mb.jobs {
+					m.inflight[mc.c.Token] = mc // settleBack takes it from here
+					gone = append(gone, mc)
+				}
+			}
 			dead := 0
 			for _, mc := range gone {
 				if m.settleBack(mc, after, "lease expired", max) {
@@ -284,18 +378,41 @@ func (m *brokerModel) check(t *rapid.T) {
 			t.Fatalf("claim %s missing from the in-flight set", mc.c.member())
 		}
 	}
-	runs, err := rdb.HLen(ctx, k.runs).Result()
+	runs, err := rdb.HKeys(ctx, k.runs).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	withRecord := 0
+	withRecord := len(m.batches) // one record of each batch's jobs
 	for _, mc := range m.inflight {
 		if mc.payload != "" || mc.c.Attempt > 1 {
 			withRecord++
 		}
 	}
-	if int(runs) != withRecord {
-		t.Fatalf("%d run records, model %d", runs, withRecord)
+	batched := 0
+	for _, mb := range m.batches {
+		batched += len(mb.jobs)
+		if _, err := rdb.ZScore(ctx, k.batches, mb.lease.member()).Result(); err != nil {
+			t.Fatalf("batch lease %s missing", mb.lease.member())
+		}
+	}
+	if n, _ := rdb.ZCard(ctx, k.batches).Result(); int(n) != len(m.batches) {
+		t.Fatalf("%d batch leases, model %d", n, len(m.batches))
+	}
+	if slices.Contains(runs, "batched") {
+		withRecord++
+		if n, _ := rdb.HGet(ctx, k.runs, "batched").Int(); n != batched {
+			t.Fatalf("%d jobs counted in batch leases, model %d", n, batched)
+		}
+	}
+	if len(runs) != withRecord {
+		t.Fatalf("run records %v, model %d", runs, withRecord)
+	}
+	st, err := m.b.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Inflight != int64(len(m.inflight)+batched) || st.Scheduled != int64(len(m.scheduled)) {
+		t.Fatalf("stats %+v, model %d in flight, %d scheduled", st, len(m.inflight)+batched, len(m.scheduled))
 	}
 	dead, err := rdb.ZRange(ctx, k.dead, 0, -1).Result()
 	if err != nil {
@@ -315,7 +432,7 @@ func TestBrokerProperties(t *testing.T) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		m := &brokerModel{b: b, scheduled: map[string]mSched{}, inflight: map[int64]mClaim{}, dead: map[string]string{}}
+		m := &brokerModel{b: b, scheduled: map[string]mSched{}, inflight: map[int64]mClaim{}, batches: map[int64]mBatch{}, dead: map[string]string{}}
 		rt.Repeat(m.actions())
 	})
 }

@@ -72,6 +72,26 @@ func TestRedisCluster(t *testing.T) {
 				t.Fatalf("dead %+v", dead)
 			}
 
+			// The dispatcher's batch claims: claim, settle, recover.
+			must(t, b.Schedule(ctx, Job{ID: "e", RunAt: past, Type: "t", Payload: []byte("p")}, Job{ID: "f", RunAt: past}))
+			res, err := b.claim(ctx, 10, true)
+			must(t, err)
+			if len(res.claims) != 2 {
+				t.Fatalf("batch claimed %d", len(res.claims))
+			}
+			lostBatches, err := b.finishBatches(ctx, batchEnd{lease: res.lease, retry: map[int]time.Duration{1: 0}})
+			if err != nil || len(lostBatches) != 0 {
+				t.Fatalf("finish: %v %v", lostBatches, err)
+			}
+			res, err = b.claim(ctx, 10, true)
+			must(t, err)
+			time.Sleep(40 * time.Millisecond)
+			r, err = b.Recover(ctx)
+			must(t, err)
+			if len(res.claims) != 1 || r.Dead != 1 {
+				t.Fatalf("batch re-claimed %d, recovered %+v", len(res.claims), r)
+			}
+
 			i, err := NewIdempotency(cc, IdempotencyOptions{Prefix: key + ":run:"})
 			must(t, err)
 			e, err := i.Begin(ctx, "a")

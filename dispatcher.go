@@ -65,14 +65,21 @@ type DispatcherStats struct {
 	Enqueued  int64 // tasks enqueued into asynq
 	Conflicts int64 // claims whose task id asynq already had (acked, not enqueued)
 	Failed    int64 // enqueues that failed; their claims went back with backoff
-	Dead      int64 // claims that could not become tasks (no type), sent to the dead set
+	Dead      int64 // claims that could not become tasks (no type, or a corrupt record), sent to the dead set
 }
 
 // Dispatcher moves due jobs from a Broker's schedule into asynq the moment
 // they are due: it sleeps until the earliest due time (read from Redis),
 // wakes early when an earlier job is scheduled, claims due jobs in
 // batches, enqueues each as an asynq task whose TaskID is the job id, and
-// acks the claim. Any number of dispatchers may share a schedule.
+// settles the batch. Any number of dispatchers may share a schedule.
+//
+// A dispatcher's batch is one lease, not one per job: its jobs become
+// tasks within moments and none is extended, so the batch is settled as
+// one once every job in it is enqueued (or given back, or dead). If the
+// dispatcher dies first, recovery puts the whole batch back after the
+// lease, and the jobs already enqueued meet asynq's TaskID on their next
+// dispatch. Stats count the jobs of a batch lease one by one.
 type Dispatcher struct {
 	b    *Broker
 	c    *asynq.Client
@@ -136,9 +143,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	bg.Add(1)
 	go func() { defer bg.Done(); d.listen(rctx, wake) }()
 
-	// Successful enqueues are acked in batches by one goroutine: whatever
-	// has queued up while the previous ack ran goes in the next call.
-	acks := make(chan Claim, MaxBatchSize)
+	// Batches whose every job has been dispatched are settled by one
+	// goroutine: whatever has queued up while the previous call ran goes
+	// in the next.
+	acks := make(chan *batchRun, MaxBatchSize)
 	ackDone := make(chan struct{})
 	go func() { defer close(ackDone); d.acker(acks) }()
 	defer func() { <-ackDone }()
@@ -146,9 +154,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 
 	// Concurrency workers enqueue claims from a queue of up to
 	// 4×Concurrency more (at most BatchSize): the workers seldom wait for a
-	// claim round trip, and a slow asynq holds few claims waiting.
+	// claim round trip, and a slow asynq holds few claims waiting (4
+	// enqueues of EnqueueTimeout each per worker fit in the default lease).
 	type item struct {
 		c                   Claim
+		run                 *batchRun
+		index               int
 		redisNow, claimedAt time.Time
 	}
 	queue := make(chan item, max(d.opts.Concurrency, min(4*d.opts.Concurrency, d.b.opts.BatchSize)))
@@ -159,11 +170,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		go func() {
 			defer workers.Done()
 			for it := range queue {
-				select {
-				case freed <- struct{}{}:
-				default:
+				if len(queue) <= cap(queue)/2 { // the claim loop waits for no less
+					select {
+					case freed <- struct{}{}:
+					default:
+					}
 				}
-				d.dispatch(it.c, it.redisNow, it.claimedAt, acks)
+				it.run.settled(it.index, d.dispatch(it.c, it.redisNow, it.claimedAt), acks)
 			}
 		}()
 	}
@@ -190,7 +203,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 		}
 		want := min(cap(queue)-len(queue), d.b.opts.BatchSize)
-		res, err := d.b.claim(ctx, want)
+		res, err := d.b.claim(ctx, want, true)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -203,9 +216,19 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		backoff = 0
 		claimedAt := time.Now()
-		d.claimed.Add(int64(len(res.claims)))
-		for _, c := range res.claims {
-			queue <- item{c, res.now, claimedAt} // fits: only this loop adds
+		d.claimed.Add(int64(len(res.claims) + len(res.corrupt)))
+		if res.lease.n > 0 {
+			run := &batchRun{end: batchEnd{lease: res.lease}}
+			run.left.Store(int64(res.lease.n))
+			for k, c := range res.corrupt {
+				d.dead.Add(1)
+				d.log.LogAttrs(ctx, slog.LevelError, "zclaim: job record is corrupt; moved to the dead set",
+					slog.String("key", d.b.keys.schedule), slog.String("id", c.ID), slog.String("error", res.why[k].Error()))
+				run.settled(res.bad[k], outcome{dead: "corrupt record: " + res.why[k].Error()}, acks)
+			}
+			for k, c := range res.claims {
+				queue <- item{c, run, res.index[k], res.now, claimedAt} // fits: only this loop adds
+			}
 		}
 		need = 1
 		switch {
@@ -225,45 +248,83 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 }
 
-// ackLinger is how long the acker gathers acks before it sends them: one
-// round trip costs Redis more than the acks in it, and a lease is long.
+// ackLinger is how long the acker gathers finished batches before it
+// settles them: one round trip costs Redis more than the batches in it,
+// and a lease is long.
 const ackLinger = 5 * time.Millisecond
 
-// acker acks claims from in, in batches gathered over ackLinger, until in
-// is closed.
-func (d *Dispatcher) acker(in <-chan Claim) {
-	batch := make([]Claim, 0, MaxBatchSize)
+// batchRun follows the jobs of one batch claim through the workers.
+type batchRun struct {
+	left atomic.Int64 // jobs not yet dispatched
+	mu   sync.Mutex
+	end  batchEnd
+}
+
+// outcome is how one job's dispatch ended: done (the zero value), back to
+// the schedule after retry, or dead with a reason.
+type outcome struct {
+	retry time.Duration
+	dead  string
+}
+
+// settled records the outcome of the job at place index; the last job of
+// the batch hands the batch to the acker.
+func (r *batchRun) settled(index int, o outcome, acks chan<- *batchRun) {
+	if o.retry > 0 || o.dead != "" {
+		r.mu.Lock()
+		if o.dead != "" {
+			if r.end.dead == nil {
+				r.end.dead = map[int]string{}
+			}
+			r.end.dead[index] = o.dead
+		} else {
+			if r.end.retry == nil {
+				r.end.retry = map[int]time.Duration{}
+			}
+			r.end.retry[index] = o.retry
+		}
+		r.mu.Unlock()
+	}
+	if r.left.Add(-1) == 0 {
+		acks <- r
+	}
+}
+
+// acker settles finished batches from in, gathered over ackLinger, until
+// in is closed.
+func (d *Dispatcher) acker(in <-chan *batchRun) {
+	batch := make([]batchEnd, 0, MaxBatchSize)
 	linger := time.NewTimer(ackLinger)
 	defer linger.Stop()
-	for c := range in {
-		batch = append(batch[:0], c)
+	for r := range in {
+		batch = append(batch[:0], r.end)
 		resetTimer(linger, ackLinger)
 	more:
 		for len(batch) < MaxBatchSize {
 			select {
-			case c, ok := <-in:
+			case r, ok := <-in:
 				if !ok {
 					break more
 				}
-				batch = append(batch, c)
+				batch = append(batch, r.end)
 			case <-linger.C:
 				break more
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), d.opts.EnqueueTimeout)
-		lost, err := d.b.AckMany(ctx, batch...)
+		lost, err := d.b.finishBatches(ctx, batch...)
 		cancel()
 		switch {
 		case err != nil:
-			// The claims stay in flight; after their lease, recovery puts
-			// them back and their next dispatch meets asynq's TaskID.
-			d.log.LogAttrs(context.Background(), slog.LevelWarn, "zclaim: ack after enqueue failed; recovery will settle these claims",
-				slog.Int("claims", len(batch)), slog.String("error", err.Error()))
+			// The batches stay in flight; after their lease, recovery puts
+			// them back and the next dispatch of their jobs meets asynq's TaskID.
+			d.log.LogAttrs(context.Background(), slog.LevelWarn, "zclaim: settling dispatched batches failed; recovery will settle them",
+				slog.Int("batches", len(batch)), slog.String("error", err.Error()))
 		case len(lost) > 0:
-			// The enqueue outlived the lease and the job was recovered;
-			// its next dispatch meets asynq's TaskID and is acked.
-			d.log.LogAttrs(context.Background(), slog.LevelWarn, "zclaim: lease lost before the ack after enqueue",
-				slog.Int("claims", len(lost)), slog.String("first", lost[0].ID))
+			// The enqueues outlived the lease and the jobs were recovered;
+			// their next dispatch meets asynq's TaskID.
+			d.log.LogAttrs(context.Background(), slog.LevelWarn, "zclaim: lease lost before dispatched batches were settled",
+				slog.Int("batches", len(lost)), slog.Int("jobs", lost[0].lease.n))
 		}
 	}
 }
@@ -308,10 +369,10 @@ func (d *Dispatcher) listen(ctx context.Context, wake chan<- struct{}) {
 	}
 }
 
-// dispatch enqueues one claim and settles it (a failed enqueue gives it
-// back; a successful one goes to the acker), on a context of its own so
-// that a shutdown lets it finish.
-func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time, acks chan<- Claim) {
+// dispatch enqueues one claim and returns how it ended (a failed enqueue
+// goes back after its backoff; one without a task type goes to the dead
+// set), on a context of its own so that a shutdown lets it finish.
+func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time) outcome {
 	ctx, cancel := context.WithTimeout(context.Background(), d.opts.EnqueueTimeout)
 	defer cancel()
 	typ := c.Type
@@ -320,13 +381,13 @@ func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time, acks chan<
 	}
 	if typ == "" {
 		d.dead.Add(1)
-		err := d.b.Kill(ctx, c, "no task type (set DispatcherOptions.DefaultType)")
 		d.log.LogAttrs(ctx, slog.LevelError, "zclaim: job without a task type sent to the dead set",
-			slog.String("id", c.ID), slog.Any("error", err))
+			slog.String("id", c.ID))
 		d.report(c, redisNow, claimedAt, errors.New("zclaim: job without a task type"))
-		return
+		return outcome{dead: "no task type (set DispatcherOptions.DefaultType)"}
 	}
-	opts := []asynq.Option{asynq.TaskID(c.ID)}
+	opts := make([]asynq.Option, 1, 2)
+	opts[0] = asynq.TaskID(c.ID)
 	if c.Queue != "" {
 		opts = append(opts, asynq.Queue(c.Queue))
 	}
@@ -343,22 +404,18 @@ func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time, acks chan<
 		// if that earlier task was archived or completed, this run will
 		// not happen: that is the meaning of one id, one piece of work.
 		d.conflicts.Add(1)
-		d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: asynq already has a task with this id; acked without enqueuing",
+		d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: asynq already has a task with this id; settled without enqueuing",
 			slog.String("id", c.ID), slog.String("queue", c.Queue))
 		err = fmt.Errorf("zclaim: dispatch %q: %w", c.ID, err)
 	default:
 		d.failed.Add(1)
 		d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: enqueue failed; the job goes back with backoff",
 			slog.String("id", c.ID), slog.Int("attempt", c.Attempt), slog.String("error", err.Error()))
-		if rerr := d.b.Retry(ctx, c, time.Time{}); rerr != nil {
-			d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not give a claim back; recovery will",
-				slog.String("id", c.ID), slog.String("error", rerr.Error()))
-		}
 		d.report(c, redisNow, claimedAt, err)
-		return
+		return outcome{retry: max(time.Millisecond, d.b.opts.Backoff(c.Attempt))}
 	}
 	d.report(c, redisNow, claimedAt, err)
-	acks <- c
+	return outcome{}
 }
 
 func (d *Dispatcher) report(c Claim, redisNow, claimedAt time.Time, err error) {

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // What the broker reads back from Redis may have been written by someone
@@ -99,6 +102,45 @@ func FuzzRunRecord(f *testing.F) {
 		case errors.Is(err, ErrCorrupt), errors.Is(err, ErrAlreadyDone), errors.Is(err, ErrInProgress):
 		default:
 			t.Fatalf("record %q %q %q: %v", s, tok, lease, err)
+		}
+	})
+}
+
+// The record of a batch lease (the jobs of a dispatcher's claim), damaged
+// or written by someone else: recovery and settling read what they can
+// and never fail with a Lua error, hang, or schedule an empty id.
+func FuzzBatchRecord(f *testing.F) {
+	f.Add("1:a0:1:b5:2:xyz")
+	f.Add("3:abc12:0:t/q/payload")
+	f.Add("-1:a0:")
+	f.Add("99999999999999999999:a0:")
+	f.Add("0:0:")
+	f.Add("")
+	b := newBroker(f, BrokerOptions{Lease: time.Minute, Backoff: func(int) time.Duration { return 0 }})
+	past := float64(time.Now().Add(-time.Hour).UnixMilli())
+	f.Fuzz(func(t *testing.T, blob string) {
+		must(t, b.rdb.Del(ctx, b.keys.schedule, b.keys.batches, b.keys.runs, b.keys.pending, b.keys.dead, b.keys.deadInfo).Err())
+		must(t, b.rdb.ZAdd(ctx, b.keys.batches, redis.Z{Score: past, Member: "7:3"}).Err())
+		must(t, b.rdb.HSet(ctx, b.keys.runs, "b7", blob, "batched", 3).Err())
+		if _, err := b.Recover(ctx); err != nil {
+			t.Fatalf("recover %q: %v", blob, err)
+		}
+		ids, err := b.rdb.ZRange(ctx, b.keys.schedule, 0, -1).Result()
+		must(t, err)
+		for _, id := range ids {
+			if id == "" {
+				t.Fatalf("recover %q scheduled an empty id", blob)
+			}
+		}
+		if n, _ := b.rdb.ZCard(ctx, b.keys.batches).Result(); n != 0 {
+			t.Fatalf("recover %q left the lease", blob)
+		}
+		must(t, b.rdb.ZAdd(ctx, b.keys.batches, redis.Z{Score: past, Member: "7:3"}).Err())
+		must(t, b.rdb.HSet(ctx, b.keys.runs, "b7", blob).Err())
+		lost, err := b.finishBatches(ctx, batchEnd{lease: batchLease{first: 7, n: 3},
+			retry: map[int]time.Duration{1: 0}, dead: map[int]string{2: "x"}})
+		if err != nil || len(lost) != 0 {
+			t.Fatalf("finish %q: %v %v", blob, lost, err)
 		}
 	})
 }

@@ -15,7 +15,8 @@ type keys struct {
 	inflight string // ZSet: id|token -> lease deadline (Unix ms)
 	tokens   string // string: fencing token counter
 	pending  string // hash: id -> record of the scheduled run
-	runs     string // hash: token -> record of a claimed run
+	runs     string // hash: token -> record of a claimed run; "b"+token -> jobs of a batch lease
+	batches  string // ZSet: first:n -> deadline of a batch lease (a dispatcher's claim; see prelude.lua)
 	dead     string // ZSet: id -> time of death (Unix ms)
 	deadInfo string // hash: id -> reason and record
 	notice   string // pub/sub channel: an earlier due time was scheduled
@@ -50,12 +51,13 @@ func deriveKeys(key string, cluster bool) (keys, error) {
 		tokens:   base + ":tokens",
 		pending:  base + ":jobs",
 		runs:     base + ":runs",
+		batches:  base + ":batches",
 		dead:     base + ":dead",
 		deadInfo: base + ":deadinfo",
 		notice:   base + ":notice",
 	}
 	slot := Slot(key)
-	for _, d := range []string{k.inflight, k.tokens, k.pending, k.runs, k.dead, k.deadInfo} {
+	for _, d := range []string{k.inflight, k.tokens, k.pending, k.runs, k.batches, k.dead, k.deadInfo} {
 		if cluster && Slot(d) != slot {
 			return keys{}, fmt.Errorf("%w: key %q: the keys derived from it (%q) fall in another Redis Cluster slot; give it a hash tag, for example %q",
 				ErrInvalidOptions, key, d, "zclaim:{"+strings.NewReplacer("{", "", "}", "").Replace(key)+"}")
@@ -63,7 +65,7 @@ func deriveKeys(key string, cluster bool) (keys, error) {
 	}
 	k.types = map[string]string{
 		k.schedule: "zset", k.inflight: "zset", k.tokens: "string", k.pending: "hash",
-		k.runs: "hash", k.dead: "zset", k.deadInfo: "hash",
+		k.runs: "hash", k.batches: "zset", k.dead: "zset", k.deadInfo: "hash",
 	}
 	return k, nil
 }

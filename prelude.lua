@@ -18,6 +18,20 @@ local function wrongtype(kt)
   return nil
 end
 
+-- read runs a reading command on key. If key holds another type it
+-- returns nil and an error reply naming the key, like wrongtype's; a script
+-- that reads a key before its first write needs no TYPE check for it.
+local function read(cmd, key, ...)
+  local r = redis.pcall(cmd, key, ...)
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, 'WRONGTYPE', 1, true) then
+      return nil, redis.error_reply('ZCLAIM_WRONGTYPE ' .. key .. ' ' .. redis.call('TYPE', key)['ok'])
+    end
+    return nil, r
+  end
+  return r
+end
+
 -- clock reads Redis TIME: now in Unix ms (whole), in score units (ups =
 -- units per second: 1 for seconds with fractions, 1000 for ms) and in Unix µs.
 local function clock(ups)
@@ -34,15 +48,57 @@ local function split_member(m)
   return string.match(m, '^(.*)|(%d+)$')
 end
 
--- take_run removes the run record of token tok and returns the claim's
--- attempt number (1 for a run without a record) and the record's rest.
-local function take_run(R, tok)
-  local rec = redis.call('HGET', R, tok)
-  if not rec then return 1, '' end
-  redis.call('HDEL', R, tok)
-  local a, rest = string.match(rec, '^(%d+):(.*)$')
+-- run_attempt returns the attempt number of a claim whose record was rec
+-- (1 for none or an unreadable one) and the record's rest.
+local function run_attempt(rec)
+  local a, rest = string.match(rec or '', '^(%d+):(.*)$')
   if not a then return 1, '' end
   return tonumber(a) + 1, rest
+end
+
+-- take_run removes the run record of token tok and returns the claim's
+-- attempt number and the record's rest (run_attempt).
+local function take_run(R, tok)
+  local rec = redis.call('HGET', R, tok)
+  if rec then redis.call('HDEL', R, tok) end
+  return run_attempt(rec)
+end
+
+-- A batch lease (a dispatcher's claim, settled as one) is a member
+-- "first:n" of the batches ZSet, scored by its deadline, where first is
+-- the token of its first job and n the number of jobs; the run records
+-- hash keeps the jobs under "b" .. first, each as
+-- "<len>:<id><len>:<record>" (an empty record for a job that had none),
+-- and the count of jobs held in batch leases under "batched".
+
+-- take_batch removes batch lease m ("first:n") and its jobs' records, and
+-- returns its jobs as two arrays, ids and records (empty unless jobs is
+-- true); nil when m is not held (its lease was lost). A damaged record
+-- ends the list early.
+local function take_batch(B, R, m, jobs)
+  if redis.call('ZREM', B, m) == 0 then return nil end
+  local first, n = string.match(m, '^(%d+):(%d+)$')
+  local ids, recs = {}, {}
+  if not first then return ids, recs end
+  local blob = jobs and redis.call('HGET', R, 'b' .. first) or ''
+  redis.call('HDEL', R, 'b' .. first)
+  redis.call('HINCRBY', R, 'batched', -tonumber(n))
+  local pos = 1
+  while pos <= #blob do
+    local l1 = string.match(blob, '^(%d+):', pos)
+    if not l1 then break end
+    local s1 = pos + #l1 + 1
+    local e1 = s1 + tonumber(l1) - 1
+    local l2 = e1 < #blob and string.match(blob, '^(%d+):', e1 + 1)
+    if not l2 then break end
+    local s2 = e1 + #l2 + 2
+    local e2 = s2 + tonumber(l2) - 1
+    if e2 > #blob or e1 < s1 then break end
+    ids[#ids + 1] = string.sub(blob, s1, e1)
+    recs[#recs + 1] = string.sub(blob, s2, e2)
+    pos = e2 + 1
+  end
+  return ids, recs
 end
 
 -- bury puts id into the dead set with its reason and record.

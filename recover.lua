@@ -1,29 +1,42 @@
 -- recover.lua: one bounded recovery pass over expired leases.
 -- KEYS[1] schedule ZSet   KEYS[2] in-flight ZSet   KEYS[3] pending records
 -- KEYS[4] run records   KEYS[5] dead ZSet   KEYS[6] dead info hash
+-- KEYS[7] batches ZSet (batch leases, see prelude.lua)
 -- ARGV[1] batch   ARGV[2] score units per second   ARGV[3] max attempts
 -- ARGV[4] notice channel   ARGV[5..] backoff in ms for attempt 1, 2, ... (the last repeats)
 -- Leases are re-checked here against Redis TIME: only members whose
 -- deadline has passed are touched; the member's removal voids its token.
--- Returns {requeued, dead, scanned}.
-local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'zset', KEYS[6], 'hash'})
+-- Expired batch leases follow, whole, while the pass has touched fewer
+-- than batch jobs.
+-- Returns {requeued, dead, scanned} where scanned counts the jobs touched.
+local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'zset', KEYS[6], 'hash', KEYS[7], 'zset'})
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 local batch, ups, max = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local now_ms, now = clock(ups)
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms, 'LIMIT', 0, batch)
-if #expired == 0 then return {0, 0, 0} end
-redis.call('ZREM', KEYS[2], unpack(expired))
-local requeued, dead, min = 0, 0, nil
+local requeued, dead, scanned, min = 0, 0, 0, nil
 local ndelays = #ARGV - 4
+local function back(id, attempt, rest)
+  local score = now + tonumber(ARGV[4 + math.min(attempt, ndelays)]) * ups / 1000
+  local r = settle_back(KEYS[1], KEYS[3], KEYS[5], KEYS[6], id, attempt, rest, score, max, now_ms, 'lease expired')
+  if r == 2 then dead = dead + 1 else requeued = requeued + 1 end
+  if r == 1 and (min == nil or score < min) then min = score end
+end
+
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms, 'LIMIT', 0, batch)
+if #expired > 0 then
+  redis.call('ZREM', KEYS[2], unpack(expired))
+  scanned = #expired
+end
 for _, m in ipairs(expired) do
   local id, tok = split_member(m)
-  if id then
-    local attempt, rest = take_run(KEYS[4], tok)
-    local score = now + tonumber(ARGV[4 + math.min(attempt, ndelays)]) * ups / 1000
-    local r = settle_back(KEYS[1], KEYS[3], KEYS[5], KEYS[6], id, attempt, rest, score, max, now_ms, 'lease expired')
-    if r == 2 then dead = dead + 1 else requeued = requeued + 1 end
-    if r == 1 and (min == nil or score < min) then min = score end
-  end
+  if id then back(id, take_run(KEYS[4], tok)) end
+end
+while scanned < batch do
+  local m = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now_ms, 'LIMIT', 0, 1)[1]
+  if not m then break end
+  local ids, recs = take_batch(KEYS[7], KEYS[4], m, true)
+  for j = 1, #ids do back(ids[j], run_attempt(recs[j])) end
+  scanned = scanned + math.max(#ids, 1)
 end
 if min ~= nil then redis.call('PUBLISH', ARGV[4], min) end
-return {requeued, dead, #expired}
+return {requeued, dead, scanned}

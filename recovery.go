@@ -33,7 +33,7 @@ func (b *Broker) Recover(ctx context.Context) (Recovered, error) {
 	for a := 1; a <= n; a++ {
 		args = append(args, strconv.FormatInt(b.opts.Backoff(a).Milliseconds(), 10))
 	}
-	raw, err := recoverScript.Run(ctx, b.rdb, b.settleKeys(), args...).Int64Slice()
+	raw, err := recoverScript.Run(ctx, b.rdb, append(b.settleKeys(), b.keys.batches), args...).Int64Slice()
 	if err != nil {
 		return Recovered{}, wrap(ctx, "recover", err, b.keys.types)
 	}

@@ -1,0 +1,323 @@
+package zclaim
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A batch claim (the dispatcher's) is one lease: settling it finishes its
+// jobs but those given back or sent to the dead set, each with its record.
+func TestBatchFinish(t *testing.T) {
+	b := newBroker(t, BrokerOptions{Lease: time.Minute, MaxAttempts: 2})
+	past := time.Now().Add(-time.Second)
+	must(t, b.Schedule(ctx, jobsDue(4, "job-", past)...))
+	must(t, b.rdb.ZAdd(ctx, b.keys.schedule, redis.Z{Score: 1, Member: "bare"}).Err()) // no record
+
+	res, err := b.claim(ctx, 10, true)
+	must(t, err)
+	if len(res.claims) != 5 || res.lease.n != 5 || res.lease.first != res.claims[0].Token {
+		t.Fatalf("claimed %d, lease %+v", len(res.claims), res.lease)
+	}
+	place := map[string]int{}
+	for k, c := range res.claims {
+		place[c.ID] = res.index[k]
+		if c.Attempt != 1 || c.Token != res.lease.first+int64(res.index[k]-1) {
+			t.Fatalf("claim %+v at %d", c, res.index[k])
+		}
+	}
+	if n, _ := b.rdb.ZCard(ctx, b.keys.inflight).Result(); n != 0 {
+		t.Fatalf("a batch claim wrote %d in-flight members", n)
+	}
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if st.Inflight != 5 || st.Scheduled != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	// A job of a batch has no lease of its own to settle.
+	wantErr(t, b.Ack(ctx, res.claims[0]), ErrLeaseLost)
+
+	end := batchEnd{lease: res.lease,
+		retry: map[int]time.Duration{place["job-1"]: 0, place["bare"]: 0},
+		dead:  map[int]string{place["job-2"]: "no task type"}}
+	lost, err := b.finishBatches(ctx, end)
+	must(t, err)
+	if len(lost) != 0 {
+		t.Fatalf("lost %v", lost)
+	}
+	lost, err = b.finishBatches(ctx, end) // settled already
+	must(t, err)
+	if len(lost) != 1 {
+		t.Fatalf("a second finish was not refused: %v", lost)
+	}
+
+	again, err := b.Claim(ctx, 10)
+	must(t, err)
+	if len(again) != 2 {
+		t.Fatalf("re-claimed %+v", again)
+	}
+	for _, c := range again {
+		switch {
+		case c.ID == "job-1" && c.Attempt == 2 && string(c.Payload) == "p1" && c.Type == "t":
+		case c.ID == "bare" && c.Attempt == 2:
+		default:
+			t.Fatalf("re-claim %+v", c)
+		}
+	}
+	dead, err := b.Dead(ctx, 10)
+	must(t, err)
+	if len(dead) != 1 || dead[0].ID != "job-2" || dead[0].Reason != "no task type" || string(dead[0].Payload) != "p2" || dead[0].Attempts != 1 {
+		t.Fatalf("dead %+v", dead)
+	}
+	_, err = b.AckMany(ctx, again...)
+	must(t, err)
+	if n, _ := b.rdb.HGet(ctx, b.keys.runs, "batched").Int(); n != 0 {
+		t.Fatalf("%d jobs still counted in batch leases", n)
+	}
+	if n, _ := b.rdb.HLen(ctx, b.keys.runs).Result(); n != 1 { // the counter alone
+		t.Fatalf("%d run records left", n)
+	}
+}
+
+// An expired batch lease comes back whole through recovery, each job with
+// its record and one more attempt; a job on its last attempt goes to the
+// dead set; an id scheduled again meanwhile keeps its newer entry. The old
+// holder's finish then changes nothing.
+func TestBatchLeaseRecovered(t *testing.T) {
+	b := newBroker(t, BrokerOptions{Lease: 20 * time.Millisecond, MaxAttempts: 2,
+		Backoff: func(int) time.Duration { return 0 }})
+	past := time.Now().Add(-time.Second)
+	must(t, b.Schedule(ctx, jobsDue(3, "job-", past)...))
+	res, err := b.claim(ctx, 10, true)
+	must(t, err)
+	must(t, b.Schedule(ctx, Job{ID: "job-0", RunAt: past, Payload: []byte("newer")}))
+	time.Sleep(30 * time.Millisecond)
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if st.Inflight != 3 || st.Expired != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+	r, err := b.Recover(ctx)
+	must(t, err)
+	if r.Requeued != 3 || r.Dead != 0 || r.scanned != 3 {
+		t.Fatalf("recovered %+v", r)
+	}
+	lost, err := b.finishBatches(ctx, batchEnd{lease: res.lease})
+	must(t, err)
+	if len(lost) != 1 {
+		t.Fatal("the old holder's finish was not refused")
+	}
+	again, err := b.claim(ctx, 10, true)
+	must(t, err)
+	got := map[string]Claim{}
+	for _, c := range again.claims {
+		got[c.ID] = c
+	}
+	if c := got["job-0"]; string(c.Payload) != "newer" || c.Attempt != 1 {
+		t.Fatalf("job-0 %+v: the newer entry should stand", c)
+	}
+	if c := got["job-1"]; string(c.Payload) != "p1" || c.Attempt != 2 {
+		t.Fatalf("job-1 %+v", c)
+	}
+	time.Sleep(30 * time.Millisecond)
+	r, err = b.Recover(ctx)
+	must(t, err)
+	if r.Dead != 2 || r.Requeued != 1 {
+		t.Fatalf("recovered %+v, want job-1 and job-2 dead", r)
+	}
+	st, err = b.Stats(ctx)
+	must(t, err)
+	if st.Inflight != 0 || st.Dead != 2 || st.Scheduled != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A key of the wrong type fails a claim of either kind with an error that
+// names it, and changes nothing; keys a kind of claim does not touch do not
+// fail it.
+func TestBatchClaimWrongType(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		for _, which := range []string{"inflight", "tokens", "jobs", "runs", "batches"} {
+			b := newBroker(t, BrokerOptions{})
+			must(t, b.Schedule(ctx, jobsDue(2, "job-", time.Now().Add(-time.Second))...))
+			bad := map[string]string{"inflight": b.keys.inflight, "tokens": b.keys.tokens, "jobs": b.keys.pending,
+				"runs": b.keys.runs, "batches": b.keys.batches}[which]
+			must(t, b.rdb.Del(ctx, bad).Err())
+			must(t, b.rdb.SAdd(ctx, bad, "x").Err())
+			res, err := b.claim(ctx, 10, batch)
+			untouched := (batch && which == "inflight") || (!batch && which == "batches")
+			if untouched {
+				must(t, err)
+				if len(res.claims) != 2 {
+					t.Fatalf("batch %v, %s a set: claimed %d", batch, which, len(res.claims))
+				}
+				continue
+			}
+			var wt *WrongTypeError
+			if !errors.As(err, &wt) || wt.Key != bad || wt.Got != "set" {
+				t.Fatalf("batch %v, %s a set: %v", batch, which, err)
+			}
+			if n, _ := b.rdb.ZCard(ctx, b.keys.schedule).Result(); n != 2 {
+				t.Fatalf("batch %v, %s a set: a failed claim removed jobs", batch, which)
+			}
+			if which != "jobs" {
+				if n, _ := b.rdb.HLen(ctx, b.keys.pending).Result(); n != 2 {
+					t.Fatalf("batch %v, %s a set: a failed claim took records", batch, which)
+				}
+			}
+		}
+	}
+}
+
+// Batch claimers on their own connections race each other and per-job
+// claimers for the same jobs, hold their leases for random times, and
+// some die holding them, while recovery runs beside them. Every job is
+// settled exactly once: a batch whose lease was recovered can no longer
+// be settled, and its jobs come back to be claimed again.
+func TestBatchClaimsRaceRecovery(t *testing.T) {
+	key := testKey(t)
+	opts := BrokerOptions{Key: key, Lease: 30 * time.Millisecond, MaxAttempts: 1000,
+		Backoff: func(int) time.Duration { return 0 }}
+	b := newBroker(t, opts)
+	const n, workers = 3000, 8
+	must(t, b.Schedule(ctx, jobsDue(n, "job-", time.Now().Add(-time.Second))...))
+
+	var mu sync.Mutex
+	settled := make(map[string]int, n)
+	var total atomic.Int64
+	var lostBatches, dropped atomic.Int64
+	errs := make(chan error, workers+1)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // recovery
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if _, err := b.Recover(ctx); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := redis.NewClient(&redis.Options{Addr: testAddr, PoolSize: 1})
+			defer c.Close()
+			wb, err := NewBroker(c, opts)
+			if err != nil {
+				errs <- err
+				return
+			}
+			for total.Load() < n {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				res, err := wb.claim(ctx, 1+rand.IntN(100), w%4 != 0)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(res.claims) == 0 {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond) // some leases expire
+				if rand.IntN(10) == 0 {
+					dropped.Add(1) // dies holding the claims
+					continue
+				}
+				var ok []Claim
+				if res.lease.n > 0 {
+					lost, err := wb.finishBatches(ctx, batchEnd{lease: res.lease})
+					if err != nil {
+						errs <- err
+						return
+					}
+					if len(lost) > 0 {
+						lostBatches.Add(1)
+					} else {
+						ok = res.claims
+					}
+				} else {
+					lost, err := wb.AckMany(ctx, res.claims...)
+					if err != nil {
+						errs <- err
+						return
+					}
+					ok = slicesWithout(res.claims, lost)
+				}
+				mu.Lock()
+				for _, c := range ok {
+					settled[c.ID]++
+				}
+				mu.Unlock()
+				total.Add(int64(len(ok)))
+			}
+		}()
+	}
+	deadline := time.After(30 * time.Second)
+	for total.Load() < n {
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		case <-deadline:
+			t.Fatalf("settled %d of %d", total.Load(), n)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	close(done)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if k := settled["job-"+strconv.Itoa(i)]; k != 1 {
+			t.Fatalf("job-%d settled %d times", i, k)
+		}
+	}
+	if len(settled) != n {
+		t.Fatalf("%d ids settled, want %d", len(settled), n)
+	}
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if st.Scheduled != 0 || st.Inflight != 0 || st.Dead != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if n, _ := b.rdb.HLen(ctx, b.keys.runs).Result(); n != 1 {
+		t.Fatalf("%d run records left", n)
+	}
+	t.Logf("%d batches lost their lease, %d claims dropped by dying holders", lostBatches.Load(), dropped.Load())
+	if lostBatches.Load() == 0 || dropped.Load() == 0 {
+		t.Fatal("no lease was lost: the test did not test recovery")
+	}
+}
+
+func slicesWithout(cs, lost []Claim) []Claim {
+	gone := map[int64]bool{}
+	for _, c := range lost {
+		gone[c.Token] = true
+	}
+	var out []Claim
+	for _, c := range cs {
+		if !gone[c.Token] {
+			out = append(out, c)
+		}
+	}
+	return out
+}

@@ -1,0 +1,42 @@
+-- finish.lua: settle batch leases (a dispatcher's claims), each as one.
+-- KEYS[1] schedule ZSet   KEYS[2] batches ZSet   KEYS[3] pending records
+-- KEYS[4] run records   KEYS[5] dead ZSet   KEYS[6] dead info hash
+-- ARGV[1] score units per second   ARGV[2] max attempts   ARGV[3] notice channel
+-- ARGV[4..] one group per lease: its member ("first:n"), then k, then k
+--   triples (index of a job in the batch, 1-based; "r" or "d"; delay in ms
+--   for "r", reason for "d"). Jobs not named are done and leave the broker;
+--   an "r" job goes back to the schedule after its delay (or into the dead
+--   set after its last attempt), a "d" job into the dead set.
+-- Returns one value per lease: 1 when settled, 0 when it was not held (its
+-- lease expired and recovery took it; nothing changed for it).
+local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'zset', KEYS[6], 'hash'})
+if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
+local ups, max = tonumber(ARGV[1]), tonumber(ARGV[2])
+local now_ms, now = clock(ups)
+local out, min = {}, nil
+local i = 4
+while i <= #ARGV do
+  local k = tonumber(ARGV[i + 1])
+  local ids, recs = take_batch(KEYS[2], KEYS[4], ARGV[i], k > 0)
+  out[#out + 1] = ids and 1 or 0
+  for j = 1, k do
+    local at = i + 2 + 3 * (j - 1)
+    local x = tonumber(ARGV[at])
+    local id = ids and ids[x]
+    if id then
+      local attempt, rest = run_attempt(recs[x])
+      if ARGV[at + 1] == 'r' then
+        local score = now + tonumber(ARGV[at + 2]) * ups / 1000
+        if settle_back(KEYS[1], KEYS[3], KEYS[5], KEYS[6], id, attempt, rest, score, max, now_ms, 'attempts exhausted') == 1
+          and (min == nil or score < min) then
+          min = score
+        end
+      else
+        bury(KEYS[5], KEYS[6], id, now_ms, attempt, rest, ARGV[at + 2])
+      end
+    end
+  end
+  i = i + 2 + 3 * k
+end
+if min ~= nil then redis.call('PUBLISH', ARGV[3], min) end
+return out
