@@ -203,7 +203,7 @@ func (i *Idempotency) wrap(ctx context.Context, op, rk string, err error) error 
 			return fmt.Errorf("zclaim: %s: %w: run record %q", op, ErrCorrupt, rk)
 		case strings.HasPrefix(msg, "WRONGTYPE"):
 			typ, _ := i.rdb.Type(context.WithoutCancel(ctx), rk).Result()
-			return &WrongTypeError{Key: rk, Want: "hash", Got: typ}
+			return &WrongTypeError{Key: rk, Want: "string", Got: typ}
 		}
 	}
 	return wrap(ctx, op, err, nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,9 +79,9 @@ func TestIdempotencyFencing(t *testing.T) {
 	_, err = i.Begin(ctx, "k")
 	wantErr(t, err, ErrAlreadyDone)
 	wantErr(t, e3.Complete(ctx), ErrLeaseLost)
-	st, _ := rdb.HGet(ctx, i.recordKey("k"), "s").Result()
-	if st != "done" {
-		t.Fatalf("record state %q", st)
+	st, _ := rdb.Get(ctx, i.recordKey("k")).Result()
+	if !strings.HasPrefix(st, "done "+strconv.FormatInt(e3.Token, 10)+" ") {
+		t.Fatalf("record %q", st)
 	}
 }
 
@@ -159,17 +160,19 @@ func TestIdempotencyBadInput(t *testing.T) {
 	cancel()
 	_, err = i.Begin(cctx, "k")
 	wantErr(t, err, context.Canceled)
-	must(t, rdb.Set(ctx, i.recordKey("str"), "x", 0).Err())
-	_, err = i.Begin(ctx, "str")
+	must(t, rdb.HSet(ctx, i.recordKey("hash"), "s", "run").Err())
+	_, err = i.Begin(ctx, "hash")
 	var wt *WrongTypeError
-	if !errors.As(err, &wt) || wt.Key != i.recordKey("str") || wt.Want != "hash" {
+	if !errors.As(err, &wt) || wt.Key != i.recordKey("hash") || wt.Want != "string" || wt.Got != "hash" {
 		t.Fatalf("%v", err)
 	}
-	must(t, rdb.HSet(ctx, i.recordKey("bad"), "s", "zzz", "t", "1").Err())
-	_, err = i.Begin(ctx, "bad")
-	wantErr(t, err, ErrCorrupt)
-	if v, _ := rdb.HGet(ctx, i.recordKey("bad"), "s").Result(); v != "zzz" {
-		t.Fatal("a corrupt record was overwritten")
+	for _, bad := range []string{"x", "zzz 1 1", "run 1", "run 1 1 1", "done 99999999999999999999 1", "run -1 5"} {
+		must(t, rdb.Set(ctx, i.recordKey("bad"), bad, 0).Err())
+		_, err = i.Begin(ctx, "bad")
+		wantErr(t, err, ErrCorrupt)
+		if v, _ := rdb.Get(ctx, i.recordKey("bad")).Result(); v != bad {
+			t.Fatalf("a corrupt record %q was overwritten", bad)
+		}
 	}
 	for _, o := range []IdempotencyOptions{{Lease: time.Millisecond}, {Retention: -time.Second}} {
 		_, err := NewIdempotency(rdb, o)
