@@ -31,11 +31,20 @@ import (
 var (
 	addrFlag = flag.String("redis", "", "Redis address (default: start redis-server on a free port)")
 	quick    = flag.Bool("quick", false, "smaller numbers: a smoke test, not a measurement")
-	rounds   = flag.Int("rounds", 3, "rounds per contender (interleaved), for median and spread")
+	rounds   = flag.Int("rounds", 3, "rounds per contender (interleaved), for median and spread; at least 5 for throughput and middleware")
 	only     = flag.String("only", "", "comma-separated scenarios to run (claim, lag, throughput, middleware, scale, recovery)")
 )
 
 var redisAddr string
+
+// shortRounds is the rounds of the short, noisy scenarios (dispatch
+// throughput, middleware): 5 unless -rounds asks for more (or -quick).
+func shortRounds() int {
+	if *quick {
+		return *rounds
+	}
+	return max(*rounds, 5)
+}
 
 func main() {
 	flag.Parse()
@@ -55,9 +64,9 @@ func main() {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	info, _ := rdb.Info(context.Background(), "server").Result()
 	rdb.Close()
-	fmt.Printf("# zclaim benchmarks\n\n%s, %d CPUs, %s, Redis %s on loopback; %d round(s) per contender%s.\n",
+	fmt.Printf("# zclaim benchmarks\n\n%s, %d CPUs, %s, Redis %s on loopback; %d round(s) per contender (%d for throughput and middleware)%s.\n",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), infoField(info, "redis_version"),
-		*rounds, map[bool]string{true: " (-quick: smoke test, not a measurement)", false: ""}[*quick])
+		*rounds, shortRounds(), map[bool]string{true: " (-quick: smoke test, not a measurement)", false: ""}[*quick])
 	fmt.Printf("Command: `go run ./bench%s`\n", strings.Join(append([]string{""}, os.Args[1:]...), " "))
 
 	scenarios := []struct {
