@@ -5,7 +5,7 @@
 //	go run ./bench                    # starts its own redis-server (from PATH)
 //	go run ./bench -redis host:port   # or uses yours (only keys of its own; never flushed)
 //	go run ./bench -quick             # smaller numbers, for a smoke test
-//	go run ./bench -only claim,lag    # some scenarios: claim, lag, throughput, middleware, scale, recovery
+//	go run ./bench -only claim,lag    # some scenarios: claim, lag, throughput, middleware, scale, recovery, instructions
 package main
 
 import (
@@ -32,7 +32,7 @@ var (
 	addrFlag = flag.String("redis", "", "Redis address (default: start redis-server on a free port)")
 	quick    = flag.Bool("quick", false, "smaller numbers: a smoke test, not a measurement")
 	rounds   = flag.Int("rounds", 3, "rounds per contender (interleaved), for median and spread; at least 5 for throughput and middleware")
-	only     = flag.String("only", "", "comma-separated scenarios to run (claim, lag, throughput, middleware, scale, recovery)")
+	only     = flag.String("only", "", "comma-separated scenarios to run (claim, lag, throughput, middleware, scale, recovery, instructions)")
 )
 
 var redisAddr string
@@ -79,6 +79,7 @@ func main() {
 		{"middleware", middlewareScenario},
 		{"scale", scaleScenario},
 		{"recovery", recoveryScenario},
+		{"instructions", instructionsScenario},
 	}
 	for _, s := range scenarios {
 		if *only != "" && !slices.Contains(strings.Split(*only, ","), s.name) {

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim"
+	"github.com/zclaim/zclaim/internal/proc"
+)
+
+// Scenario 6 (-only instructions; needs valgrind): Redis' own instructions
+// per operation, counted by callgrind on a redis-server of its own. The
+// operations run one after another, so the count is the same on every run
+// of the same code, however busy the machine: a way to compare a change to
+// one path. It counts user-space instructions only (the kernel's network
+// work is not in it), so it compares versions of a path, not paths with
+// different round trips.
+func instructionsScenario() {
+	if _, err := exec.LookPath("valgrind"); err != nil {
+		progress("instructions: valgrind is not on PATH; skipped")
+		return
+	}
+	const n = 1000
+	ops := []struct {
+		name  string
+		setup func(ctx context.Context, rdb *redis.Client) error // the same for n and 2n
+		run   func(ctx context.Context, rdb *redis.Client, k int) error
+	}{
+		{"Idempotency Begin + Complete, one new key", nil, func(ctx context.Context, rdb *redis.Client, k int) error {
+			i, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{})
+			if err != nil {
+				return err
+			}
+			for j := range k {
+				e, err := i.Begin(ctx, "k"+strconv.Itoa(j))
+				if err != nil {
+					return err
+				}
+				if err := e.Complete(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"Broker.Claim of 32 + AckMany, per job (jobs with a type and queue)", func(ctx context.Context, rdb *redis.Client) error {
+			b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Lease: time.Minute})
+			if err != nil {
+				return err
+			}
+			jobs := make([]zclaim.Job, 32*2*n)
+			for j := range jobs {
+				jobs[j] = zclaim.Job{ID: "j" + strconv.Itoa(j), RunAt: time.Now().Add(-time.Second), Type: "t", Queue: "q"}
+			}
+			return b.Schedule(ctx, jobs...)
+		}, func(ctx context.Context, rdb *redis.Client, k int) error {
+			b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Lease: time.Minute})
+			if err != nil {
+				return err
+			}
+			for range k {
+				cs, err := b.Claim(ctx, 32)
+				if err != nil {
+					return err
+				}
+				if _, err := b.AckMany(ctx, cs...); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"Dispatcher: batch claim + settle, per job (asynq on another server)", func(ctx context.Context, rdb *redis.Client) error {
+			b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Lease: time.Minute})
+			if err != nil {
+				return err
+			}
+			jobs := make([]zclaim.Job, 32*2*n+256)
+			for j := range jobs {
+				jobs[j] = zclaim.Job{ID: "j" + strconv.Itoa(j), RunAt: time.Now().Add(-time.Second), Type: "t", Queue: "q"}
+			}
+			return b.Schedule(ctx, jobs...)
+		}, func(ctx context.Context, rdb *redis.Client, k int) error {
+			b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Lease: time.Minute})
+			if err != nil {
+				return err
+			}
+			ac := asynq.NewClient(asynq.RedisClientOpt{Addr: redisAddr})
+			defer ac.Close()
+			key := ns("instr")
+			defer func() {
+				admin := newClient(1)
+				dropKeys(admin, key)
+				admin.Del(context.Background(), "asynq:queues")
+				admin.Close()
+			}()
+			var done atomic.Int64
+			finished := make(chan struct{})
+			d, err := zclaim.NewDispatcher(b, ac, zclaim.DispatcherOptions{RecoveryInterval: -1,
+				TaskOptions: func(zclaim.Job) []asynq.Option { return []asynq.Option{asynq.Queue(key)} },
+				OnDispatch: func(zclaim.Claim, time.Duration, error) {
+					if done.Add(1) == int64(32*k) {
+						close(finished)
+					}
+				}})
+			if err != nil {
+				return err
+			}
+			dctx, stop := context.WithCancel(ctx)
+			ran := make(chan struct{})
+			go func() { d.Run(dctx); close(ran) }()
+			<-finished
+			stop()
+			<-ran
+			return nil
+		}},
+	}
+	var rows [][]string
+	for _, op := range ops {
+		progress("instructions: %s", op.name)
+		// The difference between 2n and n operations leaves out start-up,
+		// connection set-up and script loading.
+		runs := func(k int) func(context.Context, *redis.Client) error {
+			return func(ctx context.Context, rdb *redis.Client) error {
+				if op.setup != nil {
+					if err := op.setup(ctx, rdb); err != nil {
+						return err
+					}
+				}
+				return op.run(ctx, rdb, k)
+			}
+		}
+		one, err1 := callgrindRedis(runs(n))
+		two, err2 := callgrindRedis(runs(2 * n))
+		if err1 != nil || err2 != nil {
+			progress("instructions: %v %v", err1, err2)
+			return
+		}
+		per := float64(two-one) / n
+		if strings.Contains(op.name, "per job") {
+			per /= 32
+		}
+		rows = append(rows, []string{op.name, fmt.Sprintf("%.1fk", per/1000)})
+	}
+	table("6. Redis instructions per operation (callgrind)", []string{"operation", "instructions"}, rows,
+		"Counted by `valgrind --tool=callgrind` on a redis-server serving the operations one after another: the same on every run of the same code. "+
+			"User-space only: compare versions of one path with it, not paths with different round trips.")
+}
+
+// callgrindRedis runs work against a redis-server under callgrind and
+// returns the instructions the server executed in all.
+func callgrindRedis(work func(context.Context, *redis.Client) error) (int64, error) {
+	dir, err := os.MkdirTemp("", "zclaim-callgrind-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	out := filepath.Join(dir, "callgrind.out")
+	cmd := exec.Command("valgrind", "--tool=callgrind", "--callgrind-out-file="+out,
+		"redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
+		"--hz", "1") // its timer work grows with wall time, which callgrind stretches
+	proc.DieWithParent(cmd)
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, ReadTimeout: time.Minute})
+	defer rdb.Close()
+	ctx := context.Background()
+	for i := 0; rdb.Ping(ctx).Err() != nil; i++ {
+		if i > 300 {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return 0, fmt.Errorf("redis-server under valgrind did not start")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	werr := work(ctx, rdb)
+	rdb.Shutdown(ctx) // the server exits; callgrind writes its counts
+	cmd.Wait()
+	if werr != nil {
+		return 0, werr
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "summary: "); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no summary in the callgrind output")
+}
