@@ -7,7 +7,9 @@
 -- The new token is the larger of the last one + 1 and Redis TIME in
 -- microseconds, so it keeps growing after a record has expired.
 -- Errors: Redis' WRONGTYPE (from the GET, before any write), "ZCLAIM_CORRUPT key".
-local now_ms, _, now_us = clock(1)
+local t = redis.call('TIME')
+local now_us = t[1] * 1000000 + t[2]
+local now_ms = math.floor(now_us / 1000)
 local rec = redis.call('GET', KEYS[1])
 local tok
 if rec then -- a record exists: it must be one of ours

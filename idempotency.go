@@ -37,8 +37,10 @@ var (
 	//go:embed settle.lua
 	settleLua string
 
-	beginScript  = newScript(beginLua)
-	settleScript = newScript(settleLua)
+	// Without the broker's prelude: a run record's scripts need none of
+	// it, and defining its helpers costs each call.
+	beginScript  = redis.NewScript(beginLua)
+	settleScript = redis.NewScript(settleLua)
 )
 
 // InProgressError tells that another run holds a key, and for how long its

@@ -8,12 +8,16 @@
 -- A key of another type fails the GET below, before anything is written.
 local s, tok = string.match(redis.call('GET', KEYS[1]) or '', '^(%l+) (%d+) %d+$')
 if s ~= 'run' or tonumber(tok) ~= tonumber(ARGV[1]) then return 0 end
+local function now_ms()
+  local t = redis.call('TIME')
+  return t[1] * 1000 + math.floor(t[2] / 1000)
+end
 local op, r, rec = ARGV[2], 1, nil
 if op == 'extend' then
-  r = clock(1) + tonumber(ARGV[3])
+  r = now_ms() + tonumber(ARGV[3])
   rec = string.format('run %s %d', tok, r)
 elseif op == 'complete' then
-  rec = string.format('done %s %d', tok, clock(1))
+  rec = string.format('done %s %d', tok, now_ms())
 else
   -- Released: the holder's token is void; it stays recorded so that the
   -- next run's token is larger.
