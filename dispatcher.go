@@ -32,7 +32,8 @@ type DispatcherOptions struct {
 	// also woken at once when an earlier job is scheduled.
 	// Default: DefaultMaxWait (1s).
 	MaxWait time.Duration
-	// EnqueueTimeout bounds one enqueue and its Ack.
+	// EnqueueTimeout bounds one enqueue, and one call that settles
+	// finished batches.
 	// Default: DefaultEnqueueTimeout (5s).
 	EnqueueTimeout time.Duration
 	// RecoveryInterval is how often Run's recovery loop runs
@@ -48,9 +49,11 @@ type DispatcherOptions struct {
 	// The dispatcher always sets asynq.TaskID(job.ID) and the job's queue.
 	// Default: nil.
 	TaskOptions func(Job) []asynq.Option
-	// OnDispatch, when set, is called after each claim is settled: err is
-	// nil when the task was enqueued, ErrTaskIDConflict-wrapping when asynq
-	// already had it, or the enqueue error. lag is the time from the job's
+	// OnDispatch, when set, is called after each claim's enqueue (its
+	// batch is settled later): err is nil when the task was enqueued,
+	// ErrTaskIDConflict-wrapping when asynq already had it, or the enqueue
+	// error. The claim is leased with its batch, not alone: Ack, Extend,
+	// Retry and Kill answer ErrLeaseLost for it. lag is the time from the job's
 	// due time to the end of its enqueue, reckoned from Redis' clock at
 	// the claim. It runs on the enqueueing goroutine: keep it short.
 	// Default: nil.
@@ -63,7 +66,7 @@ type DispatcherOptions struct {
 type DispatcherStats struct {
 	Claimed   int64 // claims taken off the schedule
 	Enqueued  int64 // tasks enqueued into asynq
-	Conflicts int64 // claims whose task id asynq already had (acked, not enqueued)
+	Conflicts int64 // claims whose task id asynq already had (settled, not enqueued)
 	Failed    int64 // enqueues that failed; their claims went back with backoff
 	Dead      int64 // claims that could not become tasks (no type, or a corrupt record), sent to the dead set
 }
@@ -154,8 +157,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 
 	// Concurrency workers enqueue claims from a queue of up to
 	// 4×Concurrency more (at most BatchSize): the workers seldom wait for a
-	// claim round trip, and a slow asynq holds few claims waiting (4
-	// enqueues of EnqueueTimeout each per worker fit in the default lease).
+	// claim round trip, and a slow asynq holds few claims waiting (one
+	// enqueue under way and four queued per worker, of EnqueueTimeout
+	// each, fit in the default lease).
 	type item struct {
 		c                   Claim
 		run                 *batchRun

@@ -16,7 +16,7 @@
 //   - An idempotency store and asynq middleware that keep one live run per
 //     job id and skip runs of jobs that already finished.
 //   - A dispatcher that turns due jobs into asynq tasks the moment they
-//     are due.
+//     are due. Its claims are leased a batch at a time and settled as one.
 //
 // # Keys
 //
