@@ -326,7 +326,7 @@ func run(w io.Writer, rdb *redis.Client, ns string, cfg config) (bool, error) {
 	row("handled more than once (must be 0)", twice)
 	row("lost (must be 0)", missing)
 	row("duplicates suppressed by the middleware", suppressed.Load())
-	row("duplicates acked as asynq TaskID conflicts", ds.Conflicts)
+	row("duplicates settled as asynq TaskID conflicts", ds.Conflicts)
 	row("crashed claims recovered and run", recovered.Load())
 	p50, p99, mx := pct(tl.enqLags)
 	row("dispatch lag p50 (due -> enqueued, on time)", p50)
