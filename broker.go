@@ -354,10 +354,15 @@ type claimResult struct {
 
 	// Of a batch claim only:
 	lease   batchLease
-	index   []int   // each claim's place in the batch, from 1
-	corrupt []Claim // claims whose record could not be decoded, with their
-	bad     []int   // places in the batch and
-	why     []error // decoding errors; the caller settles them as dead
+	index   []int          // each claim's place in the batch, from 1
+	corrupt []corruptClaim // the caller settles these as dead
+}
+
+// corruptClaim is a job of a batch claim whose record could not be decoded.
+type corruptClaim struct {
+	c     Claim
+	index int // place in the batch, from 1
+	err   error
 }
 
 // claim runs claim.lua. With batch, the claims share one lease, settled
@@ -448,7 +453,7 @@ func (b *Broker) claim(ctx context.Context, max int, batch bool) (claimResult, e
 			a, err := decodeRecord(j.rec, &c.Job)
 			switch {
 			case err != nil && batch:
-				res.corrupt, res.bad, res.why = append(res.corrupt, c), append(res.bad, i+1), append(res.why, err)
+				res.corrupt = append(res.corrupt, corruptClaim{c, i + 1, err})
 				continue
 			case err != nil:
 				b.buryCorrupt(ctx, c, err)

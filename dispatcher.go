@@ -224,11 +224,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		if res.lease.n > 0 {
 			run := &batchRun{end: batchEnd{lease: res.lease}}
 			run.left.Store(int64(res.lease.n))
-			for k, c := range res.corrupt {
+			for _, bad := range res.corrupt {
 				d.dead.Add(1)
 				d.log.LogAttrs(ctx, slog.LevelError, "zclaim: job record is corrupt; moved to the dead set",
-					slog.String("key", d.b.keys.schedule), slog.String("id", c.ID), slog.String("error", res.why[k].Error()))
-				run.settled(res.bad[k], outcome{dead: "corrupt record: " + res.why[k].Error()}, acks)
+					slog.String("key", d.b.keys.schedule), slog.String("id", bad.c.ID), slog.String("error", bad.err.Error()))
+				run.settled(bad.index, outcome{dead: "corrupt record: " + bad.err.Error()}, acks)
 			}
 			for k, c := range res.claims {
 				queue <- item{c, run, res.index[k], res.now, claimedAt} // fits: only this loop adds

@@ -282,20 +282,32 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 		return ok1 && ok2 && a == "adopted" && b == "typed"
 	})
 
-	// Without a DefaultType, a job without a type goes to the dead set. The
-	// first dispatcher (which has one) must not be the one to claim it.
+	// Without a DefaultType, a job without a type goes to the dead set, and
+	// so does one whose record is corrupt, both settled with the batch they
+	// were claimed in. The first dispatcher (which has a DefaultType) must
+	// not be the one to claim them.
 	stopFirst()
 	d2, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{RecoveryInterval: -1})
 	must(t, err)
 	stop := runDispatcher(t, d2)
-	must(t, b.rdb.ZAdd(ctx, key, redis.Z{Score: 1, Member: "typeless"}).Err())
+	must(t, b.rdb.HSet(ctx, b.keys.pending, "garbled", "0:9zz").Err())
+	must(t, b.rdb.ZAdd(ctx, key, redis.Z{Score: 1, Member: "typeless"}, redis.Z{Score: 1, Member: "garbled"}).Err())
 	b.rdb.Publish(ctx, b.keys.notice, "1")
-	waitFor(t, 5*time.Second, "the typeless job to die", func() bool { return d2.Stats().Dead == 1 })
+	waitFor(t, 5*time.Second, "the typeless and the garbled job to die", func() bool { return d2.Stats().Dead == 2 })
 	stop()
 	dead, err := b.Dead(ctx, 10)
 	must(t, err)
-	if len(dead) != 1 || dead[0].ID != "typeless" || !strings.Contains(dead[0].Reason, "no task type") {
+	reasons := map[string]string{}
+	for _, j := range dead {
+		reasons[j.ID] = j.Reason
+	}
+	if len(dead) != 2 || !strings.Contains(reasons["typeless"], "no task type") || !strings.HasPrefix(reasons["garbled"], "corrupt record") {
 		t.Fatalf("%+v", dead)
+	}
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if st.Inflight != 0 || st.Dead != 2 {
+		t.Fatalf("stats %+v", st)
 	}
 }
 
