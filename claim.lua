@@ -2,7 +2,7 @@
 -- KEYS[1] schedule ZSet (member = job id, score = due time in score units)
 -- KEYS[2] in-flight ZSet (member = id .. "|" .. token, score = lease deadline, Unix ms)
 -- KEYS[3] token counter (string: the last token)   KEYS[4] pending records hash (id -> record)
--- KEYS[5] run records hash (token -> record of a claimed run)
+-- KEYS[5] run records hash (token -> record of a claimed run; batch leases: see prelude.lua)
 -- KEYS[6] batches ZSet (batch leases, see prelude.lua)
 -- ARGV[1] max (1..1000)   ARGV[2] lease in ms   ARGV[3] score units per second (1 or 1000)
 -- ARGV[4] "batch" for one lease over the whole batch (a dispatcher's claim,
@@ -23,6 +23,7 @@ if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 
 local max, lease, ups = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local now_ms, now, now_us = clock(ups)
+local now_s = string.format('%.6f', now)
 local due, err = read('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, max)
 if err then return err end
 local n = #due / 2
@@ -31,7 +32,7 @@ local function next_score()
   if head[2] then return head[2] end
   return false
 end
-if n == 0 then return {0, 0, string.format('%.6f', now), next_score()} end
+if n == 0 then return {0, 0, now_s, next_score()} end
 
 local ids = {}
 for i = 1, n do ids[i] = due[2 * i - 1] end
@@ -57,7 +58,7 @@ for i = 1, n do
   if recs[i] then moved[#moved + 1] = ids[i] end
 end
 if #moved > 0 then redis.call('HDEL', KEYS[4], unpack(moved)) end
-local next = string.format('%.6f', now)
+local next = now_s
 if n < max then next = next_score() end
 
 if batch then
@@ -78,7 +79,7 @@ if batch then
   redis.call('ZADD', KEYS[6], deadline, f .. ':' .. n)
   redis.call('HSET', KEYS[5], 'b' .. f, jobs)
   redis.call('HINCRBY', KEYS[5], 'batched', n)
-  return {deadline, first, string.format('%.6f', now), next, jobs, table.concat(scores, ' ')}
+  return {deadline, first, now_s, next, jobs, table.concat(scores, ' ')}
 end
 
 -- One in-flight member per job; a record moves to its run's token.
@@ -94,4 +95,4 @@ for i = 1, n do
 end
 redis.call('ZADD', KEYS[2], unpack(zadd))
 if #hset > 0 then redis.call('HSET', KEYS[5], unpack(hset)) end
-return {deadline, first, string.format('%.6f', now), next, due, recs}
+return {deadline, first, now_s, next, due, recs}

@@ -174,7 +174,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		go func() {
 			defer workers.Done()
 			for it := range queue {
-				if len(queue) <= cap(queue)/2 { // the claim loop waits for no less
+				// The claim loop waits for half the queue free at most:
+				// wake it only then, not for every claim taken.
+				if len(queue) <= cap(queue)/2 {
 					select {
 					case freed <- struct{}{}:
 					default:
@@ -220,7 +222,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		backoff = 0
 		claimedAt := time.Now()
-		d.claimed.Add(int64(len(res.claims) + len(res.corrupt)))
+		d.claimed.Add(int64(res.lease.n))
 		if res.lease.n > 0 {
 			run := &batchRun{end: batchEnd{lease: res.lease}}
 			run.left.Store(int64(res.lease.n))

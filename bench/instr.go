@@ -32,12 +32,26 @@ func instructionsScenario() {
 		return
 	}
 	const n = 1000
+	// scheduleDue fills a schedule with more due jobs than 2n claims of 32
+	// take, each with a type and a queue as the dispatcher needs.
+	scheduleDue := func(ctx context.Context, rdb *redis.Client) error {
+		b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Lease: time.Minute})
+		if err != nil {
+			return err
+		}
+		jobs := make([]zclaim.Job, 32*2*n+256)
+		for j := range jobs {
+			jobs[j] = zclaim.Job{ID: "j" + strconv.Itoa(j), RunAt: time.Now().Add(-time.Second), Type: "t", Queue: "q"}
+		}
+		return b.Schedule(ctx, jobs...)
+	}
 	ops := []struct {
 		name  string
+		jobs  int                                                // jobs per operation: the count is per job
 		setup func(ctx context.Context, rdb *redis.Client) error // the same for n and 2n
 		run   func(ctx context.Context, rdb *redis.Client, k int) error
 	}{
-		{"Idempotency Begin + Complete, one new key", nil, func(ctx context.Context, rdb *redis.Client, k int) error {
+		{"Idempotency Begin + Complete, one new key", 1, nil, func(ctx context.Context, rdb *redis.Client, k int) error {
 			i, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{})
 			if err != nil {
 				return err
@@ -53,17 +67,7 @@ func instructionsScenario() {
 			}
 			return nil
 		}},
-		{"Broker.Claim of 32 + AckMany, per job (jobs with a type and queue)", func(ctx context.Context, rdb *redis.Client) error {
-			b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Lease: time.Minute})
-			if err != nil {
-				return err
-			}
-			jobs := make([]zclaim.Job, 32*2*n)
-			for j := range jobs {
-				jobs[j] = zclaim.Job{ID: "j" + strconv.Itoa(j), RunAt: time.Now().Add(-time.Second), Type: "t", Queue: "q"}
-			}
-			return b.Schedule(ctx, jobs...)
-		}, func(ctx context.Context, rdb *redis.Client, k int) error {
+		{"Broker.Claim of 32 + AckMany, per job (jobs with a type and queue)", 32, scheduleDue, func(ctx context.Context, rdb *redis.Client, k int) error {
 			b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Lease: time.Minute})
 			if err != nil {
 				return err
@@ -79,17 +83,7 @@ func instructionsScenario() {
 			}
 			return nil
 		}},
-		{"Dispatcher: batch claim + settle, per job (asynq on another server)", func(ctx context.Context, rdb *redis.Client) error {
-			b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Lease: time.Minute})
-			if err != nil {
-				return err
-			}
-			jobs := make([]zclaim.Job, 32*2*n+256)
-			for j := range jobs {
-				jobs[j] = zclaim.Job{ID: "j" + strconv.Itoa(j), RunAt: time.Now().Add(-time.Second), Type: "t", Queue: "q"}
-			}
-			return b.Schedule(ctx, jobs...)
-		}, func(ctx context.Context, rdb *redis.Client, k int) error {
+		{"Dispatcher: batch claim + settle, per job (asynq on another server)", 32, scheduleDue, func(ctx context.Context, rdb *redis.Client, k int) error {
 			b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Lease: time.Minute})
 			if err != nil {
 				return err
@@ -100,7 +94,7 @@ func instructionsScenario() {
 			defer func() {
 				admin := newClient(1)
 				dropKeys(admin, key)
-				admin.Del(context.Background(), "asynq:queues")
+				admin.SRem(context.Background(), "asynq:queues", key)
 				admin.Close()
 			}()
 			var done atomic.Int64
@@ -145,10 +139,7 @@ func instructionsScenario() {
 			progress("instructions: %v %v", err1, err2)
 			return
 		}
-		per := float64(two-one) / n
-		if strings.Contains(op.name, "per job") {
-			per /= 32
-		}
+		per := float64(two-one) / float64(n*op.jobs)
 		rows = append(rows, []string{op.name, fmt.Sprintf("%.1fk", per/1000)})
 	}
 	table("6. Redis instructions per operation (callgrind)", []string{"operation", "instructions"}, rows,
