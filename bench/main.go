@@ -6,6 +6,7 @@
 //	go run ./bench -redis host:port   # or uses yours (only keys of its own; never flushed)
 //	go run ./bench -quick             # smaller numbers, for a smoke test
 //	go run ./bench -only claim,lag    # some scenarios: claim, lag, throughput, middleware, scale, recovery, instructions
+//	go run ./bench -only middleware -cpuprofile mw.pprof   # and look with go tool pprof
 package main
 
 import (
@@ -16,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +35,7 @@ var (
 	quick    = flag.Bool("quick", false, "smaller numbers: a smoke test, not a measurement")
 	rounds   = flag.Int("rounds", 3, "rounds per contender (interleaved), for median and spread; at least 5 for throughput and middleware")
 	only     = flag.String("only", "", "comma-separated scenarios to run (claim, lag, throughput, middleware, scale, recovery, instructions)")
+	cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of this process (all scenarios run) to this file")
 )
 
 var redisAddr string
@@ -68,6 +71,18 @@ func main() {
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), infoField(info, "redis_version"),
 		*rounds, shortRounds(), map[bool]string{true: " (-quick: smoke test, not a measurement)", false: ""}[*quick])
 	fmt.Printf("Command: `go run ./bench%s`\n", strings.Join(append([]string{""}, os.Args[1:]...), " "))
+
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: -cpuprofile: %v\n", err)
+			os.Exit(2)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 
 	scenarios := []struct {
 		name string
