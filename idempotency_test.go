@@ -481,3 +481,24 @@ func TestMiddlewareRenewsLease(t *testing.T) {
 	_, err := i.Begin(ctx, "long")
 	wantErr(t, err, ErrAlreadyDone)
 }
+
+// The fence compares whole tokens: one whose digits begin the current
+// token's, or run past them, is not current and changes nothing.
+func TestSettleWholeToken(t *testing.T) {
+	rdb := newClient(t)
+	i := newIdem(t, rdb, IdempotencyOptions{Lease: time.Minute})
+	e, err := i.Begin(ctx, "k")
+	must(t, err)
+	before, err := rdb.Get(ctx, i.recordKey("k")).Result()
+	must(t, err)
+	for _, tok := range []int64{e.Token / 10, e.Token*10 + 1} {
+		other := &Execution{Key: e.Key, Token: tok, i: i}
+		wantErr(t, other.Extend(ctx), ErrLeaseLost)
+		wantErr(t, other.Complete(ctx), ErrLeaseLost)
+		wantErr(t, other.Release(ctx), ErrLeaseLost)
+	}
+	if after, _ := rdb.Get(ctx, i.recordKey("k")).Result(); after != before {
+		t.Fatalf("record %q became %q", before, after)
+	}
+	must(t, e.Complete(ctx))
+}
