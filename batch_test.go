@@ -227,7 +227,7 @@ func TestBatchClaimsRaceRecovery(t *testing.T) {
 					return
 				default:
 				}
-				res, err := wb.claim(ctx, 1+rand.IntN(100), w%4 != 0)
+				res, err := wb.claimAs(ctx, 1+rand.IntN(100), []string{"", "batch", "batch-ids", "batch"}[w%4])
 				if err != nil {
 					errs <- err
 					return

@@ -369,6 +369,18 @@ type corruptClaim struct {
 // with finishBatches (the dispatcher's way: per-job leases cost more than
 // the enqueue they cover); without, each has its own in-flight entry.
 func (b *Broker) claim(ctx context.Context, max int, batch bool) (claimResult, error) {
+	mode := ""
+	if batch {
+		mode = "batch"
+	}
+	return b.claimAs(ctx, max, mode)
+}
+
+// claimAs claims as mode says: "" (one lease per job), "batch" (one lease
+// for the batch) or "batch-ids" (the same, and the claims' RunAt is left
+// zero: Redis need not format each job's due time).
+func (b *Broker) claimAs(ctx context.Context, max int, mode string) (claimResult, error) {
+	batch := mode != ""
 	if err := ctx.Err(); err != nil {
 		return claimResult{}, wrap(ctx, "claim", err, nil)
 	}
@@ -376,10 +388,6 @@ func (b *Broker) claim(ctx context.Context, max int, batch bool) (claimResult, e
 		return claimResult{}, fmt.Errorf("zclaim: claim: %w: max must be positive, not %d", ErrInvalidArgument, max)
 	}
 	max = min(max, MaxBatchSize)
-	mode := ""
-	if batch {
-		mode = "batch"
-	}
 	raw, err := claimScript.Run(ctx, b.rdb,
 		[]string{b.keys.schedule, b.keys.inflight, b.keys.tokens, b.keys.pending, b.keys.runs, b.keys.batches},
 		max, b.opts.Lease.Milliseconds(), b.ups, mode).Slice()
@@ -393,7 +401,7 @@ func (b *Broker) claim(ctx context.Context, max int, batch bool) (claimResult, e
 	case len(raw) == 4:
 	case len(raw) == 6 && batch:
 		blob, _ := raw[4].(string)
-		scores, _ := raw[5].(string)
+		scores, _ := raw[5].(string) // false (nil) for "batch-ids"
 		jobs = make([]claimed, 0, strings.Count(scores, " ")+1)
 		for blob != "" {
 			var j claimed
@@ -444,10 +452,13 @@ func (b *Broker) claim(ctx context.Context, max int, batch bool) (claimResult, e
 	}
 	for i, j := range jobs {
 		c := Claim{
-			Job:        Job{ID: j.id, RunAt: b.scoreTime(j.score)},
+			Job:        Job{ID: j.id},
 			Token:      first + int64(i),
 			Attempt:    1,
 			LeaseUntil: time.UnixMilli(deadline),
+		}
+		if j.score != "" {
+			c.RunAt = b.scoreTime(j.score)
 		}
 		if j.rec != "" {
 			a, err := decodeRecord(j.rec, &c.Job)

@@ -128,9 +128,10 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 		},
 		"claim": func(t *rapid.T) {
 			n := rapid.IntRange(1, 5).Draw(t, "max")
-			batch := rapid.Bool().Draw(t, "batch")
+			mode := rapid.SampledFrom([]string{"", "batch", "batch-ids"}).Draw(t, "mode")
+			batch := mode != ""
 			before := m.now(t)
-			res, err := m.b.claim(ctx, n, batch)
+			res, err := m.b.claimAs(ctx, n, mode)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -158,7 +159,11 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 					t.Fatalf("claimed %q, which the model has not scheduled", c.ID)
 				}
 				claimedAt := c.LeaseUntil.Add(-propLease)
-				if c.RunAt.After(after) || c.RunAt.After(claimedAt.Add(time.Millisecond)) || (s.exact && !c.RunAt.Equal(s.due)) {
+				if mode == "batch-ids" {
+					if !c.RunAt.IsZero() {
+						t.Fatalf("a claim without due times has RunAt %v", c.RunAt)
+					}
+				} else if c.RunAt.After(after) || c.RunAt.After(claimedAt.Add(time.Millisecond)) || (s.exact && !c.RunAt.Equal(s.due)) {
 					t.Fatalf("claim %+v early or wrong due time (model %v, claimed at %v)", c, s.due, claimedAt)
 				}
 				if c.Token <= m.lastToken {

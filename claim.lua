@@ -6,7 +6,9 @@
 -- KEYS[6] batches ZSet (batch leases, see prelude.lua)
 -- ARGV[1] max (1..1000)   ARGV[2] lease in ms   ARGV[3] score units per second (1 or 1000)
 -- ARGV[4] "batch" for one lease over the whole batch (a dispatcher's claim,
---   settled with finish.lua) instead of one in-flight member per job
+--   settled with finish.lua) instead of one in-flight member per job;
+--   "batch-ids" for the same without the jobs' due times (Redis formats
+--   each score it answers, which costs as much as the rest of a job's claim)
 -- Returns {deadline_ms, first_token, now, next, {id1, score1, id2, ...},
 --   {record1|false, record2|false, ...}} where tokens run first_token,
 --   first_token+1, ... in reply order, now is Redis TIME in score units and
@@ -14,19 +16,24 @@
 --   since more may be due); {0, 0, now, next} when nothing is due.
 --   A batch claim answers its jobs as the record of its lease (see
 --   prelude.lua) and their scores joined by spaces instead:
---   {deadline_ms, first_token, now, next, jobs, "score1 score2 ..."}.
+--   {deadline_ms, first_token, now, next, jobs, "score1 score2 ..." or false}.
 --   Error "ZCLAIM_WRONGTYPE key type".
 -- Every key is read, or checked, before the first write.
-local batch = ARGV[4] == 'batch'
+local batch, scored = ARGV[4] == 'batch' or ARGV[4] == 'batch-ids', ARGV[4] ~= 'batch-ids'
 local bad = wrongtype({batch and KEYS[6] or KEYS[2], 'zset', KEYS[5], 'hash'})
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 
 local max, lease, ups = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local now_ms, now, now_us = clock(ups)
 local now_s = string.format('%.6f', now)
-local due, err = read('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, max)
+local due, err
+if scored then
+  due, err = read('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, max)
+else
+  due, err = read('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, max)
+end
 if err then return err end
-local n = #due / 2
+local n = scored and #due / 2 or #due
 local function next_score()
   local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   if head[2] then return head[2] end
@@ -34,8 +41,11 @@ local function next_score()
 end
 if n == 0 then return {0, 0, now_s, next_score()} end
 
-local ids = {}
-for i = 1, n do ids[i] = due[2 * i - 1] end
+local ids = due
+if scored then
+  ids = {}
+  for i = 1, n do ids[i] = due[2 * i - 1] end
+end
 local last, recs
 last, err = read('GET', KEYS[3])
 if err then return err end
@@ -53,17 +63,16 @@ local first = base + 1
 redis.call('SET', KEYS[3], string.format('%d', base + n))
 local deadline = now_ms + lease
 
-local moved = {}
+-- Records move with their jobs. HDEL passes over ids without one.
 for i = 1, n do
-  if recs[i] then moved[#moved + 1] = ids[i] end
+  if recs[i] then redis.call('HDEL', KEYS[4], unpack(ids)) break end
 end
-if #moved > 0 then redis.call('HDEL', KEYS[4], unpack(moved)) end
 local next = now_s
 if n < max then next = next_score() end
 
 if batch then
   -- One lease for the batch: its jobs' ids and records in one field.
-  local parts, scores, lens = {}, {}, {}
+  local parts, lens, k = {}, {}, 0
   local function len(s) -- "<length>:", made once per length
     local l = #s
     local t = lens[l]
@@ -71,15 +80,21 @@ if batch then
     return t
   end
   for i = 1, n do
-    local rec = recs[i] or ''
-    parts[i] = len(ids[i]) .. ids[i] .. len(rec) .. rec
-    scores[i] = due[2 * i]
+    local id, rec = ids[i], recs[i] or ''
+    parts[k + 1], parts[k + 2], parts[k + 3], parts[k + 4] = len(id), id, len(rec), rec
+    k = k + 4
   end
   local f, jobs = string.format('%d', first), table.concat(parts)
   redis.call('ZADD', KEYS[6], deadline, f .. ':' .. n)
   redis.call('HSET', KEYS[5], 'b' .. f, jobs)
   redis.call('HINCRBY', KEYS[5], 'batched', n)
-  return {deadline, first, now_s, next, jobs, table.concat(scores, ' ')}
+  local scores = false
+  if scored then
+    scores = {}
+    for i = 1, n do scores[i] = due[2 * i] end
+    scores = table.concat(scores, ' ')
+  end
+  return {deadline, first, now_s, next, jobs, scores}
 end
 
 -- One in-flight member per job; a record moves to its run's token.

@@ -47,6 +47,9 @@ type DispatcherOptions struct {
 	DefaultType string
 	// TaskOptions adds asynq options per job (MaxRetry, Timeout, ...).
 	// The dispatcher always sets asynq.TaskID(job.ID) and the job's queue.
+	// The job's RunAt is its due time only when TaskOptions or OnDispatch
+	// is set (zero otherwise): only then do claims read the due times,
+	// which costs Redis about 40% more per claimed job.
 	// Default: nil.
 	TaskOptions func(Job) []asynq.Option
 	// OnDispatch, when set, is called after each claim's enqueue (its
@@ -56,6 +59,7 @@ type DispatcherOptions struct {
 	// Retry and Kill answer ErrLeaseLost for it. lag is the time from the job's
 	// due time to the end of its enqueue, reckoned from Redis' clock at
 	// the claim. It runs on the enqueueing goroutine: keep it short.
+	// Setting it makes claims read the jobs' due times (see TaskOptions).
 	// Default: nil.
 	OnDispatch func(c Claim, lag time.Duration, err error)
 	// Logger receives the dispatcher's logs. Default: the Broker's logger.
@@ -190,6 +194,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	defer workers.Wait()
 	defer close(queue)
 
+	// Due times cost Redis a formatted number per job: read them only for
+	// a hook that can see them.
+	mode := "batch-ids"
+	if d.opts.OnDispatch != nil || d.opts.TaskOptions != nil {
+		mode = "batch"
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	backoff := time.Duration(0)
@@ -209,7 +219,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 		}
 		want := min(cap(queue)-len(queue), d.b.opts.BatchSize)
-		res, err := d.b.claim(ctx, want, true)
+		res, err := d.b.claimAs(ctx, want, mode)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
