@@ -86,34 +86,39 @@ func BenchmarkBeginComplete(b *testing.B) {
 }
 
 // A dispatcher's path: claims of 32 jobs under one lease, each settled as
-// one (finish.lua), per job. Jobs carry a type and a queue, as the
-// dispatcher needs.
+// one (finish.lua), per job, without due times (a dispatcher without
+// hooks) and with them. Jobs carry a type and a queue, as the dispatcher
+// needs.
 func BenchmarkBatchClaimFinish32(b *testing.B) {
-	br := newBroker(b, BrokerOptions{Lease: time.Minute})
-	past := time.Now().Add(-time.Second)
-	refill := func() {
-		jobs := make([]Job, 10000)
-		for i := range jobs {
-			jobs[i] = Job{ID: "j" + strconv.Itoa(i), RunAt: past, Type: "t", Queue: "q"}
-		}
-		must(b, br.Schedule(ctx, jobs...))
-	}
-	refill()
-	b.ResetTimer()
-	for done := 0; done < b.N; {
-		res, err := br.claim(ctx, 32, true)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(res.claims) == 0 {
-			b.StopTimer()
+	for _, mode := range []string{"batch-ids", "batch"} {
+		b.Run(mode, func(b *testing.B) {
+			br := newBroker(b, BrokerOptions{Lease: time.Minute})
+			past := time.Now().Add(-time.Second)
+			refill := func() {
+				jobs := make([]Job, 10000)
+				for i := range jobs {
+					jobs[i] = Job{ID: "j" + strconv.Itoa(i), RunAt: past, Type: "t", Queue: "q"}
+				}
+				must(b, br.Schedule(ctx, jobs...))
+			}
 			refill()
-			b.StartTimer()
-			continue
-		}
-		if _, err := br.finishBatches(ctx, batchEnd{lease: res.lease}); err != nil {
-			b.Fatal(err)
-		}
-		done += len(res.claims)
+			b.ResetTimer()
+			for done := 0; done < b.N; {
+				res, err := br.claimAs(ctx, 32, mode)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(res.claims) == 0 {
+					b.StopTimer()
+					refill()
+					b.StartTimer()
+					continue
+				}
+				if _, err := br.finishBatches(ctx, batchEnd{lease: res.lease}); err != nil {
+					b.Fatal(err)
+				}
+				done += len(res.claims)
+			}
+		})
 	}
 }
