@@ -142,7 +142,7 @@ func dispatchOp(queue string, hook bool) func(ctx context.Context, rdb *redis.Cl
 		dctx, stop := context.WithCancel(ctx)
 		ran := make(chan struct{})
 		go func() { d.Run(dctx); close(ran) }()
-		for s := d.Stats(); s.Enqueued+s.Conflicts < int64(32*k); s = d.Stats() {
+		for s := d.Stats(); s.Enqueued+s.Conflicts+s.Dead < int64(32*k); s = d.Stats() {
 			time.Sleep(time.Millisecond)
 		}
 		stop()

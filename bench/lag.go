@@ -277,7 +277,7 @@ func dispatchThroughput() {
 			r0, s0 = cpuMeter(admin)
 			start = time.Now()
 			go d.Run(ctx)
-			for d.Stats().Enqueued < int64(n) {
+			for s := d.Stats(); s.Enqueued+s.Conflicts+s.Dead < int64(n); s = d.Stats() {
 				time.Sleep(time.Millisecond)
 			}
 			rate := float64(n) / time.Since(start).Seconds()
