@@ -55,6 +55,7 @@ func TestMain(m *testing.M) {
 	}
 	if srv != nil {
 		srv.stop()
+		os.RemoveAll(srv.dir)
 	}
 	os.Exit(code)
 }
@@ -88,7 +89,11 @@ func startRedis(port int, extra ...string) (*redisServer, error) {
 		return nil, err
 	}
 	s := &redisServer{addr: "127.0.0.1:" + strconv.Itoa(port), port: port, dir: dir, extra: extra}
-	return s, s.start()
+	if err := s.start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
 }
 
 func (s *redisServer) start() error {
