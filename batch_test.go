@@ -20,7 +20,7 @@ func TestBatchFinish(t *testing.T) {
 	must(t, b.Schedule(ctx, jobsDue(4, "job-", past)...))
 	must(t, b.rdb.ZAdd(ctx, b.keys.schedule, redis.Z{Score: 1, Member: "bare"}).Err()) // no record
 
-	res, err := b.claim(ctx, 10, true)
+	res, err := b.claim(ctx, 10, leaseBatch)
 	must(t, err)
 	if len(res.claims) != 5 || res.lease.n != 5 || res.lease.first != res.claims[0].Token {
 		t.Fatalf("claimed %d, lease %+v", len(res.claims), res.lease)
@@ -94,7 +94,7 @@ func TestBatchLeaseRecovered(t *testing.T) {
 		Backoff: func(int) time.Duration { return 0 }})
 	past := time.Now().Add(-time.Second)
 	must(t, b.Schedule(ctx, jobsDue(3, "job-", past)...))
-	res, err := b.claim(ctx, 10, true)
+	res, err := b.claim(ctx, 10, leaseBatch)
 	must(t, err)
 	must(t, b.Schedule(ctx, Job{ID: "job-0", RunAt: past, Payload: []byte("newer")}))
 	time.Sleep(30 * time.Millisecond)
@@ -113,7 +113,7 @@ func TestBatchLeaseRecovered(t *testing.T) {
 	if len(lost) != 1 {
 		t.Fatal("the old holder's finish was not refused")
 	}
-	again, err := b.claim(ctx, 10, true)
+	again, err := b.claim(ctx, 10, leaseBatch)
 	must(t, err)
 	got := map[string]Claim{}
 	for _, c := range again.claims {
@@ -142,7 +142,8 @@ func TestBatchLeaseRecovered(t *testing.T) {
 // names it, and changes nothing; keys a kind of claim does not touch do not
 // fail it.
 func TestBatchClaimWrongType(t *testing.T) {
-	for _, batch := range []bool{false, true} {
+	for _, mode := range []claimMode{leasePerJob, leaseBatch, leaseBatchIDs} {
+		batch := mode != leasePerJob
 		for _, which := range []string{"inflight", "tokens", "jobs", "runs", "batches"} {
 			b := newBroker(t, BrokerOptions{})
 			must(t, b.Schedule(ctx, jobsDue(2, "job-", time.Now().Add(-time.Second))...))
@@ -150,7 +151,7 @@ func TestBatchClaimWrongType(t *testing.T) {
 				"runs": b.keys.runs, "batches": b.keys.batches}[which]
 			must(t, b.rdb.Del(ctx, bad).Err())
 			must(t, b.rdb.SAdd(ctx, bad, "x").Err())
-			res, err := b.claim(ctx, 10, batch)
+			res, err := b.claim(ctx, 10, mode)
 			untouched := (batch && which == "inflight") || (!batch && which == "batches")
 			if untouched {
 				must(t, err)
@@ -227,7 +228,7 @@ func TestBatchClaimsRaceRecovery(t *testing.T) {
 					return
 				default:
 				}
-				res, err := wb.claimAs(ctx, 1+rand.IntN(100), []string{"", "batch", "batch-ids", "batch"}[w%4])
+				res, err := wb.claim(ctx, 1+rand.IntN(100), []claimMode{leasePerJob, leaseBatch, leaseBatchIDs, leaseBatch}[w%4])
 				if err != nil {
 					errs <- err
 					return

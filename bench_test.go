@@ -90,8 +90,8 @@ func BenchmarkBeginComplete(b *testing.B) {
 // hooks) and with them. Jobs carry a type and a queue, as the dispatcher
 // needs.
 func BenchmarkBatchClaimFinish32(b *testing.B) {
-	for _, mode := range []string{"batch-ids", "batch"} {
-		b.Run(mode, func(b *testing.B) {
+	for _, mode := range []claimMode{leaseBatchIDs, leaseBatch} {
+		b.Run(string(mode), func(b *testing.B) {
 			br := newBroker(b, BrokerOptions{Lease: time.Minute})
 			past := time.Now().Add(-time.Second)
 			refill := func() {
@@ -104,7 +104,7 @@ func BenchmarkBatchClaimFinish32(b *testing.B) {
 			refill()
 			b.ResetTimer()
 			for done := 0; done < b.N; {
-				res, err := br.claimAs(ctx, 32, mode)
+				res, err := br.claim(ctx, 32, mode)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -341,7 +341,7 @@ func checkID(ctx context.Context, op, id string) error {
 // Finish each claim with Ack, Retry or Kill, and Extend it while working
 // past its lease. A claim that is never settled comes back through Recover.
 func (b *Broker) Claim(ctx context.Context, max int) ([]Claim, error) {
-	r, err := b.claim(ctx, max, false)
+	r, err := b.claim(ctx, max, leasePerJob)
 	return r.claims, err
 }
 
@@ -365,22 +365,24 @@ type corruptClaim struct {
 	err   error
 }
 
-// claim runs claim.lua. With batch, the claims share one lease, settled
-// with finishBatches (the dispatcher's way: per-job leases cost more than
-// the enqueue they cover); without, each has its own in-flight entry.
-func (b *Broker) claim(ctx context.Context, max int, batch bool) (claimResult, error) {
-	mode := ""
-	if batch {
-		mode = "batch"
-	}
-	return b.claimAs(ctx, max, mode)
-}
+// claimMode is how a claim leases what it takes (claim.lua's ARGV[4]).
+type claimMode string
 
-// claimAs claims as mode says: "" (one lease per job), "batch" (one lease
-// for the batch) or "batch-ids" (the same, and the claims' RunAt is left
-// zero: Redis need not format each job's due time).
-func (b *Broker) claimAs(ctx context.Context, max int, mode string) (claimResult, error) {
-	batch := mode != ""
+const (
+	// leasePerJob gives each claim its own in-flight entry (Broker.Claim).
+	leasePerJob claimMode = ""
+	// leaseBatch gives the claims one lease, settled with finishBatches
+	// (the dispatcher's way: per-job leases cost more than the enqueue
+	// they cover).
+	leaseBatch claimMode = "batch"
+	// leaseBatchIDs is leaseBatch without the jobs' due times: the claims'
+	// RunAt is left zero, and Redis need not format a score per job.
+	leaseBatchIDs claimMode = "batch-ids"
+)
+
+// claim runs claim.lua in mode.
+func (b *Broker) claim(ctx context.Context, max int, mode claimMode) (claimResult, error) {
+	batch := mode != leasePerJob
 	if err := ctx.Err(); err != nil {
 		return claimResult{}, wrap(ctx, "claim", err, nil)
 	}
@@ -390,7 +392,7 @@ func (b *Broker) claimAs(ctx context.Context, max int, mode string) (claimResult
 	max = min(max, MaxBatchSize)
 	raw, err := claimScript.Run(ctx, b.rdb,
 		[]string{b.keys.schedule, b.keys.inflight, b.keys.tokens, b.keys.pending, b.keys.runs, b.keys.batches},
-		max, b.opts.Lease.Milliseconds(), b.ups, mode).Slice()
+		max, b.opts.Lease.Milliseconds(), b.ups, string(mode)).Slice()
 	if err != nil {
 		return claimResult{}, wrap(ctx, "claim", err, b.keys.types)
 	}
@@ -401,8 +403,8 @@ func (b *Broker) claimAs(ctx context.Context, max int, mode string) (claimResult
 	case len(raw) == 4:
 	case len(raw) == 6 && batch:
 		blob, _ := raw[4].(string)
-		scores, _ := raw[5].(string) // false (nil) for "batch-ids"
-		jobs = make([]claimed, 0, strings.Count(scores, " ")+1)
+		scores, _ := raw[5].(string) // false (nil) for leaseBatchIDs
+		jobs = make([]claimed, 0, max)
 		for blob != "" {
 			var j claimed
 			var err error
@@ -501,7 +503,7 @@ type batchEnd struct {
 // finishBatches settles batch claims, each as one, in one round trip. It
 // returns those whose lease was no longer held (recovery took them; nothing
 // changed for those).
-func (b *Broker) finishBatches(ctx context.Context, ends ...batchEnd) (lost []batchEnd, err error) {
+func (b *Broker) finishBatches(ctx context.Context, ends ...batchEnd) ([]batchEnd, error) {
 	if len(ends) == 0 {
 		return nil, nil
 	}
@@ -520,12 +522,18 @@ func (b *Broker) finishBatches(ctx context.Context, ends ...batchEnd) (lost []ba
 	if err != nil {
 		return nil, wrap(ctx, "finish", err, b.keys.types)
 	}
+	return notHeld(res, ends), nil
+}
+
+// notHeld returns the xs whose script result is 0: their lease or token was
+// no longer held.
+func notHeld[T any](res []int64, xs []T) (lost []T) {
 	for i, n := range res {
-		if n == 0 && i < len(ends) {
-			lost = append(lost, ends[i])
+		if n == 0 && i < len(xs) {
+			lost = append(lost, xs[i])
 		}
 	}
-	return lost, nil
+	return lost
 }
 
 // buryCorrupt sends a claim whose record cannot be decoded to the dead set,
@@ -590,12 +598,7 @@ func (b *Broker) AckMany(ctx context.Context, cs ...Claim) (lost []Claim, err er
 	if err != nil {
 		return nil, wrap(ctx, "ack", err, b.keys.types)
 	}
-	for i, n := range res {
-		if n == 0 && i < len(cs) {
-			lost = append(lost, cs[i])
-		}
-	}
-	return lost, nil
+	return notHeld(res, cs), nil
 }
 
 // Extend moves c's lease deadline to d from now (by Redis' clock) and

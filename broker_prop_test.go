@@ -128,10 +128,10 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 		},
 		"claim": func(t *rapid.T) {
 			n := rapid.IntRange(1, 5).Draw(t, "max")
-			mode := rapid.SampledFrom([]string{"", "batch", "batch-ids"}).Draw(t, "mode")
-			batch := mode != ""
+			mode := rapid.SampledFrom([]claimMode{leasePerJob, leaseBatch, leaseBatchIDs}).Draw(t, "mode")
+			batch := mode != leasePerJob
 			before := m.now(t)
-			res, err := m.b.claimAs(ctx, n, mode)
+			res, err := m.b.claim(ctx, n, mode)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,7 +159,7 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 					t.Fatalf("claimed %q, which the model has not scheduled", c.ID)
 				}
 				claimedAt := c.LeaseUntil.Add(-propLease)
-				if mode == "batch-ids" {
+				if mode == leaseBatchIDs {
 					if !c.RunAt.IsZero() {
 						t.Fatalf("a claim without due times has RunAt %v", c.RunAt)
 					}

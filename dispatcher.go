@@ -197,9 +197,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 
 	// Due times cost Redis a formatted number per job: read them only for
 	// a hook that can see them.
-	mode := "batch-ids"
+	mode := leaseBatchIDs
 	if d.opts.OnDispatch != nil || d.opts.TaskOptions != nil {
-		mode = "batch"
+		mode = leaseBatch
 	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -220,7 +220,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 		}
 		want := min(cap(queue)-len(queue), d.b.opts.BatchSize)
-		res, err := d.b.claimAs(ctx, want, mode)
+		res, err := d.b.claim(ctx, want, mode)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
