@@ -20,8 +20,10 @@ if not rec then return {0, now_us, deadline} end
 -- A record exists: it must be one of ours.
 local s, tok, n = string.match(rec, '^(%l+) (%d+) (%d+)$')
 tok, n = tonumber(tok), tonumber(n)
--- A number above 2^53 cannot be a token or a time.
-if (s ~= 'run' and s ~= 'done' and s ~= 'free') or not tok or tok > 9007199254740992 or n > 9007199254740992 then
+-- Lua numbers are doubles, exact below 2^53: a token from 2^53 - 1 up (or
+-- one written as more digits, which reads as such) leaves no exact larger
+-- token for the next run, and a larger n cannot be a time.
+if (s ~= 'run' and s ~= 'done' and s ~= 'free') or not tok or tok >= 9007199254740991 or n > 9007199254740992 then
   return redis.error_reply('ZCLAIM_CORRUPT ' .. KEYS[1])
 end
 if s == 'done' then return {1, tok, 0} end

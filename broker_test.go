@@ -474,6 +474,24 @@ func TestWrongType(t *testing.T) {
 	if n, _ := rdb.ZCard(ctx, b.keys.schedule).Result(); n != 1 {
 		t.Fatal("a failed claim removed the job")
 	}
+	// A token counter no larger exact token can follow is corrupt, in every
+	// claim mode, and nothing moves.
+	for _, v := range []string{"9007199254740990", "1e400", "nan"} {
+		must(t, rdb.Set(ctx, b.keys.tokens, v, 0).Err())
+		for _, mode := range []claimMode{leasePerJob, leaseBatch, leaseBatchIDs} {
+			_, err = b.claim(ctx, 1, mode)
+			wantErr(t, err, ErrCorrupt)
+			if !strings.Contains(err.Error(), b.keys.tokens) {
+				t.Fatalf("the error does not name the counter: %v", err)
+			}
+		}
+		if n, _ := rdb.ZCard(ctx, b.keys.schedule).Result(); n != 1 {
+			t.Fatal("a failed claim removed the job")
+		}
+		if got, _ := rdb.Get(ctx, b.keys.tokens).Result(); got != v {
+			t.Fatalf("counter %q became %q", v, got)
+		}
+	}
 }
 
 // Derived keys share the schedule key's cluster slot, with or without a

@@ -18,7 +18,8 @@
 --   A batch claim answers its jobs as the record of its lease (see
 --   prelude.lua) and their scores joined by spaces instead:
 --   {deadline_ms, first_token, now, next, jobs, "score1 score2 ..." or false}.
---   Error "ZCLAIM_WRONGTYPE key type".
+--   Error "ZCLAIM_WRONGTYPE key type", or "ZCLAIM_CORRUPT key" for a token
+--   counter that no token can follow.
 -- Every key is read, or checked, before the first write.
 local batch, scored = ARGV[4] == 'batch' or ARGV[4] == 'batch-ids', ARGV[4] ~= 'batch-ids'
 local bad = wrongtype({batch and KEYS[6] or KEYS[2], 'zset', KEYS[5], 'hash'})
@@ -50,6 +51,10 @@ end
 local last, recs
 last, err = read('GET', KEYS[3])
 if err then return err end
+-- A counter no token can follow (from 2^53 on, where doubles stop being
+-- exact; NaN) is corrupt: refuse before writing anything.
+local base = tonumber(last or '0') or 0
+if not (base < 9007199254740991 - max) then return redis.error_reply('ZCLAIM_CORRUPT ' .. KEYS[3]) end
 recs, err = read('HMGET', KEYS[4], unpack(ids))
 if err then return err end
 
@@ -58,7 +63,6 @@ redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
 -- Tokens continue from the larger of the counter and Redis TIME in
 -- microseconds, so they keep growing even if the counter is lost or rolled
 -- back (an AOF that lost its last second, a failover to a lagging replica).
-local base = tonumber(last or '0') or 0
 if now_us > base then base = now_us end
 local first = base + 1
 redis.call('SET', KEYS[3], string.format('%d', base + n))

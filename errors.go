@@ -81,6 +81,9 @@ func wrap(ctx context.Context, op string, err error, want map[string]string) err
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		msg := rerr.Error()
+		if key, ok := strings.CutPrefix(msg, "ZCLAIM_CORRUPT "); ok {
+			return fmt.Errorf("zclaim: %s: %w: key %q", op, ErrCorrupt, key)
+		}
 		if rest, ok := strings.CutPrefix(msg, "ZCLAIM_WRONGTYPE "); ok {
 			i := strings.LastIndexByte(rest, ' ')
 			if i > 0 {

@@ -174,6 +174,18 @@ func TestIdempotencyBadInput(t *testing.T) {
 			t.Fatalf("a corrupt record %q was overwritten", bad)
 		}
 	}
+	// Tokens are exact only below 2^53 (Lua numbers are doubles): a token
+	// that large, or one whose next token would not be exact, is corrupt,
+	// since the next run could not be given a larger one.
+	for _, bad := range []string{"free 9007199254740991 0", "free 9007199254740992 0", "run 9007199254740993 1"} {
+		must(t, rdb.Set(ctx, i.recordKey("big"), bad, 0).Err())
+		_, err = i.Begin(ctx, "big")
+		wantErr(t, err, ErrCorrupt)
+	}
+	must(t, rdb.Set(ctx, i.recordKey("big"), "free 9007199254740990 0", 0).Err())
+	if e, err := i.Begin(ctx, "big"); err != nil || e.Token != 9007199254740991 {
+		t.Fatalf("after token 9007199254740990: %+v, %v", e, err)
+	}
 	for _, o := range []IdempotencyOptions{{Lease: time.Millisecond}, {Retention: -time.Second}} {
 		_, err := NewIdempotency(rdb, o)
 		wantErr(t, err, ErrInvalidOptions)
