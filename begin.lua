@@ -20,9 +20,10 @@ if not rec then return {0, now_us, deadline} end
 -- A record exists: it must be one of ours.
 local s, tok, n = string.match(rec, '^(%l+) (%d+) (%d+)$')
 tok, n = tonumber(tok), tonumber(n)
--- Lua numbers are doubles, exact below 2^53: a token from 2^53 - 1 up (or
--- one written as more digits, which reads as such) leaves no exact larger
--- token for the next run, and a larger n cannot be a time.
+-- Lua numbers are doubles, which tell integers apart only up to 2^53: a
+-- token from 2^53 - 1 up (a longer string of digits reads as at least that)
+-- would give the next run 2^53 or a token no larger than its own, and a
+-- larger n cannot be a time.
 if (s ~= 'run' and s ~= 'done' and s ~= 'free') or not tok or tok >= 9007199254740991 or n > 9007199254740992 then
   return redis.error_reply('ZCLAIM_CORRUPT ' .. KEYS[1])
 end

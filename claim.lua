@@ -51,8 +51,9 @@ end
 local last, recs
 last, err = read('GET', KEYS[3])
 if err then return err end
--- A counter no token can follow (from 2^53 on, where doubles stop being
--- exact; NaN) is corrupt: refuse before writing anything.
+-- A counter that this claim's tokens cannot follow exactly (within max of
+-- 2^53, where doubles stop telling integers apart; inf; NaN) is corrupt:
+-- refuse before writing anything.
 local base = tonumber(last or '0') or 0
 if not (base < 9007199254740991 - max) then return redis.error_reply('ZCLAIM_CORRUPT ' .. KEYS[3]) end
 recs, err = read('HMGET', KEYS[4], unpack(ids))

@@ -174,9 +174,9 @@ func TestIdempotencyBadInput(t *testing.T) {
 			t.Fatalf("a corrupt record %q was overwritten", bad)
 		}
 	}
-	// Tokens are exact only below 2^53 (Lua numbers are doubles): a token
-	// that large, or one whose next token would not be exact, is corrupt,
-	// since the next run could not be given a larger one.
+	// Lua numbers are doubles, which tell integers apart only up to 2^53:
+	// a token from 2^53 - 1 up is corrupt, since the runs after it could not
+	// be given larger ones.
 	for _, bad := range []string{"free 9007199254740991 0", "free 9007199254740992 0", "run 9007199254740993 1"} {
 		must(t, rdb.Set(ctx, i.recordKey("big"), bad, 0).Err())
 		_, err = i.Begin(ctx, "big")
