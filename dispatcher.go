@@ -29,7 +29,8 @@ type DispatcherOptions struct {
 	// Default: DefaultConcurrency (16).
 	Concurrency int
 	// MaxWait caps the sleep until the earliest due job; the dispatcher is
-	// also woken at once when an earlier job is scheduled.
+	// also woken at once when an earlier job is scheduled, and when its
+	// subscription to those notices is restored after a lost connection.
 	// Default: DefaultMaxWait (1s).
 	MaxWait time.Duration
 	// EnqueueTimeout bounds one enqueue, and one call that settles
@@ -355,12 +356,15 @@ func resetTimer(t *time.Timer, d time.Duration) {
 	t.Reset(d)
 }
 
-// listen forwards schedule notices (an earlier job was scheduled) to wake.
+// listen forwards schedule notices (an earlier job was scheduled) to wake,
+// and each confirmation of the subscription too: go-redis subscribes again
+// after a lost connection, and notices sent meanwhile are lost, so the
+// schedule must be looked at again.
 func (d *Dispatcher) listen(ctx context.Context, wake chan<- struct{}) {
 	backoff := 10 * time.Millisecond
 	for ctx.Err() == nil {
 		ps := d.b.rdb.Subscribe(ctx, d.b.keys.notice)
-		ch := ps.Channel()
+		ch := ps.ChannelWithSubscriptions()
 	recv:
 		for {
 			select {

@@ -311,6 +311,42 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 	}
 }
 
+// A notice sent while the dispatcher's subscription was cut is lost: when
+// the subscription comes back, the dispatcher looks at the schedule again
+// instead of sleeping out MaxWait.
+func TestDispatcherWakesAfterResubscribing(t *testing.T) {
+	key, q := testKey(t), testQueue(t)
+	px := newProxy(t, testAddr)
+	b, err := NewBroker(clientVia(t, px), BrokerOptions{Key: key})
+	must(t, err)
+	direct := newBroker(t, BrokerOptions{Key: key}) // schedules while b is cut off
+	dispatched := make(chan string, 1)
+	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{
+		MaxWait: time.Hour, RecoveryInterval: -1, // only a notice or a resubscription can wake it
+		TaskOptions: func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} },
+		OnDispatch:  func(c Claim, _ time.Duration, _ error) { dispatched <- c.ID },
+	})
+	must(t, err)
+	runDispatcher(t, d)
+	subscribers := func() int64 {
+		n, _ := direct.rdb.PubSubNumSub(ctx, b.keys.notice).Result()
+		return n[b.keys.notice]
+	}
+	waitFor(t, 5*time.Second, "the dispatcher to subscribe", func() bool { return subscribers() == 1 })
+	px.SetDown(true)
+	waitFor(t, 5*time.Second, "the subscription to be cut", func() bool { return subscribers() == 0 })
+	must(t, direct.Schedule(ctx, Job{ID: "while-cut", RunAt: time.Now(), Type: "x"})) // its notice reaches no one
+	px.SetDown(false)
+	select {
+	case id := <-dispatched:
+		if id != "while-cut" {
+			t.Fatalf("dispatched %q", id)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the dispatcher slept through the job scheduled while it was cut off")
+	}
+}
+
 // A dispatcher whose claims fail backs off instead of spinning: here every
 // claim fails at once (the schedule key holds a string), the fastest
 // failure there is. (With Redis down, go-redis' own dial retries already
