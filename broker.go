@@ -220,11 +220,11 @@ func (b *Broker) Key() string { return b.keys.schedule }
 func (b *Broker) Lease() time.Duration { return b.opts.Lease }
 
 // score encodes t as a score, rounded up to the millisecond so that a job
-// never comes due before t.
+// never comes due before t. (Not from UnixNano, which wraps after 2262: a
+// year-9999 "never" would come due at once.)
 func (b *Broker) score(t time.Time) string {
-	n := t.UnixNano()
-	ms := n / 1e6
-	if n%1e6 > 0 {
+	ms := t.UnixMilli() // rounded down, before 1970 too
+	if t.Nanosecond()%1e6 > 0 {
 		ms++
 	}
 	if b.ups == 1000 {

@@ -171,6 +171,34 @@ func TestClaimNeverEarly(t *testing.T) {
 	}
 }
 
+// Due times beyond what time.UnixNano can hold (after 2262, such as a
+// year-9999 "never", or before 1678) keep their place: far-future jobs are
+// not due, far-past ones are, in both score units.
+func TestScheduleFarTimes(t *testing.T) {
+	for _, unit := range []time.Duration{time.Second, time.Millisecond} {
+		b := newBroker(t, BrokerOptions{ScoreUnit: unit})
+		never := time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+		later := time.Date(2500, 1, 1, 0, 0, 0, 1, time.UTC) // rounds up to the next ms
+		past := time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC)
+		must(t, b.Schedule(ctx, Job{ID: "never", RunAt: never}, Job{ID: "later", RunAt: later}, Job{ID: "past", RunAt: past}))
+		cs, err := b.Claim(ctx, 10)
+		must(t, err)
+		if len(cs) != 1 || cs[0].ID != "past" {
+			t.Fatalf("%v: claimed %+v, want only the job due in 1600", unit, cs)
+		}
+		if !cs[0].RunAt.Equal(past) {
+			t.Fatalf("%v: RunAt %v, want %v", unit, cs[0].RunAt, past)
+		}
+		for id, want := range map[string]time.Time{"never": never, "later": later.Truncate(time.Millisecond).Add(time.Millisecond)} {
+			score, err := b.rdb.ZScore(ctx, b.keys.schedule, id).Result()
+			must(t, err)
+			if got := b.scoreTime(strconv.FormatFloat(score, 'f', -1, 64)); !got.Equal(want) {
+				t.Fatalf("%v: %s is due %v, want %v", unit, id, got, want)
+			}
+		}
+	}
+}
+
 // A lease expires, recovery takes the job back and voids the old token;
 // the old holder's Ack, Extend, Retry and Kill all fail with ErrLeaseLost,
 // the new holder's succeed. After MaxAttempts expiries the job is dead.
