@@ -547,8 +547,15 @@ func (b *Broker) buryCorrupt(ctx context.Context, c Claim, cause error) {
 	}
 }
 
-// ms rounds d up to whole milliseconds, at least one.
-func ms(d time.Duration) int64 { return max(1, (d + time.Millisecond - 1).Milliseconds()) }
+// ms rounds d up to whole milliseconds, at least 1; unlike adding 999µs
+// first, it does not wrap around near the largest Duration.
+func ms(d time.Duration) int64 {
+	m := d.Milliseconds()
+	if d%time.Millisecond > 0 {
+		m++
+	}
+	return max(1, m)
+}
 
 func max0(d time.Duration) time.Duration {
 	if d < 0 {

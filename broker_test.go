@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -274,7 +275,14 @@ func TestRetryKillExtend(t *testing.T) {
 		t.Fatalf("claimed %d", len(cs))
 	}
 	byID := map[string]Claim{cs[0].ID: cs[0], cs[1].ID: cs[1]}
-	ext, err := b.Extend(ctx, byID["r"], time.Hour)
+	// The longest Duration there is: rounding it up to whole milliseconds
+	// must not wrap around to a lease of 1ms.
+	ext, err := b.Extend(ctx, byID["r"], math.MaxInt64)
+	must(t, err)
+	if d := time.Until(ext.LeaseUntil); d < 290*365*24*time.Hour {
+		t.Fatalf("lease extended by the largest Duration ends in %v", d)
+	}
+	ext, err = b.Extend(ctx, byID["r"], time.Hour)
 	must(t, err)
 	if d := time.Until(ext.LeaseUntil); d < 59*time.Minute {
 		t.Fatalf("extended lease ends in %v", d)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -119,6 +120,8 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 		return nil, fmt.Errorf("%w: Lease must be at least 3ms, not %v", ErrInvalidOptions, opts.Lease)
 	case opts.Retention < time.Millisecond:
 		return nil, fmt.Errorf("%w: Retention must be at least 1ms, not %v", ErrInvalidOptions, opts.Retention)
+	case opts.Retention > math.MaxInt64-opts.Lease:
+		return nil, fmt.Errorf("%w: Lease + Retention must fit in a time.Duration (about 292 years), not %v + %v", ErrInvalidOptions, opts.Lease, opts.Retention)
 	}
 	return &Idempotency{rdb: rdb, opts: opts, log: opts.Logger, group: &groupRunner{rdb: rdb}}, nil
 }
