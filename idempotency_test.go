@@ -429,7 +429,13 @@ func TestMiddlewareKeyErrors(t *testing.T) {
 	if err := h.ProcessTask(ctx, asynq.NewTask("x", []byte("bad"))); err != keyErr {
 		t.Fatalf("Key error came back as %v", err)
 	}
-	wantErr(t, h.ProcessTask(ctx, asynq.NewTask("x", nil)), ErrEmptyID)
+	// Keys that can never run are not retried.
+	err := h.ProcessTask(ctx, asynq.NewTask("x", nil))
+	wantErr(t, err, ErrEmptyID)
+	wantErr(t, err, asynq.SkipRetry)
+	err = h.ProcessTask(ctx, asynq.NewTask("x", []byte(strings.Repeat("k", MaxIDLen+1))))
+	wantErr(t, err, ErrIDTooLong)
+	wantErr(t, err, asynq.SkipRetry)
 	if ran {
 		t.Fatal("handler ran without a key")
 	}

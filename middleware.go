@@ -69,7 +69,10 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 // A handler that returns nil completes the key. One that returns an error
 // or panics releases it, so a retry can run; the error or panic goes on to
 // asynq unchanged. If Redis cannot be reached the handler does not run and
-// the error goes back to asynq (fail closed).
+// the error goes back to asynq (fail closed). A key that can never run
+// (empty, or longer than MaxIDLen) fails the task with asynq.SkipRetry, so
+// that asynq archives it at once instead of retrying it; an error of the
+// Key function goes back to asynq as it is.
 func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 	return func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
@@ -78,14 +81,16 @@ func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 				return err
 			}
 			if key == "" {
-				return fmt.Errorf("zclaim: middleware: %w: the Key function returned an empty key for a task of type %q", ErrEmptyID, t.Type())
+				return fmt.Errorf("zclaim: middleware: %w: the Key function returned an empty key for a task of type %q (%w)", ErrEmptyID, t.Type(), asynq.SkipRetry)
 			}
 			e, err := i.beginOrWait(ctx, key)
-			if errors.Is(err, ErrAlreadyDone) {
+			switch {
+			case errors.Is(err, ErrAlreadyDone):
 				i.log.LogAttrs(ctx, slog.LevelDebug, "zclaim: skipped a finished job", slog.String("key", key))
 				return nil
-			}
-			if err != nil {
+			case errors.Is(err, ErrIDTooLong):
+				return fmt.Errorf("%w (%w)", err, asynq.SkipRetry)
+			case err != nil:
 				return err
 			}
 			return i.run(ctx, e, next, t)
