@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,7 +44,8 @@ type DispatcherOptions struct {
 	RecoveryInterval time.Duration
 	// DefaultType is the asynq task type of jobs that have none, such as
 	// ids written by other programs. A job without a type when this is
-	// empty cannot become a task: it goes to the dead set.
+	// empty cannot become a task: it goes to the dead set, as does one
+	// whose task id, type or queue name asynq refuses (only white space).
 	// Default: "".
 	DefaultType string
 	// TaskOptions adds asynq options per job (MaxRetry, Timeout, ...).
@@ -400,12 +402,25 @@ func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time) outcome {
 	if typ == "" {
 		typ = d.opts.DefaultType
 	}
-	if typ == "" {
+	// What asynq refuses before it writes anything can never become a
+	// task: dead at once, not retried until its attempts run out.
+	var unfit string
+	switch {
+	case typ == "":
+		unfit = "no task type (set DispatcherOptions.DefaultType)"
+	case blank(typ):
+		unfit = "asynq refuses a task type of white space"
+	case blank(c.ID):
+		unfit = "asynq refuses a task id of white space"
+	case c.Queue != "" && blank(c.Queue):
+		unfit = "asynq refuses a queue name of white space"
+	}
+	if unfit != "" {
 		d.dead.Add(1)
-		d.log.LogAttrs(ctx, slog.LevelError, "zclaim: job without a task type sent to the dead set",
-			slog.String("id", c.ID))
-		d.report(c, redisNow, claimedAt, errors.New("zclaim: job without a task type"))
-		return outcome{dead: "no task type (set DispatcherOptions.DefaultType)"}
+		d.log.LogAttrs(ctx, slog.LevelError, "zclaim: job that cannot become an asynq task sent to the dead set",
+			slog.String("id", c.ID), slog.String("reason", unfit))
+		d.report(c, redisNow, claimedAt, errors.New("zclaim: "+unfit))
+		return outcome{dead: unfit}
 	}
 	opts := make([]asynq.Option, 1, 2)
 	opts[0] = asynq.TaskID(c.ID)
@@ -438,6 +453,9 @@ func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time) outcome {
 	d.report(c, redisNow, claimedAt, err)
 	return outcome{}
 }
+
+// blank is asynq's test of a task type, task id or queue name it refuses.
+func blank(s string) bool { return strings.TrimSpace(s) == "" }
 
 func (d *Dispatcher) report(c Claim, redisNow, claimedAt time.Time, err error) {
 	if d.opts.OnDispatch != nil {

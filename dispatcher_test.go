@@ -292,8 +292,12 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 	stop := runDispatcher(t, d2)
 	must(t, b.rdb.HSet(ctx, b.keys.pending, "garbled", "0:9zz").Err())
 	must(t, b.rdb.ZAdd(ctx, key, redis.Z{Score: 1, Member: "typeless"}, redis.Z{Score: 1, Member: "garbled"}).Err())
+	// What asynq would refuse, before writing anything, dies at once too.
+	must(t, b.Schedule(ctx, Job{ID: " \t", RunAt: time.Unix(1, 0), Type: "x"},
+		Job{ID: "blank-type", RunAt: time.Unix(1, 0), Type: " "},
+		Job{ID: "blank-queue", RunAt: time.Unix(1, 0), Type: "x", Queue: " "}))
 	b.rdb.Publish(ctx, b.keys.notice, "1")
-	waitFor(t, 5*time.Second, "the typeless and the garbled job to die", func() bool { return d2.Stats().Dead == 2 })
+	waitFor(t, 5*time.Second, "the five unfit jobs to die", func() bool { return d2.Stats().Dead == 5 })
 	stop()
 	dead, err := b.Dead(ctx, 10)
 	must(t, err)
@@ -301,12 +305,17 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 	for _, j := range dead {
 		reasons[j.ID] = j.Reason
 	}
-	if len(dead) != 2 || !strings.Contains(reasons["typeless"], "no task type") || !strings.HasPrefix(reasons["garbled"], "corrupt record") {
+	if len(dead) != 5 || !strings.Contains(reasons["typeless"], "no task type") || !strings.HasPrefix(reasons["garbled"], "corrupt record") ||
+		!strings.Contains(reasons[" \t"], "task id") || !strings.Contains(reasons["blank-type"], "task type") ||
+		!strings.Contains(reasons["blank-queue"], "queue name") {
 		t.Fatalf("%+v", dead)
+	}
+	if n := d2.Stats().Failed; n != 0 {
+		t.Fatalf("%d enqueues failed: an unfit job was tried", n)
 	}
 	st, err := b.Stats(ctx)
 	must(t, err)
-	if st.Inflight != 0 || st.Dead != 2 {
+	if st.Inflight != 0 || st.Dead != 5 {
 		t.Fatalf("stats %+v", st)
 	}
 }
