@@ -5,7 +5,7 @@
 -- current (lease lost; nothing changed for it).
 local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'hash'})
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
-local scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV))
+local scores = sliced('ZMSCORE', KEYS[1], ARGV)
 local out, rem, del = {}, {}, {}
 for i, sc in ipairs(scores) do
   if sc then
@@ -18,7 +18,7 @@ for i, sc in ipairs(scores) do
   end
 end
 if #rem > 0 then
-  redis.call('ZREM', KEYS[1], unpack(rem))
-  redis.call('HDEL', KEYS[2], unpack(del))
+  sliced('ZREM', KEYS[1], rem)
+  sliced('HDEL', KEYS[2], del)
 end
 return out

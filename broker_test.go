@@ -139,6 +139,35 @@ func TestAckConcurrent(t *testing.T) {
 	}
 }
 
+// AckMany takes any number of claims in one call: more than Lua's unpack
+// can pass to one command (about 8,000) too, all or nothing.
+func TestAckManyMoreThanUnpackTakes(t *testing.T) {
+	b := newBroker(t, BrokerOptions{Lease: time.Minute})
+	const n = 9000
+	must(t, b.Schedule(ctx, jobsDue(n, "a", time.Now().Add(-time.Second))...))
+	var cs []Claim
+	for len(cs) < n {
+		got, err := b.Claim(ctx, MaxBatchSize)
+		must(t, err)
+		if len(got) == 0 {
+			t.Fatalf("claimed %d of %d", len(cs), n)
+		}
+		cs = append(cs, got...)
+	}
+	must(t, b.Ack(ctx, cs[0]))
+	lost, err := b.AckMany(ctx, cs...)
+	must(t, err)
+	if len(lost) != 1 || lost[0].Token != cs[0].Token {
+		t.Fatalf("lost %d claims, want only the one acked before", len(lost))
+	}
+	if st, _ := b.Stats(ctx); st.Inflight != 0 {
+		t.Fatalf("%d still in flight", st.Inflight)
+	}
+	if n, _ := b.rdb.HLen(ctx, b.keys.runs).Result(); n != 0 {
+		t.Fatalf("%d run records left", n)
+	}
+}
+
 // Nothing due is an empty slice, not an error; a job is never claimed
 // before its due time by Redis' clock.
 func TestClaimNeverEarly(t *testing.T) {
