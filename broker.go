@@ -55,6 +55,8 @@ var (
 	statsLua string
 	//go:embed cancel.lua
 	cancelLua string
+	//go:embed dead.lua
+	deadLua string
 
 	claimScript    = newScript(claimLua)
 	scheduleScript = newScript(scheduleLua)
@@ -66,6 +68,7 @@ var (
 	finishScript   = newScript(finishLua)
 	statsScript    = newScript(statsLua)
 	cancelScript   = newScript(cancelLua)
+	deadScript     = newScript(deadLua)
 )
 
 // newScript prepends the shared helpers (prelude.lua) to a script's body.
@@ -758,4 +761,41 @@ func (b *Broker) Dead(ctx context.Context, max int) ([]DeadJob, error) {
 		out[i] = d
 	}
 	return out, nil
+}
+
+// Revive puts dead jobs back on the schedule, due at once by Redis' clock,
+// with the type, queue and payload they died with and a fresh count of
+// attempts. An id that was scheduled again meanwhile keeps that entry (the
+// newer work) and only leaves the dead set; ids that are not dead are
+// passed over. It returns how many of ids were dead. The call is atomic.
+func (b *Broker) Revive(ctx context.Context, ids ...string) (int, error) {
+	return b.takeDead(ctx, "revive", ids)
+}
+
+// DeleteDead removes jobs from the dead set for good. It returns how many
+// of ids were dead. The call is atomic.
+func (b *Broker) DeleteDead(ctx context.Context, ids ...string) (int, error) {
+	return b.takeDead(ctx, "delete", ids)
+}
+
+func (b *Broker) takeDead(ctx context.Context, op string, ids []string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, wrap(ctx, op, err, nil)
+	}
+	args := make([]any, 0, 3+len(ids))
+	args = append(args, op, b.ups, b.keys.notice)
+	for _, id := range ids {
+		if err := checkID(ctx, op, id); err != nil {
+			return 0, err
+		}
+		args = append(args, id)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	n, err := deadScript.Run(ctx, b.rdb, []string{b.keys.schedule, b.keys.pending, b.keys.dead, b.keys.deadInfo}, args...).Int()
+	if err != nil {
+		return 0, wrap(ctx, op, err, b.keys.types)
+	}
+	return n, nil
 }

@@ -13,7 +13,7 @@ import (
 
 // The broker against a model. Random sequences of Schedule, Cancel, Claim,
 // Ack, Extend, Retry, Kill, batch claims and their settling (the
-// dispatcher's), Recover and waiting (leases are 40 ms, so waits make them
+// dispatcher's), Recover, Revive, DeleteDead and waiting (leases are 40 ms, so waits make them
 // expire) must keep every run of a job in exactly one place:
 // scheduled, in flight, dead or finished; at most one scheduled entry per id;
 // tokens strictly increasing; nothing claimed before it is due; a stale
@@ -26,6 +26,11 @@ type mSched struct {
 	attempts int    // claims already made of this run
 	due      time.Time
 	exact    bool // due is the exact score; else an upper bound
+}
+
+// mDead is a dead job: why it died, and the payload it comes back with.
+type mDead struct {
+	reason, payload string
 }
 
 type mClaim struct {
@@ -46,7 +51,7 @@ type brokerModel struct {
 	inflight  map[int64]mClaim // current claims by token
 	batches   map[int64]mBatch // current batch claims by first token
 	allBatch  []mBatch         // every batch claim, current or stale
-	dead      map[string]string
+	dead      map[string]mDead
 	all       []Claim // every claim ever handed out, current or stale (batch claims' jobs too: they have no lease of their own)
 	lastToken int64
 	finished  int
@@ -83,7 +88,7 @@ func (m *brokerModel) settleBack(mc mClaim, due time.Time, reason string, max in
 		return false
 	}
 	if mc.c.Attempt >= max {
-		m.dead[id] = reason
+		m.dead[id] = mDead{reason, mc.payload}
 		return true
 	}
 	m.scheduled[id] = mSched{payload: mc.payload, attempts: mc.c.Attempt, due: due}
@@ -221,7 +226,7 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 				case 1:
 					m.settleBack(mc, now, "attempts exhausted", max)
 				case 2:
-					m.dead[mc.c.ID] = "dead by test"
+					m.dead[mc.c.ID] = mDead{"dead by test", mc.payload}
 				}
 			}
 		},
@@ -257,8 +262,8 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 			err := m.b.Kill(ctx, c, "killed by test")
 			m.expect(t, "kill", err, cur)
 			if cur {
+				m.dead[c.ID] = mDead{"killed by test", m.inflight[c.Token].payload}
 				delete(m.inflight, c.Token)
-				m.dead[c.ID] = "killed by test"
 			}
 		},
 		"recover": func(t *rapid.T) {
@@ -324,6 +329,40 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 			}
 			if r.Requeued+r.Dead != len(gone) || r.Dead != dead {
 				t.Fatalf("recovered %+v, model expects %d with %d dead", r, len(gone), dead)
+			}
+		},
+		"revive": func(t *rapid.T) {
+			id := ids.Draw(t, "id")
+			n, err := m.b.Revive(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, was := m.dead[id]
+			if (n == 1) != was {
+				t.Fatalf("revive %q answered %d, model dead: %v", id, n, was)
+			}
+			if was {
+				delete(m.dead, id)
+				if _, ok := m.scheduled[id]; ok {
+					m.finished++ // the newer scheduled entry stands for the work
+				} else {
+					m.scheduled[id] = mSched{payload: d.payload, due: m.now(t)} // due by now
+				}
+			}
+		},
+		"deleteDead": func(t *rapid.T) {
+			id := ids.Draw(t, "id")
+			n, err := m.b.DeleteDead(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, was := m.dead[id]
+			if (n == 1) != was {
+				t.Fatalf("delete %q answered %d, model dead: %v", id, n, was)
+			}
+			if was {
+				delete(m.dead, id)
+				m.finished++
 			}
 		},
 		"wait": func(t *rapid.T) {
@@ -426,6 +465,11 @@ func (m *brokerModel) check(t *rapid.T) {
 	if len(dead) != len(m.dead) {
 		t.Fatalf("dead %v, model %v", dead, m.dead)
 	}
+	for _, id := range dead {
+		if _, ok := m.dead[id]; !ok {
+			t.Fatalf("%q dead in Redis, not in the model", id)
+		}
+	}
 }
 
 func TestBrokerProperties(t *testing.T) {
@@ -437,7 +481,7 @@ func TestBrokerProperties(t *testing.T) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		m := &brokerModel{b: b, scheduled: map[string]mSched{}, inflight: map[int64]mClaim{}, batches: map[int64]mBatch{}, dead: map[string]string{}}
+		m := &brokerModel{b: b, scheduled: map[string]mSched{}, inflight: map[int64]mClaim{}, batches: map[int64]mBatch{}, dead: map[string]mDead{}}
 		rt.Repeat(m.actions())
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -364,6 +365,118 @@ func TestScheduleIDInFlight(t *testing.T) {
 	st, _ := b.Stats(ctx)
 	if st.Scheduled != 1 || st.Next.Before(time.Now().Add(50*time.Minute)) {
 		t.Fatalf("stats %+v: the newer entry was replaced", st)
+	}
+}
+
+// Revive brings dead jobs back, due at once with their payload and no
+// attempts spent; an id scheduled meanwhile keeps its newer entry;
+// DeleteDead forgets dead jobs. Bad input changes nothing.
+func TestReviveDeleteDead(t *testing.T) {
+	b := newBroker(t, BrokerOptions{Lease: time.Minute})
+	past := time.Now().Add(-time.Second)
+	must(t, b.Schedule(ctx, Job{ID: "a", RunAt: past, Type: "email", Queue: "q", Payload: []byte("x")},
+		Job{ID: "b", RunAt: past}, Job{ID: "c", RunAt: past, Type: "t"}))
+	cs, err := b.Claim(ctx, 10)
+	must(t, err)
+	for _, c := range cs {
+		must(t, b.Kill(ctx, c, "killed by test"))
+	}
+	later := time.Now().Add(time.Hour)
+	must(t, b.Schedule(ctx, Job{ID: "c", RunAt: later, Type: "newer"})) // c is scheduled again meanwhile
+
+	for _, bad := range [][]string{{"a", ""}, {strings.Repeat("k", MaxIDLen+1)}} {
+		_, err := b.Revive(ctx, bad...)
+		if !errors.Is(err, ErrEmptyID) && !errors.Is(err, ErrIDTooLong) {
+			t.Fatalf("revive %q: %v", bad, err)
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = b.DeleteDead(cctx, "a")
+	wantErr(t, err, context.Canceled)
+	if st, _ := b.Stats(ctx); st.Dead != 3 {
+		t.Fatalf("bad input changed the dead set: %+v", st)
+	}
+
+	before := redisNow(t, b.rdb)
+	n, err := b.Revive(ctx, "a", "c", "nope")
+	must(t, err)
+	if n != 2 {
+		t.Fatalf("revived %d, want 2", n)
+	}
+	cs, err = b.Claim(ctx, 10)
+	must(t, err)
+	if len(cs) != 1 || cs[0].ID != "a" || cs[0].Attempt != 1 || cs[0].Type != "email" || cs[0].Queue != "q" ||
+		string(cs[0].Payload) != "x" || cs[0].RunAt.Before(before.Truncate(time.Millisecond)) {
+		t.Fatalf("claimed %+v", cs)
+	}
+	if score, _ := b.rdb.ZScore(ctx, b.keys.schedule, "c").Result(); b.scoreTime(strconv.FormatFloat(score, 'f', -1, 64)).Before(later.Add(-time.Second)) {
+		t.Fatal("reviving c moved its newer scheduled entry")
+	}
+	if rec, _ := b.rdb.HGet(ctx, b.keys.pending, "c").Result(); !strings.Contains(rec, "newer") {
+		t.Fatalf("reviving c replaced its newer record with %q", rec)
+	}
+
+	n, err = b.DeleteDead(ctx, "b", "a")
+	must(t, err)
+	if n != 1 {
+		t.Fatalf("deleted %d, want 1", n)
+	}
+	dead, err := b.Dead(ctx, 10)
+	must(t, err)
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if len(dead) != 0 || st.Dead != 0 {
+		t.Fatalf("dead %+v, stats %+v", dead, st)
+	}
+	if n, _ := b.rdb.HLen(ctx, b.keys.deadInfo).Result(); n != 0 {
+		t.Fatalf("%d dead infos left", n)
+	}
+
+	must(t, b.rdb.Set(ctx, b.keys.dead, "oops", 0).Err())
+	_, err = b.Revive(ctx, "a")
+	wantErr(t, err, ErrWrongType)
+}
+
+// Many goroutines, each on its own connection, revive the same dead jobs:
+// each comes back once.
+func TestReviveConcurrent(t *testing.T) {
+	key := testKey(t)
+	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Minute})
+	const n = 200
+	jobs := jobsDue(n, "r", time.Now().Add(-time.Second))
+	must(t, b.Schedule(ctx, jobs...))
+	cs, err := b.Claim(ctx, n)
+	must(t, err)
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		must(t, b.Kill(ctx, c, "killed by test"))
+		ids[i] = c.ID
+	}
+	var wg sync.WaitGroup
+	var revived atomic.Int64
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := redis.NewClient(&redis.Options{Addr: testAddr, PoolSize: 1})
+			defer c.Close()
+			wb, _ := NewBroker(c, BrokerOptions{Key: key})
+			for i := 0; i < len(ids); i += 10 {
+				k, err := wb.Revive(ctx, ids[i:min(i+10, len(ids))]...)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				revived.Add(int64(k))
+			}
+		}()
+	}
+	wg.Wait()
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if revived.Load() != n || st.Scheduled != n || st.Dead != 0 {
+		t.Fatalf("revived %d of %d; stats %+v", revived.Load(), n, st)
 	}
 }
 

@@ -12,7 +12,9 @@
 //     holder whose lease was recovered gets [ErrLeaseLost].
 //   - Recovery ([Broker.Recover], [Broker.RunRecovery]): a run whose lease
 //     expired goes back to the schedule after a backoff, or into a dead set
-//     after its last attempt. Nothing is lost.
+//     after its last attempt. Nothing is lost: [Broker.Dead] lists the dead
+//     set, [Broker.Revive] puts its jobs back, [Broker.DeleteDead] forgets
+//     them.
 //   - An idempotency store and asynq middleware that keep one live run per
 //     job id and skip runs of jobs that already finished.
 //   - A dispatcher that turns due jobs into asynq tasks the moment they

@@ -80,3 +80,27 @@ func ExampleBroker_Ack() {
 	// stale ack: zclaim: lease lost
 	// current ack: <nil> attempt 2
 }
+
+func ExampleBroker_Revive() {
+	ctx := context.Background()
+	rdb := zclaim.DemoClient()
+	defer rdb.Close()
+	b, _ := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: zclaim.DemoKey("orders")})
+	_ = b.Schedule(ctx, zclaim.Job{ID: "order-731:invoice", RunAt: time.Now().Add(-time.Second),
+		Type: "email:invoice", Payload: []byte(`{"order":731}`)})
+	claims, _ := b.Claim(ctx, 1)
+	_ = b.Kill(ctx, claims[0], "mail server refused the address") // or its last attempt failed
+
+	dead, _ := b.Dead(ctx, 10)
+	fmt.Println("dead:", dead[0].ID, "-", dead[0].Reason)
+	// ... the address is fixed: run it again, with no attempts spent ...
+	n, err := b.Revive(ctx, dead[0].ID)
+	if err != nil {
+		panic(err)
+	}
+	claims, _ = b.Claim(ctx, 1)
+	fmt.Println("revived:", n, "claimed:", claims[0].ID, claims[0].Type, "attempt", claims[0].Attempt)
+	// Output:
+	// dead: order-731:invoice - mail server refused the address
+	// revived: 1 claimed: order-731:invoice email:invoice attempt 1
+}
