@@ -5,6 +5,22 @@
 -- current (lease lost; nothing changed for it).
 local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'hash'})
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
+
+-- sliced runs cmd on key with the values of array t, a thousand at a time
+-- (one unpack fails past about 8,000 values: Lua's C stack), and returns
+-- the array replies joined into one.
+local function sliced(cmd, key, t)
+  if #t <= 1000 then return redis.call(cmd, key, unpack(t)) end
+  local out = {}
+  for i = 1, #t, 1000 do
+    local r = redis.call(cmd, key, unpack(t, i, math.min(i + 999, #t)))
+    if type(r) == 'table' then
+      for j = 1, #r do out[#out + 1] = r[j] end
+    end
+  end
+  return out
+end
+
 local scores = sliced('ZMSCORE', KEYS[1], ARGV)
 local out, rem, del = {}, {}, {}
 for i, sc in ipairs(scores) do

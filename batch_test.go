@@ -215,8 +215,7 @@ func TestBatchClaimsRaceRecovery(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := redis.NewClient(&redis.Options{Addr: testAddr, PoolSize: 1})
-			defer c.Close()
+			c := ownConn(t)
 			wb, err := NewBroker(c, opts)
 			if err != nil {
 				errs <- err

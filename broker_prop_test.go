@@ -98,6 +98,34 @@ func (m *brokerModel) settleBack(mc mClaim, due time.Time, reason string, max in
 func (m *brokerModel) actions() map[string]func(*rapid.T) {
 	ids := rapid.SampledFrom([]string{"a", "b", "c", "d"})
 	max := m.b.opts.MaxAttempts
+	// takeDead revives (back on the schedule, unless a newer entry of the
+	// id is there) or deletes a dead job.
+	takeDead := func(revive bool) func(*rapid.T) {
+		return func(t *rapid.T) {
+			id := ids.Draw(t, "id")
+			op := m.b.DeleteDead
+			if revive {
+				op = m.b.Revive
+			}
+			n, err := op(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, was := m.dead[id]
+			if (n == 1) != was {
+				t.Fatalf("revive %v of %q answered %d, model dead: %v", revive, id, n, was)
+			}
+			if !was {
+				return
+			}
+			delete(m.dead, id)
+			if _, ok := m.scheduled[id]; ok || !revive {
+				m.finished++ // deleted, or the newer scheduled entry stands for the work
+				return
+			}
+			m.scheduled[id] = mSched{payload: d.payload, due: m.now(t)} // due by now
+		}
+	}
 	return map[string]func(*rapid.T){
 		"schedule": func(t *rapid.T) {
 			id := ids.Draw(t, "id")
@@ -331,40 +359,8 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 				t.Fatalf("recovered %+v, model expects %d with %d dead", r, len(gone), dead)
 			}
 		},
-		"revive": func(t *rapid.T) {
-			id := ids.Draw(t, "id")
-			n, err := m.b.Revive(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, was := m.dead[id]
-			if (n == 1) != was {
-				t.Fatalf("revive %q answered %d, model dead: %v", id, n, was)
-			}
-			if was {
-				delete(m.dead, id)
-				if _, ok := m.scheduled[id]; ok {
-					m.finished++ // the newer scheduled entry stands for the work
-				} else {
-					m.scheduled[id] = mSched{payload: d.payload, due: m.now(t)} // due by now
-				}
-			}
-		},
-		"deleteDead": func(t *rapid.T) {
-			id := ids.Draw(t, "id")
-			n, err := m.b.DeleteDead(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, was := m.dead[id]
-			if (n == 1) != was {
-				t.Fatalf("delete %q answered %d, model dead: %v", id, n, was)
-			}
-			if was {
-				delete(m.dead, id)
-				m.finished++
-			}
-		},
+		"revive":     takeDead(true),
+		"deleteDead": takeDead(false),
 		"wait": func(t *rapid.T) {
 			time.Sleep(time.Duration(rapid.IntRange(0, 50).Draw(t, "ms")) * time.Millisecond)
 		},

@@ -44,8 +44,7 @@ func TestClaimConcurrentExactlyOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := redis.NewClient(&redis.Options{Addr: testAddr, PoolSize: 1})
-			defer c.Close()
+			c := ownConn(t)
 			wb, err := NewBroker(c, BrokerOptions{Key: key, Lease: time.Minute})
 			if err != nil {
 				errs <- err
@@ -110,8 +109,7 @@ func TestAckConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := redis.NewClient(&redis.Options{Addr: testAddr, PoolSize: 1})
-			defer c.Close()
+			c := ownConn(t)
 			wb, _ := NewBroker(c, BrokerOptions{Key: key})
 			for _, cl := range cs {
 				err := wb.Ack(ctx, cl)
@@ -459,8 +457,7 @@ func TestReviveConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := redis.NewClient(&redis.Options{Addr: testAddr, PoolSize: 1})
-			defer c.Close()
+			c := ownConn(t)
 			wb, _ := NewBroker(c, BrokerOptions{Key: key})
 			for i := 0; i < len(ids); i += 10 {
 				k, err := wb.Revive(ctx, ids[i:min(i+10, len(ids))]...)

@@ -76,7 +76,7 @@ type DispatcherStats struct {
 	Enqueued  int64 // tasks enqueued into asynq
 	Conflicts int64 // claims whose task id asynq already had (settled, not enqueued)
 	Failed    int64 // enqueues that failed; their claims went back with backoff
-	Dead      int64 // claims that could not become tasks (no type, or a corrupt record), sent to the dead set
+	Dead      int64 // claims that could not become tasks (no type, one asynq refuses, or a corrupt record), sent to the dead set
 }
 
 // Dispatcher moves due jobs from a Broker's schedule into asynq the moment

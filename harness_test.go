@@ -156,6 +156,14 @@ func newClient(t testing.TB) *redis.Client {
 	return c
 }
 
+// ownConn returns a client of the test server with a single connection, for
+// a goroutine that must not share one; closed at the end of the test.
+func ownConn(t testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: testAddr, PoolSize: 1})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // testKey returns a schedule key of the test's own, "zt:{name:random}", and
 // deletes every key that shares its hash tag when the test ends.
 func testKey(t testing.TB) string {

@@ -100,8 +100,7 @@ func TestBeginConcurrentOneWinner(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c := redis.NewClient(&redis.Options{Addr: testAddr, PoolSize: 1})
-				defer c.Close()
+				c := ownConn(t)
 				i, _ := NewIdempotency(c, IdempotencyOptions{Prefix: prefix, Lease: time.Minute})
 				c.Ping(ctx)
 				<-start

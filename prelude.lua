@@ -32,21 +32,6 @@ local function read(cmd, key, ...)
   return r
 end
 
--- sliced runs cmd on key with the values of array t, a thousand at a time
--- (one unpack fails past about 8,000 values: Lua's C stack), and returns
--- the array replies joined into one.
-local function sliced(cmd, key, t)
-  if #t <= 1000 then return redis.call(cmd, key, unpack(t)) end
-  local out = {}
-  for i = 1, #t, 1000 do
-    local r = redis.call(cmd, key, unpack(t, i, math.min(i + 999, #t)))
-    if type(r) == 'table' then
-      for j = 1, #r do out[#out + 1] = r[j] end
-    end
-  end
-  return out
-end
-
 -- clock reads Redis TIME: now in Unix ms (whole), in score units (ups =
 -- units per second: 1 for seconds with fractions, 1000 for ms) and in Unix µs.
 local function clock(ups)
