@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -459,6 +460,13 @@ func blank(s string) bool { return strings.TrimSpace(s) == "" }
 
 func (d *Dispatcher) report(c Claim, redisNow, claimedAt time.Time, err error) {
 	if d.opts.OnDispatch != nil {
-		d.opts.OnDispatch(c, redisNow.Sub(c.RunAt)+time.Since(claimedAt), err)
+		// Sub saturates for a due time ~292 years back; so must the sum.
+		lag, since := redisNow.Sub(c.RunAt), time.Since(claimedAt)
+		if lag <= math.MaxInt64-since {
+			lag += since
+		} else {
+			lag = math.MaxInt64
+		}
+		d.opts.OnDispatch(c, lag, err)
 	}
 }

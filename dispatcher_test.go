@@ -3,6 +3,7 @@ package zclaim
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -251,16 +252,31 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 		return nil
 	}), asynq.Config{})
 	b := newBroker(t, BrokerOptions{Key: key})
-	lags := make(chan time.Duration, 10)
+	type lagOf struct {
+		id  string
+		lag time.Duration
+	}
+	lags := make(chan lagOf, 10)
 	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{
 		MaxWait:     time.Hour, // only a notice can wake it
 		DefaultType: "adopted",
 		TaskOptions: func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} },
-		OnDispatch:  func(_ Claim, lag time.Duration, _ error) { lags <- lag },
+		OnDispatch:  func(c Claim, lag time.Duration, _ error) { lags <- lagOf{c.ID, lag} },
 	})
 	must(t, err)
 	must(t, b.Schedule(ctx, Job{ID: "later", RunAt: time.Now().Add(time.Hour), Type: "x"}))
+	// Due centuries ago: its lag is more than a Duration holds, and must
+	// saturate rather than wrap to a negative one.
+	must(t, b.Schedule(ctx, Job{ID: "ancient", RunAt: time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC), Type: "x"}))
 	stopFirst := runDispatcher(t, d)
+	select {
+	case l := <-lags:
+		if l.id != "ancient" || l.lag != time.Duration(math.MaxInt64) {
+			t.Fatalf("%s dispatched with lag %v; want ancient with the largest Duration", l.id, l.lag)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the job due in 1600 was not dispatched")
+	}
 	time.Sleep(50 * time.Millisecond) // asleep until the hour is up
 	must(t, b.Schedule(ctx, Job{ID: "soon", RunAt: redisNow(t, b.rdb).Add(30 * time.Millisecond), Type: "typed"}))
 	// A foreign producer cannot announce its jobs; this one is due and is
@@ -268,9 +284,9 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 	must(t, b.rdb.ZAdd(ctx, key, redis.Z{Score: float64(time.Now().Add(-time.Second).Unix()), Member: "foreign"}).Err())
 	for range 2 {
 		select {
-		case lag := <-lags:
-			if lag > 2*time.Second+100*time.Millisecond { // "foreign" is due on a whole second
-				t.Errorf("dispatched %v after due", lag)
+		case l := <-lags:
+			if l.lag < 0 || l.lag > 2*time.Second+100*time.Millisecond { // "foreign" is due on a whole second
+				t.Errorf("%s dispatched %v after due", l.id, l.lag)
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("the notice did not wake the dispatcher")
