@@ -30,6 +30,12 @@ const (
 	MaxIDLen = 512
 	// MaxPayloadLen bounds a job's Type, Queue and Payload together, in bytes.
 	MaxPayloadLen = 1 << 20
+	// DefaultDeadMax is used when BrokerOptions.DeadMax is zero: asynq's
+	// own bound on its archive.
+	DefaultDeadMax = 10000
+	// DefaultDeadRetention is used when BrokerOptions.DeadRetention is
+	// zero: how long asynq keeps an archived task.
+	DefaultDeadRetention = 90 * 24 * time.Hour
 )
 
 var (
@@ -99,6 +105,14 @@ type BrokerOptions struct {
 	// BatchSize is how many jobs one recovery pass (and one dispatcher
 	// claim) handles, 1 to MaxBatchSize. Default: DefaultBatchSize (100).
 	BatchSize int
+	// DeadMax is how many jobs the dead set keeps: each recovery pass
+	// removes the oldest deaths beyond it, as asynq bounds its archive.
+	// Negative keeps every one. Default: DefaultDeadMax (10,000).
+	DeadMax int
+	// DeadRetention is how long a job stays in the dead set after it died:
+	// each recovery pass removes older ones. Negative keeps them until
+	// DeleteDead (or DeadMax). Default: DefaultDeadRetention (90 days).
+	DeadRetention time.Duration
 	// Logger receives the broker's logs. Default: nil, quiet.
 	Logger *slog.Logger
 }
@@ -135,6 +149,12 @@ func (o *BrokerOptions) setDefaults() {
 	if o.BatchSize == 0 {
 		o.BatchSize = DefaultBatchSize
 	}
+	if o.DeadMax == 0 {
+		o.DeadMax = DefaultDeadMax
+	}
+	if o.DeadRetention == 0 {
+		o.DeadRetention = DefaultDeadRetention
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -150,6 +170,8 @@ func (o *BrokerOptions) validate() error {
 		return fmt.Errorf("%w: MaxAttempts must be at least 1, not %d", ErrInvalidOptions, o.MaxAttempts)
 	case o.BatchSize < 1 || o.BatchSize > MaxBatchSize:
 		return fmt.Errorf("%w: BatchSize must be between 1 and %d, not %d", ErrInvalidOptions, MaxBatchSize, o.BatchSize)
+	case o.DeadRetention > 0 && o.DeadRetention < time.Millisecond:
+		return fmt.Errorf("%w: DeadRetention must be at least 1ms (or negative: no limit), not %v", ErrInvalidOptions, o.DeadRetention)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -474,6 +475,153 @@ func TestReviveConcurrent(t *testing.T) {
 	must(t, err)
 	if revived.Load() != n || st.Scheduled != n || st.Dead != 0 {
 		t.Fatalf("revived %d of %d; stats %+v", revived.Load(), n, st)
+	}
+}
+
+// killAll schedules n due jobs named prefix0.., claims and kills them all,
+// and returns their ids in order.
+func killAll(t *testing.T, b *Broker, n int, prefix string) []string {
+	t.Helper()
+	must(t, b.Schedule(ctx, jobsDue(n, prefix, time.Now().Add(-time.Second))...))
+	cs, err := b.Claim(ctx, n)
+	must(t, err)
+	if len(cs) != n {
+		t.Fatalf("claimed %d of %d", len(cs), n)
+	}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = prefix + strconv.Itoa(i)
+	}
+	for _, c := range cs {
+		must(t, b.Kill(ctx, c, "killed by test"))
+	}
+	return ids
+}
+
+// deadIDs lists the dead set, and fails the test unless the dead info
+// hash holds exactly the same ids.
+func deadIDs(t *testing.T, b *Broker) []string {
+	t.Helper()
+	ids, err := b.rdb.ZRange(ctx, b.keys.dead, 0, -1).Result()
+	must(t, err)
+	info, err := b.rdb.HKeys(ctx, b.keys.deadInfo).Result()
+	must(t, err)
+	slices.Sort(ids)
+	slices.Sort(info)
+	if !slices.Equal(ids, info) {
+		t.Fatalf("dead set %v, dead info %v", ids, info)
+	}
+	return ids
+}
+
+// The recovery pass trims the dead set as asynq bounds its archive: deaths
+// older than DeadRetention, then the oldest beyond DeadMax, at most
+// BatchSize a pass, each with its info.
+func TestDeadTrim(t *testing.T) {
+	key := testKey(t)
+	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Minute, BatchSize: 2})
+	ids := killAll(t, b, 12, "d")
+	// d<i> died i+1 hours ago; d9, d10 and d11 more than 90 days ago.
+	now := redisNow(t, b.rdb)
+	for i, id := range ids {
+		age := time.Duration(i+1) * time.Hour
+		if i >= 9 {
+			age += DefaultDeadRetention
+		}
+		must(t, b.rdb.ZAddXX(ctx, b.keys.dead, redis.Z{Score: float64(now.Add(-age).UnixMilli()), Member: id}).Err())
+	}
+	for _, want := range []int{2, 1, 0} { // BatchSize 2 a pass
+		r, err := b.Recover(ctx)
+		must(t, err)
+		if r.Trimmed != want {
+			t.Fatalf("trimmed %d, want %d", r.Trimmed, want)
+		}
+	}
+	if got := deadIDs(t, b); !slices.Equal(got, ids[:9]) {
+		t.Fatalf("past DeadRetention: left %v", got)
+	}
+
+	// Unlimited keeps all, however old.
+	off := newBroker(t, BrokerOptions{Key: key, DeadMax: -1, DeadRetention: -1})
+	must(t, b.rdb.ZAddXX(ctx, b.keys.dead, redis.Z{Score: 1, Member: "d0"}).Err())
+	if r, err := off.Recover(ctx); err != nil || r.Trimmed != 0 {
+		t.Fatalf("unlimited trimmed %d (%v)", r.Trimmed, err)
+	}
+
+	// DeadMax 4, by RunRecovery: its passes follow one another at once
+	// while each trims a full batch (3, 2), not an interval apart. d0, now
+	// the oldest death, goes first.
+	small := newBroker(t, BrokerOptions{Key: key, DeadMax: 4, DeadRetention: -1, BatchSize: 3})
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); small.RunRecovery(rctx, time.Hour) }()
+	waitFor(t, 5*time.Second, "the dead set down to DeadMax", func() bool {
+		n, _ := b.rdb.ZCard(ctx, b.keys.dead).Result()
+		return n == 4
+	})
+	stop()
+	<-done
+	if got := deadIDs(t, b); !slices.Equal(got, []string{"d1", "d2", "d3", "d4"}) {
+		t.Fatalf("beyond DeadMax: left %v", got)
+	}
+
+	_, err := NewBroker(newClient(t), BrokerOptions{Key: key, DeadRetention: time.Microsecond})
+	wantErr(t, err, ErrInvalidOptions)
+}
+
+// Trimming races revivals of the same dead jobs on 8 connections: each
+// job is revived once, trimmed or still dead, never two of these, and no
+// dead info outlives its job.
+func TestDeadTrimConcurrent(t *testing.T) {
+	key := testKey(t)
+	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Minute})
+	const n, keep = 300, 50
+	ids := killAll(t, b, n, "t")
+	var wg sync.WaitGroup
+	var revived, trimmed atomic.Int64
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wb, _ := NewBroker(ownConn(t), BrokerOptions{Key: key, DeadMax: keep, BatchSize: 7})
+			for i := w * 13 % n; i < n; i += 17 {
+				var err error
+				if w%2 == 0 {
+					var k int
+					k, err = wb.Revive(ctx, ids[i:min(i+5, n)]...)
+					revived.Add(int64(k))
+				} else {
+					var r Recovered
+					r, err = wb.Recover(ctx)
+					trimmed.Add(int64(r.Trimmed))
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	last := newBroker(t, BrokerOptions{Key: key, DeadMax: keep})
+	for {
+		rec, err := last.Recover(ctx)
+		must(t, err)
+		trimmed.Add(int64(rec.Trimmed))
+		if rec.Trimmed == 0 {
+			break
+		}
+	}
+	dead := deadIDs(t, b)
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if len(dead) > keep || int64(len(dead))+revived.Load()+trimmed.Load() != n || st.Scheduled != revived.Load() {
+		t.Fatalf("%d dead (keep %d), %d revived, %d trimmed, of %d; stats %+v", len(dead), keep, revived.Load(), trimmed.Load(), n, st)
+	}
+	for _, id := range dead {
+		if _, err := b.rdb.ZScore(ctx, key, id).Result(); err == nil {
+			t.Fatalf("%s is both dead and scheduled", id)
+		}
 	}
 }
 

@@ -14,7 +14,9 @@
 //     expired goes back to the schedule after a backoff, or into a dead set
 //     after its last attempt. Nothing is lost: [Broker.Dead] lists the dead
 //     set, [Broker.Revive] puts its jobs back, [Broker.DeleteDead] forgets
-//     them.
+//     them. Like asynq's archive, the dead set keeps at most 10,000 jobs
+//     for 90 days by default (BrokerOptions.DeadMax, DeadRetention); the
+//     recovery pass trims it.
 //   - An idempotency store and asynq middleware that keep one live run per
 //     job id and skip runs of jobs that already finished.
 //   - A dispatcher that turns due jobs into asynq tasks the moment they

@@ -3,20 +3,25 @@
 -- KEYS[4] run records   KEYS[5] dead ZSet   KEYS[6] dead info hash
 -- KEYS[7] batches ZSet (batch leases, see prelude.lua)
 -- ARGV[1] batch   ARGV[2] score units per second   ARGV[3] max attempts
--- ARGV[4] notice channel   ARGV[5..] backoff in ms for attempt 1, 2, ... (the last repeats)
+-- ARGV[4] notice channel   ARGV[5] dead set size kept (-1: no limit)
+-- ARGV[6] ms a death is kept (-1: no limit)
+-- ARGV[7..] backoff in ms for attempt 1, 2, ... (the last repeats)
 -- Leases are re-checked here against Redis TIME: only members whose
 -- deadline has passed are touched; the member's removal voids its token.
 -- Expired batch leases follow, whole, while the pass has touched fewer
 -- than batch jobs.
--- Returns {requeued, dead, scanned} where scanned counts the jobs touched.
+-- Then up to batch jobs leave the dead set: deaths older than ARGV[6] ms,
+-- then the oldest beyond ARGV[5] jobs.
+-- Returns {requeued, dead, scanned, trimmed} where scanned counts the jobs
+-- touched and trimmed those removed from the dead set.
 local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'zset', KEYS[6], 'hash', KEYS[7], 'zset'})
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 local batch, ups, max = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local now_ms, now = clock(ups)
 local requeued, dead, scanned, min = 0, 0, 0, nil
-local ndelays = #ARGV - 4
+local ndelays = #ARGV - 6
 local function back(id, attempt, rest)
-  local score = now + tonumber(ARGV[4 + math.min(attempt, ndelays)]) * ups / 1000
+  local score = now + tonumber(ARGV[6 + math.min(attempt, ndelays)]) * ups / 1000
   local r = settle_back(KEYS[1], KEYS[3], KEYS[5], KEYS[6], id, attempt, rest, score, max, now_ms, 'lease expired')
   if r == 2 then dead = dead + 1 else requeued = requeued + 1 end
   if r == 1 and (min == nil or score < min) then min = score end
@@ -39,4 +44,22 @@ while scanned < batch do
   scanned = scanned + math.max(#ids, 1)
 end
 if min ~= nil then redis.call('PUBLISH', ARGV[4], min) end
-return {requeued, dead, scanned}
+
+-- The dead set keeps a death (score: Unix ms) for ARGV[6] ms and at most
+-- ARGV[5] jobs, as asynq bounds its archive.
+local trimmed = 0
+local function drop(ids)
+  if #ids == 0 then return end
+  redis.call('ZREM', KEYS[5], unpack(ids))
+  redis.call('HDEL', KEYS[6], unpack(ids))
+  trimmed = trimmed + #ids
+end
+local keep_n, keep_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
+if keep_ms >= 0 then
+  drop(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms - keep_ms - 1, 'LIMIT', 0, batch))
+end
+if keep_n >= 0 and trimmed < batch then
+  local over = math.min(redis.call('ZCARD', KEYS[5]) - keep_n, batch - trimmed)
+  if over > 0 then drop(redis.call('ZRANGE', KEYS[5], 0, over - 1)) end
+end
+return {requeued, dead, scanned, trimmed}

@@ -15,6 +15,7 @@ const maxDelays = 64
 type Recovered struct {
 	Requeued int // expired runs put back on the schedule (or covered by a newer entry of the same id)
 	Dead     int // expired runs that had spent their attempts, now in the dead set
+	Trimmed  int // jobs removed from the dead set: dead longer than DeadRetention, or the oldest beyond DeadMax
 	scanned  int
 }
 
@@ -23,13 +24,23 @@ type Recovered struct {
 // their backoff, or to the dead set with the reason "lease expired" when
 // they were on their last attempt. Their tokens are voided either way, so
 // a late Ack, Extend, Retry or Kill by the old holder gets ErrLeaseLost.
+//
+// The pass then trims the dead set, up to BatchSize jobs: those dead for
+// longer than DeadRetention, then the oldest deaths beyond DeadMax.
 func (b *Broker) Recover(ctx context.Context) (Recovered, error) {
 	if err := ctx.Err(); err != nil {
 		return Recovered{}, wrap(ctx, "recover", err, nil)
 	}
+	deadMax, deadKeep := int64(-1), int64(-1)
+	if b.opts.DeadMax >= 0 {
+		deadMax = int64(b.opts.DeadMax)
+	}
+	if b.opts.DeadRetention >= 0 {
+		deadKeep = ms(b.opts.DeadRetention)
+	}
 	n := min(b.opts.MaxAttempts, maxDelays)
-	args := make([]any, 0, 4+n)
-	args = append(args, b.opts.BatchSize, b.ups, b.opts.MaxAttempts, b.keys.notice)
+	args := make([]any, 0, 6+n)
+	args = append(args, b.opts.BatchSize, b.ups, b.opts.MaxAttempts, b.keys.notice, deadMax, deadKeep)
 	for a := 1; a <= n; a++ {
 		args = append(args, strconv.FormatInt(b.opts.Backoff(a).Milliseconds(), 10))
 	}
@@ -37,10 +48,14 @@ func (b *Broker) Recover(ctx context.Context) (Recovered, error) {
 	if err != nil {
 		return Recovered{}, wrap(ctx, "recover", err, b.keys.types)
 	}
-	r := Recovered{Requeued: int(raw[0]), Dead: int(raw[1]), scanned: int(raw[2])}
+	r := Recovered{Requeued: int(raw[0]), Dead: int(raw[1]), scanned: int(raw[2]), Trimmed: int(raw[3])}
 	if r.scanned > 0 {
 		b.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: recovered expired leases",
 			slog.String("key", b.keys.schedule), slog.Int("requeued", r.Requeued), slog.Int("dead", r.Dead))
+	}
+	if r.Trimmed > 0 {
+		b.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: trimmed the dead set",
+			slog.String("key", b.keys.dead), slog.Int("removed", r.Trimmed))
 	}
 	return r, nil
 }
@@ -49,7 +64,8 @@ func (b *Broker) Recover(ctx context.Context) (Recovered, error) {
 const DefaultRecoveryInterval = time.Second
 
 // RunRecovery runs Recover every interval until ctx is done, and at once
-// again after a pass that found a full batch. Errors are logged and the
+// again after a pass that found a full batch (of expired leases, or of dead
+// jobs to trim). Errors are logged and the
 // loop goes on. It returns nil when ctx is done. every <= 0 means
 // DefaultRecoveryInterval.
 func (b *Broker) RunRecovery(ctx context.Context, every time.Duration) error {
@@ -70,7 +86,7 @@ func (b *Broker) RunRecovery(ctx context.Context, every time.Duration) error {
 			b.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: recovery pass failed",
 				slog.String("key", b.keys.schedule), slog.String("error", err.Error()))
 			t.Reset(every)
-		case r.scanned >= b.opts.BatchSize:
+		case r.scanned >= b.opts.BatchSize || r.Trimmed >= b.opts.BatchSize:
 			t.Reset(0)
 		default:
 			t.Reset(every)
