@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -262,4 +263,15 @@ func DemoKey(name string) string {
 	tag := name + ":" + hex.EncodeToString(b[:])
 	exampleKeys = append(exampleKeys, tag)
 	return "example:{" + tag + "}"
+}
+
+// roundTrips counts what a client sends: one per command or pipeline.
+type roundTrips struct{ n *atomic.Int64 }
+
+func (h roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
 }

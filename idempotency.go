@@ -89,10 +89,9 @@ type IdempotencyOptions struct {
 // their own idempotency key, and may reject writes whose Execution.Token
 // is lower than one they have already seen for that key (a fenced write).
 type Idempotency struct {
-	rdb   redis.UniversalClient
-	opts  IdempotencyOptions
-	log   *slog.Logger
-	group *groupRunner // Begin and settle calls share pipelines under load
+	rdb  redis.UniversalClient
+	opts IdempotencyOptions
+	log  *slog.Logger
 }
 
 // NewIdempotency returns a store on rdb, which it never closes.
@@ -123,7 +122,7 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 	case opts.Retention > math.MaxInt64-opts.Lease:
 		return nil, fmt.Errorf("%w: Lease + Retention must fit in a time.Duration (about 292 years), not %v + %v", ErrInvalidOptions, opts.Lease, opts.Retention)
 	}
-	return &Idempotency{rdb: rdb, opts: opts, log: opts.Logger, group: &groupRunner{rdb: rdb}}, nil
+	return &Idempotency{rdb: rdb, opts: opts, log: opts.Logger}, nil
 }
 
 // TaskIDKey is the default Key function: the asynq task id.
@@ -165,7 +164,7 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 	}
 	rk := i.recordKey(key)
 	sent := time.Now()
-	reply, err := i.group.run(ctx, beginScript, []string{rk}, ms(i.opts.Lease), ms(i.opts.Lease+i.opts.Retention))
+	reply, err := beginScript.Run(ctx, i.rdb, []string{rk}, ms(i.opts.Lease), ms(i.opts.Lease+i.opts.Retention)).Result()
 	if err != nil {
 		return nil, i.wrap(ctx, "begin", rk, err)
 	}
@@ -219,8 +218,8 @@ func (e *Execution) settle(ctx context.Context, op string, ttl time.Duration) (i
 		return 0, wrap(ctx, op, err, nil)
 	}
 	rk := e.i.recordKey(e.Key)
-	reply, err := e.i.group.run(ctx, settleScript, []string{rk}, strconv.FormatInt(e.Token, 10), op,
-		ms(e.i.opts.Lease), ms(ttl))
+	reply, err := settleScript.Run(ctx, e.i.rdb, []string{rk}, strconv.FormatInt(e.Token, 10), op,
+		ms(e.i.opts.Lease), ms(ttl)).Result()
 	if err != nil {
 		return 0, e.i.wrap(ctx, op, rk, err)
 	}

@@ -520,3 +520,55 @@ func TestSettleWholeToken(t *testing.T) {
 	}
 	must(t, e.Complete(ctx))
 }
+
+// One store shared by 64 goroutines over a pool of 8 connections: every
+// call gets its own answer, and one goroutine wins a contested key.
+func TestIdempotencySharedStore(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: testAddr, PoolSize: 8})
+	t.Cleanup(func() { rdb.Close() })
+	i := newIdem(t, rdb, IdempotencyOptions{Lease: time.Minute})
+
+	const workers, each = 64, 20
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	start := make(chan struct{})
+	var contested atomic.Int32
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if _, err := i.Begin(ctx, "contested"); err == nil {
+				contested.Add(1)
+			} else if !errors.Is(err, ErrInProgress) {
+				errs <- err
+			}
+			for k := range each {
+				key := fmt.Sprintf("w%d-k%d", w, k)
+				e, err := i.Begin(ctx, key)
+				if err != nil {
+					errs <- fmt.Errorf("begin %s: %w", key, err)
+					return
+				}
+				if e.Key != key {
+					errs <- fmt.Errorf("begin %s answered for %s", key, e.Key)
+				}
+				if err := e.Complete(ctx); err != nil {
+					errs <- fmt.Errorf("complete %s: %w", key, err)
+				}
+				if _, err := i.Begin(ctx, key); !errors.Is(err, ErrAlreadyDone) {
+					errs <- fmt.Errorf("begin %s again: %v", key, err)
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if contested.Load() != 1 {
+		t.Fatalf("%d goroutines acquired the contested key", contested.Load())
+	}
+}
