@@ -40,42 +40,30 @@ func TestClaimConcurrentExactlyOnce(t *testing.T) {
 	seen := make(map[string]int, n)
 	tokens := make(map[int64]bool, n)
 	errs := make(chan error, workers)
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := ownConn(t)
-			wb, err := NewBroker(c, BrokerOptions{Key: key, Lease: time.Minute})
+	onOwnConns(t, workers, BrokerOptions{Key: key, Lease: time.Minute}, func(_ int, wb *Broker) {
+		for {
+			cs, err := wb.Claim(ctx, 1+rand.IntN(200))
 			if err != nil {
 				errs <- err
 				return
 			}
-			for {
-				cs, err := wb.Claim(ctx, 1+rand.IntN(200))
-				if err != nil {
-					errs <- err
-					return
-				}
-				if len(cs) == 0 {
-					return
-				}
-				mu.Lock()
-				for _, c := range cs {
-					seen[c.ID]++
-					if tokens[c.Token] {
-						errs <- fmt.Errorf("token %d handed out twice", c.Token)
-					}
-					tokens[c.Token] = true
-					if string(c.Payload) != "p"+strings.TrimPrefix(c.ID, "job-") || c.Type != "t" || c.Attempt != 1 {
-						errs <- fmt.Errorf("claim %+v carries the wrong record", c)
-					}
-				}
-				mu.Unlock()
+			if len(cs) == 0 {
+				return
 			}
-		}()
-	}
-	wg.Wait()
+			mu.Lock()
+			for _, c := range cs {
+				seen[c.ID]++
+				if tokens[c.Token] {
+					errs <- fmt.Errorf("token %d handed out twice", c.Token)
+				}
+				tokens[c.Token] = true
+				if string(c.Payload) != "p"+strings.TrimPrefix(c.ID, "job-") || c.Type != "t" || c.Attempt != 1 {
+					errs <- fmt.Errorf("claim %+v carries the wrong record", c)
+				}
+			}
+			mu.Unlock()
+		}
+	})
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
@@ -103,28 +91,20 @@ func TestAckConcurrent(t *testing.T) {
 	must(t, b.Schedule(ctx, jobsDue(500, "a", time.Now().Add(-time.Second))...))
 	cs, err := b.Claim(ctx, 1000)
 	must(t, err)
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	ok := map[int64]int{}
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := ownConn(t)
-			wb, _ := NewBroker(c, BrokerOptions{Key: key})
-			for _, cl := range cs {
-				err := wb.Ack(ctx, cl)
-				mu.Lock()
-				if err == nil {
-					ok[cl.Token]++
-				} else if !errors.Is(err, ErrLeaseLost) {
-					ok[-1]++
-				}
-				mu.Unlock()
+	onOwnConns(t, 8, BrokerOptions{Key: key}, func(_ int, wb *Broker) {
+		for _, cl := range cs {
+			err := wb.Ack(ctx, cl)
+			mu.Lock()
+			if err == nil {
+				ok[cl.Token]++
+			} else if !errors.Is(err, ErrLeaseLost) {
+				ok[-1]++
 			}
-		}()
-	}
-	wg.Wait()
+			mu.Unlock()
+		}
+	})
 	if len(ok) != len(cs) || ok[-1] != 0 {
 		t.Fatalf("acks %d of %d claims, %d unexpected errors", len(ok), len(cs), ok[-1])
 	}
@@ -443,34 +423,18 @@ func TestReviveConcurrent(t *testing.T) {
 	key := testKey(t)
 	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Minute})
 	const n = 200
-	jobs := jobsDue(n, "r", time.Now().Add(-time.Second))
-	must(t, b.Schedule(ctx, jobs...))
-	cs, err := b.Claim(ctx, n)
-	must(t, err)
-	ids := make([]string, len(cs))
-	for i, c := range cs {
-		must(t, b.Kill(ctx, c, "killed by test"))
-		ids[i] = c.ID
-	}
-	var wg sync.WaitGroup
+	ids := killAll(t, b, n, "r")
 	var revived atomic.Int64
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := ownConn(t)
-			wb, _ := NewBroker(c, BrokerOptions{Key: key})
-			for i := 0; i < len(ids); i += 10 {
-				k, err := wb.Revive(ctx, ids[i:min(i+10, len(ids))]...)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				revived.Add(int64(k))
+	onOwnConns(t, 8, BrokerOptions{Key: key}, func(_ int, wb *Broker) {
+		for i := 0; i < len(ids); i += 10 {
+			k, err := wb.Revive(ctx, ids[i:min(i+10, len(ids))]...)
+			if err != nil {
+				t.Error(err)
+				return
 			}
-		}()
-	}
-	wg.Wait()
+			revived.Add(int64(k))
+		}
+	})
 	st, err := b.Stats(ctx)
 	must(t, err)
 	if revived.Load() != n || st.Scheduled != n || st.Dead != 0 {
@@ -577,32 +541,25 @@ func TestDeadTrimConcurrent(t *testing.T) {
 	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Minute})
 	const n, keep = 300, 50
 	ids := killAll(t, b, n, "t")
-	var wg sync.WaitGroup
 	var revived, trimmed atomic.Int64
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wb, _ := NewBroker(ownConn(t), BrokerOptions{Key: key, DeadMax: keep, BatchSize: 7})
-			for i := w * 13 % n; i < n; i += 17 {
-				var err error
-				if w%2 == 0 {
-					var k int
-					k, err = wb.Revive(ctx, ids[i:min(i+5, n)]...)
-					revived.Add(int64(k))
-				} else {
-					var r Recovered
-					r, err = wb.Recover(ctx)
-					trimmed.Add(int64(r.Trimmed))
-				}
-				if err != nil {
-					t.Error(err)
-					return
-				}
+	onOwnConns(t, 8, BrokerOptions{Key: key, DeadMax: keep, BatchSize: 7}, func(w int, wb *Broker) {
+		for i := w * 13 % n; i < n; i += 17 {
+			var err error
+			if w%2 == 0 {
+				var k int
+				k, err = wb.Revive(ctx, ids[i:min(i+5, n)]...)
+				revived.Add(int64(k))
+			} else {
+				var r Recovered
+				r, err = wb.Recover(ctx)
+				trimmed.Add(int64(r.Trimmed))
 			}
-		}()
-	}
-	wg.Wait()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
 	last := newBroker(t, BrokerOptions{Key: key, DeadMax: keep})
 	for {
 		rec, err := last.Recover(ctx)

@@ -265,6 +265,25 @@ func DemoKey(name string) string {
 	return "example:{" + tag + "}"
 }
 
+// onOwnConns runs f(w, b) for w = 0..n-1, each on a goroutine of its own
+// with a Broker of opts on a connection of its own, and waits for them.
+func onOwnConns(t *testing.T, n int, opts BrokerOptions, f func(w int, b *Broker)) {
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := NewBroker(ownConn(t), opts)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			f(w, b)
+		}()
+	}
+	wg.Wait()
+}
+
 // roundTrips counts what a client sends: one per command or pipeline.
 type roundTrips struct{ n *atomic.Int64 }
 
