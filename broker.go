@@ -113,7 +113,8 @@ type BrokerOptions struct {
 	// each recovery pass removes older ones. Negative keeps them until
 	// DeleteDead (or DeadMax). Default: DefaultDeadRetention (90 days).
 	DeadRetention time.Duration
-	// Logger receives the broker's logs. Default: nil, quiet.
+	// Logger receives the broker's logs. Default: slog.Default(); a
+	// logger with slog.DiscardHandler silences it.
 	Logger *slog.Logger
 }
 
@@ -156,7 +157,7 @@ func (o *BrokerOptions) setDefaults() {
 		o.DeadRetention = DefaultDeadRetention
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
+		o.Logger = slog.Default()
 	}
 }
 
@@ -187,9 +188,10 @@ type Broker struct {
 	log  *slog.Logger
 }
 
-// Job is one piece of work on the schedule. Its ID names the work: it is
-// the member of the schedule set, the asynq TaskID when dispatched, and the
-// default idempotency key of the middleware.
+// Job is one piece of work on the schedule. Its ID is the member of the
+// schedule set; together with the due time it is first scheduled for, it
+// names an occurrence (see JobInfo), the unit that runs once: the asynq
+// TaskID when dispatched and the middleware's default key.
 type Job struct {
 	ID      string
 	RunAt   time.Time
@@ -208,6 +210,10 @@ type Claim struct {
 	// Attempt is 1 on the first claim of a job, 2 on the claim after one
 	// retry or one expired lease, and so on.
 	Attempt int
+	// Due is the due time of the claim's occurrence (see JobInfo), to the
+	// millisecond: the time the job was first scheduled for, which a
+	// retry's backoff does not move. RunAt is this claim's own due time.
+	Due time.Time
 	// LeaseUntil is the lease deadline by Redis' clock. After it, recovery
 	// may take the job back and void Token.
 	LeaseUntil time.Time
@@ -270,6 +276,15 @@ func (b *Broker) scoreTime(s string) time.Time {
 	return time.UnixMicro(int64(math.Round(f * 1e6)))
 }
 
+// dueTime decodes an occurrence's due score, to the millisecond.
+func (b *Broker) dueTime(s string) time.Time {
+	t := b.scoreTime(s)
+	if t.IsZero() {
+		return t
+	}
+	return time.UnixMilli(t.UnixMilli())
+}
+
 // validateJob checks one job against the documented limits.
 func validateJob(j *Job) error {
 	switch {
@@ -318,11 +333,8 @@ func (b *Broker) Schedule(ctx context.Context, jobs ...Job) error {
 		if last[j.ID] != i {
 			continue // a later job in this call replaces it
 		}
-		rec := encodeRest(j.Type, j.Queue, j.Payload)
-		if rec != "" {
-			rec = "0:" + rec
-		}
-		args = append(args, j.ID, b.score(j.RunAt), rec)
+		score := b.score(j.RunAt)
+		args = append(args, j.ID, score, newRecord(score, &j))
 		if len(args) > 3*MaxBatchSize {
 			if err := flush(); err != nil {
 				return err
@@ -487,18 +499,17 @@ func (b *Broker) claim(ctx context.Context, max int, mode claimMode) (claimResul
 		if j.score != "" {
 			c.RunAt = b.scoreTime(j.score)
 		}
-		if j.rec != "" {
-			a, err := decodeRecord(j.rec, &c.Job)
-			switch {
-			case err != nil && batch:
-				res.corrupt = append(res.corrupt, corruptClaim{c, i + 1, err})
-				continue
-			case err != nil:
-				b.buryCorrupt(ctx, c, err)
-				continue
-			}
-			c.Attempt = a + 1
+		a, due, err := decodeRecord(j.rec, &c.Job)
+		switch {
+		case err != nil && batch:
+			res.corrupt = append(res.corrupt, corruptClaim{c, i + 1, err})
+			continue
+		case err != nil:
+			b.buryCorrupt(ctx, c, err)
+			continue
 		}
+		c.Attempt = a + 1
+		c.Due = b.dueTime(due)
 		res.claims = append(res.claims, c)
 		if batch {
 			res.index = append(res.index, i+1)
@@ -745,6 +756,7 @@ func (b *Broker) Stats(ctx context.Context) (Stats, error) {
 // DeadJob is an entry of the dead set.
 type DeadJob struct {
 	Job
+	Due      time.Time // the due time of its occurrence (see JobInfo)
 	Attempts int       // claims the job had
 	Reason   string    // why it died: "lease expired", "attempts exhausted", or Kill's reason
 	DiedAt   time.Time // by Redis' clock
@@ -778,7 +790,9 @@ func (b *Broker) Dead(ctx context.Context, max int) ([]DeadJob, error) {
 	for i, z := range zs {
 		d := DeadJob{Job: Job{ID: ids[i]}, DiedAt: time.UnixMilli(int64(z.Score))}
 		if info, ok := infos[i].(string); ok {
-			d.Reason, d.Attempts, d.Err = decodeDeadInfo(info, &d.Job)
+			var due string
+			d.Reason, d.Attempts, due, d.Err = decodeDeadInfo(info, &d.Job)
+			d.Due = b.dueTime(due)
 		}
 		out[i] = d
 	}

@@ -25,12 +25,14 @@ type mSched struct {
 	payload  string // "" = no record written by Schedule
 	attempts int    // claims already made of this run
 	due      time.Time
-	exact    bool // due is the exact score; else an upper bound
+	exact    bool      // due is the exact score; else an upper bound
+	occ      time.Time // the occurrence's due: kept across retries and revival
 }
 
 // mDead is a dead job: why it died, and the payload it comes back with.
 type mDead struct {
 	reason, payload string
+	occ             time.Time
 }
 
 type mClaim struct {
@@ -88,10 +90,10 @@ func (m *brokerModel) settleBack(mc mClaim, due time.Time, reason string, max in
 		return false
 	}
 	if mc.c.Attempt >= max {
-		m.dead[id] = mDead{reason, mc.payload}
+		m.dead[id] = mDead{reason, mc.payload, mc.c.Due}
 		return true
 	}
-	m.scheduled[id] = mSched{payload: mc.payload, attempts: mc.c.Attempt, due: due}
+	m.scheduled[id] = mSched{payload: mc.payload, attempts: mc.c.Attempt, due: due, occ: mc.c.Due}
 	return false
 }
 
@@ -123,7 +125,7 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 				m.finished++ // deleted, or the newer scheduled entry stands for the work
 				return
 			}
-			m.scheduled[id] = mSched{payload: d.payload, due: m.now(t)} // due by now
+			m.scheduled[id] = mSched{payload: d.payload, due: m.now(t), occ: d.occ} // due by now, the same occurrence
 		}
 	}
 	return map[string]func(*rapid.T){
@@ -145,7 +147,8 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 			if _, ok := m.scheduled[id]; ok {
 				m.finished++ // the replaced entry's run ends here
 			}
-			m.scheduled[id] = mSched{payload: payload, due: m.b.scoreTime(m.b.score(j.RunAt)), exact: true}
+			m.scheduled[id] = mSched{payload: payload, due: m.b.scoreTime(m.b.score(j.RunAt)), exact: true,
+				occ: m.b.dueTime(m.b.score(j.RunAt))}
 		},
 		"cancel": func(t *rapid.T) {
 			id := ids.Draw(t, "id")
@@ -203,7 +206,7 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 					t.Fatalf("token %d after %d", c.Token, m.lastToken)
 				}
 				m.lastToken = c.Token
-				if string(c.Payload) != s.payload || c.Attempt != s.attempts+1 {
+				if string(c.Payload) != s.payload || c.Attempt != s.attempts+1 || !c.Due.Equal(s.occ) {
 					t.Fatalf("claim %+v, model %+v", c, s)
 				}
 				delete(m.scheduled, c.ID)
@@ -254,7 +257,7 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 				case 1:
 					m.settleBack(mc, now, "attempts exhausted", max)
 				case 2:
-					m.dead[mc.c.ID] = mDead{"dead by test", mc.payload}
+					m.dead[mc.c.ID] = mDead{"dead by test", mc.payload, mc.c.Due}
 				}
 			}
 		},
@@ -290,7 +293,7 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 			err := m.b.Kill(ctx, c, "killed by test")
 			m.expect(t, "kill", err, cur)
 			if cur {
-				m.dead[c.ID] = mDead{"killed by test", m.inflight[c.Token].payload}
+				m.dead[c.ID] = mDead{"killed by test", m.inflight[c.Token].payload, c.Due}
 				delete(m.inflight, c.Token)
 			}
 		},
@@ -397,7 +400,7 @@ func (m *brokerModel) check(t *rapid.T) {
 		var j Job
 		attempts := 0
 		if err == nil {
-			attempts, err = decodeRecord(rec, &j)
+			attempts, _, err = decodeRecord(rec, &j)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -422,12 +425,7 @@ func (m *brokerModel) check(t *rapid.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	withRecord := len(m.batches) // one record of each batch's jobs
-	for _, mc := range m.inflight {
-		if mc.payload != "" || mc.c.Attempt > 1 {
-			withRecord++
-		}
-	}
+	withRecord := len(m.batches) + len(m.inflight) // one record of each batch's jobs, one per claim
 	batched := 0
 	for _, mb := range m.batches {
 		batched += len(mb.jobs)

@@ -11,7 +11,7 @@
 --   each score it answers: with them, a dispatched job's claim and settle
 --   cost about 40% more)
 -- Returns {deadline_ms, first_token, now, next, {id1, score1, id2, ...},
---   {record1|false, record2|false, ...}} where tokens run first_token,
+--   {record1, record2, ...}} where tokens run first_token,
 --   first_token+1, ... in reply order, now is Redis TIME in score units and
 --   next is the earliest remaining score or false (after a full batch: now,
 --   since more may be due); {0, 0, now, next} when nothing is due.
@@ -59,6 +59,28 @@ if not (base < 9007199254740991 - max) then return redis.error_reply('ZCLAIM_COR
 recs, err = read('HMGET', KEYS[4], unpack(ids))
 if err then return err end
 
+-- Every claimed run carries its occurrence's due (see prelude.lua): a job
+-- without one in its record (a plain ZADD, or a record of an older version)
+-- takes its score, read only for those jobs when the claim reads no scores.
+local had, missing = false, {}
+for i = 1, n do
+  if recs[i] then had = true end
+  if not (recs[i] and string.find(recs[i], '^%d+@[^:]+:')) then missing[#missing + 1] = i end
+end
+if #missing > 0 then
+  local sc
+  if not scored then
+    local mids = {}
+    for j, i in ipairs(missing) do mids[j] = ids[i] end
+    sc = redis.call('ZMSCORE', KEYS[1], unpack(mids))
+  end
+  for j, i in ipairs(missing) do
+    local score = scored and due[2 * i] or sc[j]
+    local a, rest = string.match(recs[i] or '', '^(%d+)@?:(.*)$')
+    recs[i] = record(a or '0', score, rest or '')
+  end
+end
+
 -- The due jobs are the n lowest scores.
 redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
 -- Tokens continue from the larger of the counter and Redis TIME in
@@ -70,9 +92,7 @@ redis.call('SET', KEYS[3], string.format('%d', base + n))
 local deadline = now_ms + lease
 
 -- Records move with their jobs. HDEL passes over ids without one.
-for i = 1, n do
-  if recs[i] then redis.call('HDEL', KEYS[4], unpack(ids)) break end
-end
+if had then redis.call('HDEL', KEYS[4], unpack(ids)) end
 local next = now_s
 if n < max then next = next_score() end
 
@@ -86,7 +106,7 @@ if batch then
     return t
   end
   for i = 1, n do
-    local id, rec = ids[i], recs[i] or ''
+    local id, rec = ids[i], recs[i]
     parts[k + 1], parts[k + 2], parts[k + 3], parts[k + 4] = len(id), id, len(rec), rec
     k = k + 4
   end
@@ -109,11 +129,9 @@ for i = 1, n do
   local tok = string.format('%d', first + i - 1)
   zadd[2 * i - 1] = deadline
   zadd[2 * i] = ids[i] .. '|' .. tok
-  if recs[i] then
-    hset[#hset + 1] = tok
-    hset[#hset + 1] = recs[i]
-  end
+  hset[2 * i - 1] = tok
+  hset[2 * i] = recs[i]
 end
 redis.call('ZADD', KEYS[2], unpack(zadd))
-if #hset > 0 then redis.call('HSET', KEYS[5], unpack(hset)) end
+redis.call('HSET', KEYS[5], unpack(hset))
 return {deadline, first, now_s, next, due, recs}

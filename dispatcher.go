@@ -6,18 +6,20 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 )
 
 // Defaults of a Dispatcher.
 const (
 	DefaultConcurrency    = 16
-	DefaultMaxWait        = time.Second
+	DefaultMaxWait        = 50 * time.Millisecond
 	DefaultEnqueueTimeout = 5 * time.Second
 )
 
@@ -30,10 +32,13 @@ type DispatcherOptions struct {
 	// asynq holds few claims waiting while their leases run.
 	// Default: DefaultConcurrency (16).
 	Concurrency int
-	// MaxWait caps the sleep until the earliest due job; the dispatcher is
-	// also woken at once when an earlier job is scheduled, and when its
-	// subscription to those notices is restored after a lost connection.
-	// Default: DefaultMaxWait (1s).
+	// MaxWait caps the sleep until the earliest due job. Schedule wakes
+	// the dispatcher at once when it adds an earlier job, and so does a
+	// plain ZADD by another program where the server publishes keyspace
+	// events for sorted sets (notify-keyspace-events with K and z, or
+	// KEA); elsewhere a plain ZADD is found within MaxWait. The dispatcher
+	// also looks again whenever its subscription comes back after a lost
+	// connection. Default: DefaultMaxWait (50ms).
 	MaxWait time.Duration
 	// EnqueueTimeout bounds one enqueue, and one call that settles
 	// finished batches.
@@ -49,8 +54,22 @@ type DispatcherOptions struct {
 	// whose task id, type or queue name asynq refuses (only white space).
 	// Default: "".
 	DefaultType string
+	// TaskRetention is how long asynq keeps a dispatched task once it
+	// completed (asynq.Retention). While asynq keeps it, a second enqueue
+	// of the same occurrence meets its TaskID and does not run: that is
+	// what stops a re-dispatch after a dispatcher died between its
+	// enqueues and settling their batch (recovery puts such a batch back
+	// after its lease) from running the jobs again. asynq keeps each
+	// completed task, its payload included, in Redis meanwhile: about
+	// rate × TaskRetention tasks. A Retention in TaskOptions overrides it;
+	// negative sets none. The idempotency middleware covers longer
+	// windows. Default: the re-dispatch window, the Broker's Lease +
+	// RecoveryInterval + MaxWait, plus one minute.
+	TaskRetention time.Duration
 	// TaskOptions adds asynq options per job (MaxRetry, Timeout, ...).
-	// The dispatcher always sets asynq.TaskID(job.ID) and the job's queue.
+	// The dispatcher sets asynq.TaskID to the job's occurrence
+	// (OccurrenceID), asynq.Retention to TaskRetention and the job's queue
+	// first; options given here come after them and win.
 	// Setting TaskOptions or OnDispatch, the two places a dispatched job
 	// can be seen, makes the dispatcher's claims read each job's due time
 	// (Job.RunAt): Redis then formats a number per job, and a claim and
@@ -71,6 +90,10 @@ type DispatcherOptions struct {
 	Logger *slog.Logger
 }
 
+// minRetention is the smallest non-zero Retention asynq keeps: it stores
+// whole seconds.
+const minRetention = time.Second
+
 // DispatcherStats count what a Dispatcher did since it was made.
 type DispatcherStats struct {
 	Claimed   int64 // claims taken off the schedule
@@ -83,7 +106,8 @@ type DispatcherStats struct {
 // Dispatcher moves due jobs from a Broker's schedule into asynq the moment
 // they are due: it sleeps until the earliest due time (read from Redis),
 // wakes early when an earlier job is scheduled, claims due jobs in
-// batches, enqueues each as an asynq task whose TaskID is the job id, and
+// batches, enqueues each as an asynq task whose TaskID names the job's
+// occurrence (OccurrenceID) and whose headers carry its JobInfo, and
 // settles the batch. Any number of dispatchers may share a schedule.
 //
 // A dispatcher's batch is one lease, not one per job: its jobs become
@@ -91,7 +115,8 @@ type DispatcherStats struct {
 // one once every job in it is enqueued (or given back, or dead). If the
 // dispatcher dies first, recovery puts the whole batch back after the
 // lease, and the jobs already enqueued meet asynq's TaskID on their next
-// dispatch. Stats count the jobs of a batch lease one by one.
+// dispatch: asynq keeps their tasks, completed ones too, for
+// TaskRetention. Stats count the jobs of a batch lease one by one.
 type Dispatcher struct {
 	b    *Broker
 	c    *asynq.Client
@@ -121,6 +146,9 @@ func NewDispatcher(b *Broker, c *asynq.Client, opts DispatcherOptions) (*Dispatc
 	if opts.Logger == nil {
 		opts.Logger = b.log
 	}
+	if opts.TaskRetention == 0 {
+		opts.TaskRetention = b.opts.Lease + max(opts.RecoveryInterval, 0) + opts.MaxWait + time.Minute
+	}
 	switch {
 	case opts.Concurrency < 1:
 		return nil, fmt.Errorf("%w: Concurrency must be at least 1, not %d", ErrInvalidOptions, opts.Concurrency)
@@ -128,6 +156,8 @@ func NewDispatcher(b *Broker, c *asynq.Client, opts DispatcherOptions) (*Dispatc
 		return nil, fmt.Errorf("%w: MaxWait must be at least 1ms, not %v", ErrInvalidOptions, opts.MaxWait)
 	case opts.EnqueueTimeout < time.Millisecond:
 		return nil, fmt.Errorf("%w: EnqueueTimeout must be at least 1ms, not %v", ErrInvalidOptions, opts.EnqueueTimeout)
+	case opts.TaskRetention > 0 && opts.TaskRetention < minRetention:
+		return nil, fmt.Errorf("%w: TaskRetention must be at least %v (asynq keeps whole seconds), or negative for none, not %v", ErrInvalidOptions, minRetention, opts.TaskRetention)
 	}
 	return &Dispatcher{b: b, c: c, opts: opts, log: opts.Logger}, nil
 }
@@ -276,21 +306,27 @@ const ackLinger = 5 * time.Millisecond
 
 // batchRun follows the jobs of one batch claim through the workers.
 type batchRun struct {
-	left atomic.Int64 // jobs not yet dispatched
-	mu   sync.Mutex
-	end  batchEnd
+	left   atomic.Int64 // jobs not yet dispatched
+	noType atomic.Int64 // jobs dead for want of a task type
+	mu     sync.Mutex
+	end    batchEnd
 }
 
 // outcome is how one job's dispatch ended: done (the zero value), back to
-// the schedule after retry, or dead with a reason.
+// the schedule after retry, or dead with a reason (noType: for want of a
+// task type).
 type outcome struct {
-	retry time.Duration
-	dead  string
+	retry  time.Duration
+	dead   string
+	noType bool
 }
 
 // settled records the outcome of the job at place index; the last job of
 // the batch hands the batch to the acker.
 func (r *batchRun) settled(index int, o outcome, acks chan<- *batchRun) {
+	if o.noType {
+		r.noType.Add(1)
+	}
 	if o.retry > 0 || o.dead != "" {
 		r.mu.Lock()
 		if o.dead != "" {
@@ -318,6 +354,7 @@ func (d *Dispatcher) acker(in <-chan *batchRun) {
 	linger := time.NewTimer(ackLinger)
 	defer linger.Stop()
 	for r := range in {
+		d.logNoType(r)
 		batch = append(batch[:0], r.end)
 		resetTimer(linger, ackLinger)
 	more:
@@ -327,6 +364,7 @@ func (d *Dispatcher) acker(in <-chan *batchRun) {
 				if !ok {
 					break more
 				}
+				d.logNoType(r)
 				batch = append(batch, r.end)
 			case <-linger.C:
 				break more
@@ -350,6 +388,16 @@ func (d *Dispatcher) acker(in <-chan *batchRun) {
 	}
 }
 
+// logNoType logs, once for the batch, the jobs of r that went to the dead
+// set for want of a task type, with the fix.
+func (d *Dispatcher) logNoType(r *batchRun) {
+	if n := r.noType.Load(); n > 0 {
+		d.log.LogAttrs(context.Background(), slog.LevelError,
+			"zclaim: jobs without a task type sent to the dead set; set DispatcherOptions.DefaultType for members added with a plain ZADD, then Broker.Revive them",
+			slog.String("key", d.b.keys.schedule), slog.Int64("jobs", n))
+	}
+}
+
 func resetTimer(t *time.Timer, d time.Duration) {
 	t.Stop()
 	select {
@@ -362,26 +410,59 @@ func resetTimer(t *time.Timer, d time.Duration) {
 // listen forwards schedule notices (an earlier job was scheduled) to wake,
 // and each confirmation of the subscription too: go-redis subscribes again
 // after a lost connection, and notices sent meanwhile are lost, so the
-// schedule must be looked at again.
+// schedule must be looked at again. Where the server publishes keyspace
+// events for the schedule key, a ZADD by any program wakes it as well, at
+// most once per keyspaceQuiet so that a busy producer does not turn every
+// ZADD into a claim.
 func (d *Dispatcher) listen(ctx context.Context, wake chan<- struct{}) {
+	channels := []string{d.b.keys.notice}
+	ks, hasKS := keyspaceChannel(d.b.rdb, d.b.keys.schedule)
+	if hasKS {
+		channels = append(channels, ks)
+	}
+	poke := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	quiet := time.NewTimer(0)
+	defer quiet.Stop()
+	var lastKS time.Time
+	held := false // a keyspace wake waits for the quiet period to end
 	backoff := 10 * time.Millisecond
 	for ctx.Err() == nil {
-		ps := d.b.rdb.Subscribe(ctx, d.b.keys.notice)
+		ps := d.b.rdb.Subscribe(ctx, channels...)
 		ch := ps.ChannelWithSubscriptions()
 	recv:
 		for {
 			select {
 			case <-ctx.Done():
 				break recv
-			case _, ok := <-ch:
+			case <-quiet.C:
+				if held {
+					held, lastKS = false, time.Now()
+					poke()
+				}
+			case m, ok := <-ch:
 				if !ok {
 					break recv
 				}
 				backoff = 10 * time.Millisecond
-				select {
-				case wake <- struct{}{}:
-				default:
+				if msg, isMsg := m.(*redis.Message); isMsg && hasKS && msg.Channel == ks {
+					if msg.Payload != "zadd" && msg.Payload != "zincr" {
+						continue // the claim's own removals, and the like
+					}
+					if since := time.Since(lastKS); since < keyspaceQuiet {
+						if !held {
+							held = true
+							resetTimer(quiet, keyspaceQuiet-since)
+						}
+						continue
+					}
+					lastKS = time.Now()
 				}
+				poke()
 			}
 		}
 		ps.Close()
@@ -391,6 +472,20 @@ func (d *Dispatcher) listen(ctx context.Context, wake chan<- struct{}) {
 			backoff = min(2*backoff, d.opts.MaxWait)
 		}
 	}
+}
+
+// keyspaceQuiet is the least time between two wakes by keyspace events.
+const keyspaceQuiet = time.Millisecond
+
+// keyspaceChannel names the keyspace-event channel of key on rdb's server,
+// for a client of one server (a cluster publishes keyspace events on the
+// node that holds the key, which a cluster client does not subscribe to).
+func keyspaceChannel(rdb redis.UniversalClient, key string) (string, bool) {
+	c, ok := rdb.(*redis.Client)
+	if !ok {
+		return "", false
+	}
+	return "__keyspace@" + strconv.Itoa(c.Options().DB) + "__:" + key, true
 }
 
 // dispatch enqueues one claim and returns how it ended (a failed enqueue
@@ -418,32 +513,38 @@ func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time) outcome {
 	}
 	if unfit != "" {
 		d.dead.Add(1)
-		d.log.LogAttrs(ctx, slog.LevelError, "zclaim: job that cannot become an asynq task sent to the dead set",
-			slog.String("id", c.ID), slog.String("reason", unfit))
+		if typ != "" { // a missing type is logged once per batch, with its fix
+			d.log.LogAttrs(ctx, slog.LevelError, "zclaim: job that cannot become an asynq task sent to the dead set",
+				slog.String("id", c.ID), slog.String("reason", unfit))
+		}
 		d.report(c, redisNow, claimedAt, errors.New("zclaim: "+unfit))
-		return outcome{dead: unfit}
+		return outcome{dead: unfit, noType: typ == ""}
 	}
-	opts := make([]asynq.Option, 1, 2)
-	opts[0] = asynq.TaskID(c.ID)
+	info := c.info()
+	opts := make([]asynq.Option, 0, 3)
+	opts = append(opts, asynq.TaskID(info.Occurrence()))
+	if d.opts.TaskRetention > 0 {
+		opts = append(opts, asynq.Retention(d.opts.TaskRetention))
+	}
 	if c.Queue != "" {
 		opts = append(opts, asynq.Queue(c.Queue))
 	}
 	if d.opts.TaskOptions != nil {
 		opts = append(opts, d.opts.TaskOptions(c.Job)...)
 	}
-	_, err := d.c.EnqueueContext(ctx, asynq.NewTask(typ, c.Payload), opts...)
+	_, err := d.c.EnqueueContext(ctx, asynq.NewTaskWithHeaders(typ, c.Payload, info.headers()), opts...)
 	switch {
 	case err == nil:
 		d.enqueued.Add(1)
 	case errors.Is(err, asynq.ErrTaskIDConflict):
-		// asynq holds a task with this id: pending, active, retrying,
-		// archived, or completed and retained. The work is asynq's now;
-		// if that earlier task was archived or completed, this run will
-		// not happen: that is the meaning of one id, one piece of work.
+		// asynq holds a task of this occurrence: pending, active,
+		// retrying, archived, or completed and retained. It is this
+		// occurrence's run already (a re-dispatch after a dispatcher died,
+		// or the same ZADD repeated), so it is not enqueued again.
 		d.conflicts.Add(1)
-		d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: asynq already has a task with this id; settled without enqueuing",
-			slog.String("id", c.ID), slog.String("queue", c.Queue))
-		err = fmt.Errorf("zclaim: dispatch %q: %w", c.ID, err)
+		d.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: asynq already has a task of this occurrence; not enqueued again",
+			slog.String("task_id", info.Occurrence()), slog.String("queue", c.Queue))
+		err = fmt.Errorf("zclaim: dispatch %q: %w", info.Occurrence(), err)
 	default:
 		d.failed.Add(1)
 		d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: enqueue failed; the job goes back with backoff",

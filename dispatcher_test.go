@@ -16,7 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// handledLog records each handler start by Redis' clock, per job id.
+// handledLog records each handler start by Redis' clock, per job id (from
+// JobFromContext; the middleware's key is the occurrence).
 type handledLog struct {
 	rdb   *redis.Client
 	mu    sync.Mutex
@@ -36,14 +37,14 @@ func (h *handledLog) handler() asynq.Handler {
 		if err != nil {
 			return err
 		}
-		e, _ := ExecutionFromContext(ctx)
+		job, _ := JobFromContext(ctx)
 		dueUS, _ := strconv.ParseInt(string(t.Payload()), 10, 64)
 		due := time.UnixMicro(dueUS)
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		h.runs[e.Key]++
+		h.runs[job.ID]++
 		if now.Before(due) {
-			h.early = append(h.early, fmt.Sprintf("%s started %v early", e.Key, due.Sub(now)))
+			h.early = append(h.early, fmt.Sprintf("%s started %v early", job.ID, due.Sub(now)))
 		}
 		h.lags = append(h.lags, now.Sub(due))
 		return nil
@@ -247,8 +248,8 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 	q := testQueue(t)
 	var got sync.Map
 	startAsynq(t, testAddr, q, asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
-		id, _ := asynq.GetTaskID(ctx)
-		got.Store(id, task.Type())
+		j, _ := JobFromTask(task)
+		got.Store(j.ID, task.Type())
 		return nil
 	}), asynq.Config{})
 	b := newBroker(t, BrokerOptions{Key: key})

@@ -24,15 +24,15 @@ while i <= #ARGV do
     local x = tonumber(ARGV[at])
     local id = ids and ids[x]
     if id then
-      local attempt, rest = run_attempt(recs[x])
+      local attempt, due, rest = run_attempt(recs[x])
       if ARGV[at + 1] == 'r' then
         local score = now + tonumber(ARGV[at + 2]) * ups / 1000
-        if settle_back(KEYS[1], KEYS[3], KEYS[5], KEYS[6], id, attempt, rest, score, max, now_ms, 'attempts exhausted') == 1
+        if settle_back(KEYS[1], KEYS[3], KEYS[5], KEYS[6], id, attempt, due, rest, score, max, now_ms, 'attempts exhausted') == 1
           and (min == nil or score < min) then
           min = score
         end
       else
-        bury(KEYS[5], KEYS[6], id, now_ms, attempt, rest, ARGV[at + 2])
+        bury(KEYS[5], KEYS[6], id, now_ms, attempt, due, rest, ARGV[at + 2])
       end
     end
   end

@@ -3,6 +3,7 @@ package zclaim
 import (
 	"bytes"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -20,9 +21,11 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add("0:19zz")
 	f.Add("x:1")
 	f.Add("0:1999999999:")
+	f.Add("2@1787991500.25:" + encodeRest("t", "q", []byte("p")))
+	f.Add("0@:")
 	f.Fuzz(func(t *testing.T, rec string) {
 		var j Job
-		a, err := decodeRecord(rec, &j)
+		a, _, err := decodeRecord(rec, &j)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("%q: error %v does not match ErrCorrupt", rec, err)
@@ -40,18 +43,19 @@ func FuzzDecodeRecord(f *testing.F) {
 }
 
 func FuzzEncodeDecode(f *testing.F) {
-	f.Add("email", "default", []byte("x"), uint16(3))
-	f.Add("", "", []byte{}, uint16(0))
-	f.Add("a:b", "1:2", []byte("9:zz"), uint16(7))
-	f.Fuzz(func(t *testing.T, typ, queue string, payload []byte, attempts uint16) {
+	f.Add("email", "default", []byte("x"), uint16(3), int64(1787991500250))
+	f.Add("", "", []byte{}, uint16(0), int64(-1))
+	f.Add("a:b", "1:2", []byte("9:zz"), uint16(7), int64(0))
+	f.Fuzz(func(t *testing.T, typ, queue string, payload []byte, attempts uint16, dueMs int64) {
 		rec := encodeRest(typ, queue, payload)
+		due := strconv.FormatInt(dueMs, 10)
 		var j Job
-		a, err := decodeRecord(itoa(int(attempts))+":"+rec, &j)
+		a, gotDue, err := decodeRecord(itoa(int(attempts))+"@"+due+":"+rec, &j)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a != int(attempts) || j.Type != typ || j.Queue != queue || !bytes.Equal(j.Payload, payload) {
-			t.Fatalf("round trip of %q %q %q %d gave %+v %d", typ, queue, payload, attempts, j, a)
+		if a != int(attempts) || gotDue != due || j.Type != typ || j.Queue != queue || !bytes.Equal(j.Payload, payload) {
+			t.Fatalf("round trip of %q %q %q %d %s gave %+v %d %s", typ, queue, payload, attempts, due, j, a, gotDue)
 		}
 	})
 }
@@ -62,7 +66,7 @@ func FuzzDecodeDeadInfo(f *testing.F) {
 	f.Add("99:short")
 	f.Fuzz(func(t *testing.T, info string) {
 		var j Job
-		if _, _, err := decodeDeadInfo(info, &j); err != nil && !errors.Is(err, ErrCorrupt) {
+		if _, _, _, err := decodeDeadInfo(info, &j); err != nil && !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("%q: %v", info, err)
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -35,6 +36,9 @@ func (quietRedisLog) Printf(context.Context, string, ...any) {}
 
 func TestMain(m *testing.M) {
 	redis.SetLogger(quietRedisLog{})
+	// zclaim logs to slog.Default() unless told otherwise; the tests that
+	// look at logs give a logger of their own.
+	slog.SetDefault(slog.New(slog.DiscardHandler))
 	testAddr = os.Getenv(redisEnv)
 	var srv *redisServer
 	if testAddr == "" {

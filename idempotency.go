@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -72,10 +73,12 @@ type IdempotencyOptions struct {
 	// Retention is how long a finished record is kept: a run of the same
 	// key within it is skipped. Default: DefaultRetention (24h).
 	Retention time.Duration
-	// Key names the work of an asynq task. Default: the asynq task id,
-	// which the Dispatcher sets to the job id.
+	// Key names the work of an asynq task. Default: OccurrenceKey, the
+	// occurrence of a task a Dispatcher enqueued (see JobInfo), else the
+	// asynq task id.
 	Key func(ctx context.Context, t *asynq.Task) (string, error)
-	// Logger receives the store's logs. Default: nil, quiet.
+	// Logger receives the store's logs. Default: slog.Default(); a logger
+	// with slog.DiscardHandler silences it.
 	Logger *slog.Logger
 }
 
@@ -92,6 +95,24 @@ type Idempotency struct {
 	rdb  redis.UniversalClient
 	opts IdempotencyOptions
 	log  *slog.Logger
+
+	skipped, inProgress, completed, released, leaseLost atomic.Int64
+}
+
+// MiddlewareStats count what an Idempotency store's middleware did since
+// the store was made.
+type MiddlewareStats struct {
+	Skipped    int64 // tasks whose key had finished: handler skipped, task succeeded
+	InProgress int64 // tasks that met a live run elsewhere: handed back to asynq to retry later
+	Completed  int64 // handler runs that returned nil and completed their key
+	Released   int64 // handler runs that failed or panicked and released their key
+	LeaseLost  int64 // runs whose lease was lost: the handler was cancelled, or its Complete was refused
+}
+
+// Stats returns the middleware's counts.
+func (i *Idempotency) Stats() MiddlewareStats {
+	return MiddlewareStats{Skipped: i.skipped.Load(), InProgress: i.inProgress.Load(),
+		Completed: i.completed.Load(), Released: i.released.Load(), LeaseLost: i.leaseLost.Load()}
 }
 
 // NewIdempotency returns a store on rdb, which it never closes.
@@ -109,10 +130,10 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 		opts.Retention = DefaultRetention
 	}
 	if opts.Key == nil {
-		opts.Key = TaskIDKey
+		opts.Key = OccurrenceKey
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
+		opts.Logger = slog.Default()
 	}
 	switch {
 	case opts.Lease < 3*time.Millisecond:
@@ -123,15 +144,6 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 		return nil, fmt.Errorf("%w: Lease + Retention must fit in a time.Duration (about 292 years), not %v + %v", ErrInvalidOptions, opts.Lease, opts.Retention)
 	}
 	return &Idempotency{rdb: rdb, opts: opts, log: opts.Logger}, nil
-}
-
-// TaskIDKey is the default Key function: the asynq task id.
-func TaskIDKey(ctx context.Context, _ *asynq.Task) (string, error) {
-	id, ok := asynq.GetTaskID(ctx)
-	if !ok {
-		return "", errors.New("zclaim: no asynq task id in the context")
-	}
-	return id, nil
 }
 
 // Execution is one run of a key, holding its lease.

@@ -7,6 +7,6 @@ if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
 local id, tok = split_member(ARGV[1])
 local now_ms = clock(1)
-local attempt, rest = take_run(KEYS[2], tok)
-bury(KEYS[3], KEYS[4], id, now_ms, attempt, rest, ARGV[2])
+local attempt, due, rest = take_run(KEYS[2], tok)
+bury(KEYS[3], KEYS[4], id, now_ms, attempt, due, rest, ARGV[2])
 return 1

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -61,8 +62,9 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 //     and RetryDelay in asynq.Config so this is not counted as a failure
 //     and comes back soon). On its last retry the middleware waits for the
 //     other run instead, since asynq would archive the task;
-//   - otherwise the handler runs with the Execution in its context
-//     (ExecutionFromContext), its lease renewed every Lease/3. If a renewal
+//   - otherwise the handler runs with the Execution (ExecutionFromContext)
+//     and the task's JobInfo (JobFromContext) in its context, its lease
+//     renewed every Lease/3. If a renewal
 //     finds the lease lost, or cannot reach Redis before the lease ends,
 //     the handler's context is cancelled with cause ErrLeaseLost.
 //
@@ -76,6 +78,7 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 	return func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			ctx = withJob(ctx, t)
 			key, err := i.opts.Key(ctx, t)
 			if err != nil {
 				return err
@@ -86,8 +89,15 @@ func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 			e, err := i.beginOrWait(ctx, key)
 			switch {
 			case errors.Is(err, ErrAlreadyDone):
-				i.log.LogAttrs(ctx, slog.LevelDebug, "zclaim: skipped a finished job", slog.String("key", key))
+				i.skipped.Add(1)
+				i.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: skipped a task whose work already finished",
+					slog.String("key", key), slog.String("type", t.Type()))
 				return nil
+			case errors.Is(err, ErrInProgress):
+				i.inProgress.Add(1)
+				i.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: task's work is running elsewhere; asynq will try it again",
+					slog.String("key", key), slog.String("type", t.Type()))
+				return err
 			case errors.Is(err, ErrIDTooLong):
 				return fmt.Errorf("%w (%w)", err, asynq.SkipRetry)
 			case err != nil:
@@ -159,14 +169,18 @@ func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler,
 		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		defer scancel()
 		if handlerErr == nil && !panicked {
-			if cerr := e.Complete(sctx); cerr != nil {
+			cerr := e.Complete(sctx)
+			i.count(cerr, &i.completed)
+			if cerr != nil {
 				i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not complete a run",
 					slog.String("key", e.Key), slog.Int64("token", e.Token), slog.String("error", cerr.Error()))
 				return fmt.Errorf("zclaim: complete %q: %w", e.Key, cerr)
 			}
 			return nil
 		}
-		if rerr := e.Release(sctx); rerr != nil {
+		rerr := e.Release(sctx)
+		i.count(rerr, &i.released)
+		if rerr != nil {
 			i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not release a run",
 				slog.String("key", e.Key), slog.Int64("token", e.Token), slog.String("error", rerr.Error()))
 		}
@@ -180,6 +194,17 @@ func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler,
 	}()
 	herr := next.ProcessTask(hctx, t)
 	return settle(herr, false)
+}
+
+// count counts a run's settling: ok when err is nil, a lost lease when it
+// matches ErrLeaseLost (a Redis error counts nothing).
+func (i *Idempotency) count(err error, ok *atomic.Int64) {
+	switch {
+	case err == nil:
+		ok.Add(1)
+	case errors.Is(err, ErrLeaseLost):
+		i.leaseLost.Add(1)
+	}
 }
 
 // heartbeat renews e's lease every Lease/3 until stop is closed. When the

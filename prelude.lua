@@ -1,9 +1,12 @@
 -- prelude.lua: helpers prepended to every broker script when it is loaded.
 -- Nothing here runs on its own; each script's contract is in its own file.
 --
--- Record format (opaque to Lua past the attempts prefix):
---   "<attempts>:<rest>" where attempts counts the claims already made of
---   this run and rest is the Go-encoded type/queue/payload ("" for none).
+-- Record format (opaque to Lua past its prefix):
+--   "<attempts>@<due>:<rest>" where attempts counts the claims already made
+--   of this run, due is the score the occurrence was first scheduled at (its
+--   identity: a retry's backoff moves the job's score, never its due), and
+--   rest is the Go-encoded type/queue/payload ("" for none). A record without
+--   "@<due>" (written by an older version) gets one at its next claim.
 
 -- wrongtype returns "key type" for the first key in kt ({key, type, ...})
 -- that exists with another type, or nil. Scripts call it before writing,
@@ -49,15 +52,20 @@ local function split_member(m)
 end
 
 -- run_attempt returns the attempt number of a claim whose record was rec
--- (1 for none or an unreadable one) and the record's rest.
+-- (1 for none or an unreadable one), the occurrence's due score ('' when
+-- the record has none) and the record's rest.
 local function run_attempt(rec)
-  local a, rest = string.match(rec or '', '^(%d+):(.*)$')
-  if not a then return 1, '' end
-  return tonumber(a) + 1, rest
+  local a, due, rest = string.match(rec or '', '^(%d+)@([^:]*):(.*)$')
+  if not a then
+    due = ''
+    a, rest = string.match(rec or '', '^(%d+):(.*)$')
+  end
+  if not a then return 1, '', '' end
+  return tonumber(a) + 1, due, rest
 end
 
 -- take_run removes the run record of token tok and returns the claim's
--- attempt number and the record's rest (run_attempt).
+-- attempt number, the occurrence's due and the record's rest (run_attempt).
 local function take_run(R, tok)
   local rec = redis.call('HGET', R, tok)
   if rec then redis.call('HDEL', R, tok) end
@@ -101,25 +109,31 @@ local function take_batch(B, R, m, jobs)
   return ids, recs
 end
 
+-- record joins a record's parts (see the top of this file).
+local function record(attempts, due, rest)
+  return attempts .. '@' .. due .. ':' .. rest
+end
+
 -- bury puts id into the dead set with its reason and record.
 -- D: dead ZSet (score = Unix ms of death); DI: dead info hash.
-local function bury(D, DI, id, now_ms, attempt, rest, reason)
+local function bury(D, DI, id, now_ms, attempt, due, rest, reason)
   redis.call('ZADD', D, now_ms, id)
-  redis.call('HSET', DI, id, string.len(reason) .. ':' .. reason .. attempt .. ':' .. rest)
+  redis.call('HSET', DI, id, string.len(reason) .. ':' .. reason .. record(attempt, due, rest))
 end
 
 -- settle_back ends a run that did not finish (its record already taken
--- with take_run): back to the schedule at score, or into the dead set once
--- attempt >= max. If a newer run of the id is already scheduled, that one
--- stands for the same work and this run is dropped.
+-- with take_run): back to the schedule at score, keeping the occurrence's
+-- due, or into the dead set once attempt >= max. If a newer run of the id
+-- is already scheduled, that one stands for the same work and this run is
+-- dropped.
 -- Returns 1 when requeued, 2 when dead, 3 when superseded.
-local function settle_back(S, P, D, DI, id, attempt, rest, score, max, now_ms, reason)
+local function settle_back(S, P, D, DI, id, attempt, due, rest, score, max, now_ms, reason)
   if redis.call('ZSCORE', S, id) then return 3 end
   if attempt >= max then
-    bury(D, DI, id, now_ms, attempt, rest, reason)
+    bury(D, DI, id, now_ms, attempt, due, rest, reason)
     return 2
   end
   redis.call('ZADD', S, score, id)
-  redis.call('HSET', P, id, attempt .. ':' .. rest)
+  redis.call('HSET', P, id, record(attempt, due, rest))
   return 1
 end

@@ -7,13 +7,19 @@ import (
 )
 
 // A record is what the broker keeps beside a job id: how many claims the
-// run already had, and the job's type, queue and payload. Scripts only read
-// and rewrite the "<attempts>:" prefix; the rest is encoded here as
+// run already had, the score its occurrence was first scheduled at, and
+// the job's type, queue and payload. Scripts only read and rewrite the
+// "<attempts>@<due>:" prefix (see prelude.lua); the rest is encoded here as
 //
 //	"" (no type, queue or payload: an adopted id), or
 //	"1" <len(type)> ":" type <len(queue)> ":" queue payload
 //
 // A dead entry's info is "<len(reason)>:" reason record.
+
+// newRecord is the record of a job scheduled at score, no attempts spent.
+func newRecord(score string, j *Job) string {
+	return "0@" + score + ":" + encodeRest(j.Type, j.Queue, j.Payload)
+}
 
 // encodeRest encodes the part of a record after "<attempts>:".
 func encodeRest(typ, queue string, payload []byte) string {
@@ -33,35 +39,37 @@ func encodeRest(typ, queue string, payload []byte) string {
 	return b.String()
 }
 
-// decodeRecord parses "<attempts>:<rest>" into the job fields it carries.
-func decodeRecord(rec string, j *Job) (attempts int, err error) {
-	a, rest, ok := strings.Cut(rec, ":")
+// decodeRecord parses "<attempts>[@<due>]:<rest>" into the job fields it
+// carries; due is the occurrence's score ("" when the record has none).
+func decodeRecord(rec string, j *Job) (attempts int, due string, err error) {
+	head, rest, ok := strings.Cut(rec, ":")
 	if !ok {
-		return 0, fmt.Errorf("%w: record without attempts", ErrCorrupt)
+		return 0, "", fmt.Errorf("%w: record without attempts", ErrCorrupt)
 	}
+	a, due, _ := strings.Cut(head, "@")
 	attempts, err = strconv.Atoi(a)
 	if err != nil || attempts < 0 || strconv.Itoa(attempts) != a {
-		return 0, fmt.Errorf("%w: record attempts %q", ErrCorrupt, a)
+		return 0, "", fmt.Errorf("%w: record attempts %q", ErrCorrupt, a)
 	}
 	if rest == "" {
-		return attempts, nil
+		return attempts, due, nil
 	}
 	if rest[0] != '1' {
-		return 0, fmt.Errorf("%w: record version %q", ErrCorrupt, rest[:1])
+		return 0, "", fmt.Errorf("%w: record version %q", ErrCorrupt, rest[:1])
 	}
 	rest = rest[1:]
 	var typ, queue string
 	if typ, rest, err = lenPrefixed(rest); err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	if queue, rest, err = lenPrefixed(rest); err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	j.Type, j.Queue = typ, queue
 	if rest != "" {
 		j.Payload = []byte(rest)
 	}
-	return attempts, nil
+	return attempts, due, nil
 }
 
 // lenPrefixed splits "<n>:" + n bytes off the front of s.
@@ -78,11 +86,11 @@ func lenPrefixed(s string) (field, rest string, err error) {
 }
 
 // decodeDeadInfo parses "<len(reason)>:" reason record.
-func decodeDeadInfo(info string, j *Job) (reason string, attempts int, err error) {
+func decodeDeadInfo(info string, j *Job) (reason string, attempts int, due string, err error) {
 	reason, rec, err := lenPrefixed(info)
 	if err != nil {
-		return "", 0, err
+		return "", 0, "", err
 	}
-	attempts, err = decodeRecord(rec, j)
-	return reason, attempts, err
+	attempts, due, err = decodeRecord(rec, j)
+	return reason, attempts, due, err
 }

@@ -20,9 +20,9 @@ local batch, ups, max = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local now_ms, now = clock(ups)
 local requeued, dead, scanned, min = 0, 0, 0, nil
 local ndelays = #ARGV - 6
-local function back(id, attempt, rest)
+local function back(id, attempt, due, rest)
   local score = now + tonumber(ARGV[6 + math.min(attempt, ndelays)]) * ups / 1000
-  local r = settle_back(KEYS[1], KEYS[3], KEYS[5], KEYS[6], id, attempt, rest, score, max, now_ms, 'lease expired')
+  local r = settle_back(KEYS[1], KEYS[3], KEYS[5], KEYS[6], id, attempt, due, rest, score, max, now_ms, 'lease expired')
   if r == 2 then dead = dead + 1 else requeued = requeued + 1 end
   if r == 1 and (min == nil or score < min) then min = score end
 end

@@ -1,0 +1,126 @@
+package zclaim
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// JobInfo names one run of a job: which job, which occurrence of it, and
+// which attempt. Handlers read it with JobFromContext.
+//
+// An occurrence is a job id together with the due time it was first
+// scheduled for. A member scheduled again after it ran, at any due time,
+// is a new occurrence and runs again; every duplicate of one occurrence (a
+// re-dispatch after a dispatcher died, a second asynq task for it, the same
+// ZADD repeated with the same score) runs at most once. A retry's backoff
+// moves the job on the schedule but keeps its occurrence; rescheduling a
+// job that has not run yet moves it to a new occurrence.
+type JobInfo struct {
+	ID      string    // the job id: the member of the schedule set
+	Due     time.Time // the occurrence's due time, to the millisecond
+	Attempt int       // 1 on the first claim of the occurrence, 2 after one retry, ...
+}
+
+// Occurrence returns the occurrence's name, OccurrenceID(j.ID, j.Due).
+func (j JobInfo) Occurrence() string { return OccurrenceID(j.ID, j.Due) }
+
+// OccurrenceID names the occurrence of job id due at due: the id, "@",
+// and the due time in UTC to the millisecond, as in
+// "order-731@2026-08-29T08:18:20.000Z". The Dispatcher gives each task it
+// enqueues this asynq TaskID, and it is the middleware's default key.
+func OccurrenceID(id string, due time.Time) string {
+	return id + "@" + due.UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+// Headers of a dispatched asynq task that carry its JobInfo.
+const (
+	HeaderID      = "zclaim-id"      // the job id
+	HeaderDue     = "zclaim-due"     // the occurrence's due time, Unix ms
+	HeaderAttempt = "zclaim-attempt" // the attempt
+)
+
+// info returns the claim's JobInfo.
+func (c Claim) info() JobInfo { return JobInfo{ID: c.ID, Due: c.Due, Attempt: c.Attempt} }
+
+// headers returns the task headers that carry j.
+func (j JobInfo) headers() map[string]string {
+	return map[string]string{
+		HeaderID:      j.ID,
+		HeaderDue:     strconv.FormatInt(j.Due.UnixMilli(), 10),
+		HeaderAttempt: strconv.Itoa(j.Attempt),
+	}
+}
+
+// JobFromTask reads the JobInfo a Dispatcher put into t's headers. It
+// reports false for a task that no Dispatcher enqueued.
+func JobFromTask(t *asynq.Task) (JobInfo, bool) {
+	if t == nil {
+		return JobInfo{}, false
+	}
+	h := t.Headers()
+	id, ok := h[HeaderID]
+	if !ok || id == "" {
+		return JobInfo{}, false
+	}
+	due, err := strconv.ParseInt(h[HeaderDue], 10, 64)
+	if err != nil {
+		return JobInfo{}, false
+	}
+	a, err := strconv.Atoi(h[HeaderAttempt])
+	if err != nil {
+		return JobInfo{}, false
+	}
+	return JobInfo{ID: id, Due: time.UnixMilli(due), Attempt: a}, true
+}
+
+type jobInfoKey struct{}
+
+// JobFromContext returns the JobInfo of the task being handled: the job
+// id, its occurrence's due time and the attempt. It is in the context of a
+// handler wrapped by Idempotency.Middleware or WithJob, for a task that a
+// Dispatcher enqueued; it reports false otherwise.
+func JobFromContext(ctx context.Context) (JobInfo, bool) {
+	j, ok := ctx.Value(jobInfoKey{}).(JobInfo)
+	return j, ok
+}
+
+// withJob returns ctx carrying t's JobInfo, if it has one.
+func withJob(ctx context.Context, t *asynq.Task) context.Context {
+	if j, ok := JobFromTask(t); ok {
+		return context.WithValue(ctx, jobInfoKey{}, j)
+	}
+	return ctx
+}
+
+// WithJob is asynq middleware that puts each dispatched task's JobInfo into
+// its handler's context (JobFromContext), for handlers that are not wrapped
+// by Idempotency.Middleware, which does the same.
+func WithJob(next asynq.Handler) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		return next.ProcessTask(withJob(ctx, t), t)
+	})
+}
+
+// OccurrenceKey is the middleware's default Key function: the occurrence
+// of a task a Dispatcher enqueued (from its headers), else the asynq task
+// id.
+func OccurrenceKey(ctx context.Context, t *asynq.Task) (string, error) {
+	if j, ok := JobFromTask(t); ok {
+		return j.Occurrence(), nil
+	}
+	return TaskIDKey(ctx, t)
+}
+
+// TaskIDKey is a Key function that names the work by the asynq task id
+// alone (for a dispatched task, its occurrence as well).
+func TaskIDKey(ctx context.Context, _ *asynq.Task) (string, error) {
+	id, ok := asynq.GetTaskID(ctx)
+	if !ok {
+		return "", errors.New("zclaim: no asynq task id in the context")
+	}
+	return id, nil
+}

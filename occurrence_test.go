@@ -1,0 +1,411 @@
+package zclaim
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// runsLog counts handler runs per job id and keeps the JobInfo of each.
+type runsLog struct {
+	mu   sync.Mutex
+	runs map[string][]JobInfo
+}
+
+func (l *runsLog) handler() asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		j, ok := JobFromContext(ctx)
+		if !ok {
+			return fmt.Errorf("no JobInfo in the context of task %+v", t.Headers())
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.runs[j.ID] = append(l.runs[j.ID], j)
+		return nil
+	})
+}
+
+func (l *runsLog) get(id string) []JobInfo {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]JobInfo(nil), l.runs[id]...)
+}
+
+func (l *runsLog) total() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.runs {
+		n += len(r)
+	}
+	return n
+}
+
+// A member added again with plain ZADD after it ran is a new occurrence
+// and runs again; the same ZADD repeated (same score) is the same
+// occurrence and does not. The task's id names the occurrence and the
+// handler reads the job from its context.
+func TestReaddedMemberRunsAgain(t *testing.T) {
+	for _, mw := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "middleware"}[mw], func(t *testing.T) {
+			key, q := plainKey(t), testQueue(t)
+			rdb := newClient(t)
+			log := &runsLog{runs: map[string][]JobInfo{}}
+			h := WithJob(log.handler())
+			var idem *Idempotency
+			if mw {
+				idem = newIdem(t, rdb, IdempotencyOptions{})
+				h = idem.Middleware()(log.handler())
+			}
+			startAsynq(t, testAddr, q, h, asynq.Config{})
+			b := newBroker(t, BrokerOptions{Key: key})
+			d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{DefaultType: "adopted",
+				TaskOptions: func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} }})
+			must(t, err)
+			runDispatcher(t, d)
+
+			zadd := func(score float64) {
+				t.Helper()
+				must(t, rdb.ZAdd(ctx, key, redis.Z{Score: score, Member: "order-731"}).Err())
+			}
+			first := float64(redisNow(t, rdb).Add(-time.Second).UnixMilli()) / 1000
+			zadd(first)
+			waitFor(t, 5*time.Second, "the first run", func() bool { return len(log.get("order-731")) == 1 })
+			second := first + 0.5
+			zadd(second) // a new due time: new work
+			waitFor(t, 5*time.Second, "the second run", func() bool { return len(log.get("order-731")) == 2 })
+			zadd(second) // the same ZADD again: the same occurrence
+			waitFor(t, 5*time.Second, "the repeat to be settled", func() bool {
+				st, err := b.Stats(ctx)
+				return err == nil && st.Scheduled == 0 && st.Inflight == 0 && d.Stats().Conflicts == 1
+			})
+			time.Sleep(50 * time.Millisecond) // a third run would start by now
+			runs := log.get("order-731")
+			if len(runs) != 2 {
+				t.Fatalf("order-731 ran %d times, want 2: %+v", len(runs), runs)
+			}
+			for i, want := range []float64{first, second} {
+				due := time.UnixMilli(int64(want*1000 + 0.5))
+				if runs[i].ID != "order-731" || !runs[i].Due.Equal(due) || runs[i].Attempt != 1 {
+					t.Errorf("run %d: JobFromContext gave %+v, want order-731 due %v, attempt 1", i, runs[i], due)
+				}
+				info, err := newInspector(t).GetTaskInfo(q, OccurrenceID("order-731", due))
+				if err != nil {
+					t.Fatalf("asynq has no task named by occurrence %s: %v", OccurrenceID("order-731", due), err)
+				}
+				if info.Headers[HeaderID] != "order-731" || info.State != asynq.TaskStateCompleted || info.Retention < time.Minute {
+					t.Errorf("task %s: headers %v, state %v, retention %v", info.ID, info.Headers, info.State, info.Retention)
+				}
+			}
+			if mw {
+				if st := idem.Stats(); st.Completed != 2 {
+					t.Errorf("middleware stats %+v, want 2 completed", st)
+				}
+			}
+		})
+	}
+}
+
+// A retry's backoff moves the job but not its occurrence; a new Schedule
+// of a job that has not run yet moves it to a new occurrence.
+func TestOccurrenceSurvivesRetries(t *testing.T) {
+	b := newBroker(t, BrokerOptions{Backoff: func(int) time.Duration { return 0 }})
+	due := redisNow(t, b.rdb).Add(-time.Second).Truncate(time.Millisecond)
+	must(t, b.Schedule(ctx, Job{ID: "j", RunAt: due.Add(-time.Hour)}))
+	must(t, b.Schedule(ctx, Job{ID: "j", RunAt: due})) // moved before it ran
+	cs, err := b.Claim(ctx, 1)
+	must(t, err)
+	if len(cs) != 1 || !cs[0].Due.Equal(due) || !cs[0].RunAt.Equal(due) {
+		t.Fatalf("claims %+v, want one due %v", cs, due)
+	}
+	must(t, b.Retry(ctx, cs[0], time.Time{}))
+	cs, err = b.Claim(ctx, 1)
+	must(t, err)
+	if len(cs) != 1 || !cs[0].Due.Equal(due) || cs[0].Attempt != 2 || !cs[0].RunAt.After(due) {
+		t.Fatalf("after a retry: %+v, want attempt 2 of the occurrence due %v, run later", cs, due)
+	}
+	time.Sleep(60 * time.Millisecond) // the lease (50ms) expires
+	r, err := b.Recover(ctx)
+	must(t, err)
+	cs, err = b.Claim(ctx, 1)
+	must(t, err)
+	if r.Requeued != 1 || len(cs) != 1 || !cs[0].Due.Equal(due) || cs[0].Attempt != 3 {
+		t.Fatalf("after recovery %+v: %+v, want attempt 3 of the occurrence due %v", r, cs, due)
+	}
+	if got, want := cs[0].info().Occurrence(), "j@"+due.UTC().Format("2006-01-02T15:04:05.000Z"); got != want {
+		t.Fatalf("occurrence %q, want %q", got, want)
+	}
+	must(t, b.Kill(ctx, cs[0], "test"))
+	n, err := b.Revive(ctx, "j")
+	must(t, err)
+	cs, err = b.Claim(ctx, 1)
+	must(t, err)
+	if n != 1 || len(cs) != 1 || !cs[0].Due.Equal(due) || cs[0].Attempt != 1 {
+		t.Fatalf("revived: %+v, want attempt 1 of the occurrence due %v", cs, due)
+	}
+}
+
+// The crash test's dispatcher runs in a child process (this test binary,
+// run again with crashHelperEnv set) so that it can be SIGKILLed.
+const crashHelperEnv = "ZCLAIM_CRASH_HELPER"
+
+// TestCrashHelper is the child: it dispatches the schedule named in its
+// environment and prints "enqueued" once per task. Each enqueueing
+// goroutine then blocks, so no batch is ever settled: the parent kills the
+// process between its enqueues and its settle.
+func TestCrashHelper(t *testing.T) {
+	cfg := os.Getenv(crashHelperEnv)
+	if cfg == "" {
+		t.Skip("the child process of TestDispatcherCrashBeforeSettle")
+	}
+	var key, queue string
+	var n, retention int
+	if _, err := fmt.Sscan(cfg, &key, &queue, &n, &retention); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: testAddr})
+	b, err := NewBroker(rdb, BrokerOptions{Key: key, Lease: 300 * time.Millisecond})
+	must(t, err)
+	ac := asynq.NewClientFromRedisClient(rdb)
+	var mu sync.Mutex
+	d, err := NewDispatcher(b, ac, DispatcherOptions{
+		Concurrency:      n,
+		RecoveryInterval: -1,
+		TaskRetention:    time.Duration(retention) * time.Second,
+		TaskOptions:      func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(queue)} },
+		OnDispatch: func(c Claim, _ time.Duration, err error) {
+			mu.Lock()
+			fmt.Println("enqueued", c.ID, err)
+			mu.Unlock()
+			select {} // never settle
+		},
+	})
+	must(t, err)
+	d.Run(context.Background())
+}
+
+// A dispatcher SIGKILLed after its enqueues and before it settled their
+// batches: recovery puts the jobs back after the lease, another dispatcher
+// dispatches them again, and still every job runs once, with the
+// middleware or without it (asynq keeps the completed tasks for
+// TaskRetention). Without either, every job runs twice: the test's control.
+func TestDispatcherCrashBeforeSettle(t *testing.T) {
+	const n = 200
+	for _, tc := range []struct {
+		name       string
+		middleware bool
+		retention  int // seconds; -1: none
+		runs       int
+	}{
+		{"retention", false, 0, 1},
+		{"middleware", true, -1, 1},
+		{"neither (control)", false, -1, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key, q := testKey(t), testQueue(t)
+			log := &runsLog{runs: map[string][]JobInfo{}}
+			h := WithJob(log.handler())
+			var idem *Idempotency
+			if tc.middleware {
+				idem = newIdem(t, newClient(t), IdempotencyOptions{})
+				h = idem.Middleware()(log.handler())
+			}
+			startAsynq(t, testAddr, q, h, asynq.Config{Concurrency: 20})
+			b := newBroker(t, BrokerOptions{Key: key, Lease: 300 * time.Millisecond, Backoff: func(int) time.Duration { return 0 }})
+			due := redisNow(t, b.rdb).Add(-time.Second)
+			jobs := make([]Job, n)
+			for i := range jobs {
+				jobs[i] = Job{ID: "order-" + strconv.Itoa(i), RunAt: due, Type: "t"}
+			}
+			must(t, b.Schedule(ctx, jobs...))
+
+			cmd := exec.Command(os.Args[0], "-test.run=^TestCrashHelper$")
+			cmd.Env = append(os.Environ(), redisEnv+"="+testAddr,
+				fmt.Sprintf("%s=%s %s %d %d", crashHelperEnv, key, q, n, tc.retention))
+			dieWithParent(cmd)
+			out, err := cmd.StdoutPipe()
+			must(t, err)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			must(t, cmd.Start())
+			lines := bufio.NewScanner(out)
+			enqueued := 0
+			for enqueued < n && lines.Scan() {
+				if f := strings.Fields(lines.Text()); len(f) == 3 && f[0] == "enqueued" {
+					if f[2] != "<nil>" {
+						t.Fatalf("child: %s", lines.Text())
+					}
+					enqueued++
+				}
+			}
+			if enqueued < n {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("child enqueued %d of %d: %s", enqueued, n, stderr.String())
+			}
+			// Every task runs and completes before the child dies.
+			waitFor(t, 10*time.Second, "every task run", func() bool { return log.total() >= n })
+			must(t, cmd.Process.Signal(syscall.SIGKILL))
+			cmd.Wait()
+			if st, err := b.Stats(ctx); err != nil || st.Inflight != n {
+				t.Fatalf("after the kill: stats %+v (%v), want %d in flight", st, err, n)
+			}
+
+			d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{RecoveryInterval: 20 * time.Millisecond,
+				TaskOptions: func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} }})
+			must(t, err)
+			runDispatcher(t, d)
+			waitFor(t, 10*time.Second, "every job dispatched again", func() bool {
+				st, err := b.Stats(ctx)
+				return err == nil && st.Inflight == 0 && st.Scheduled == 0 && d.Stats().Claimed == n
+			})
+			want := n * tc.runs
+			if tc.middleware {
+				waitFor(t, 10*time.Second, "every re-dispatched task skipped", func() bool { return idem.Stats().Skipped == n })
+			} else {
+				waitFor(t, 10*time.Second, "every re-dispatch settled", func() bool {
+					st := d.Stats()
+					return st.Conflicts+int64(log.total()-n) == n
+				})
+			}
+			time.Sleep(100 * time.Millisecond) // a late extra run would show by now
+			if got := log.total(); got != want {
+				t.Fatalf("%d runs of %d jobs, want %d; dispatcher %+v", got, n, want, d.Stats())
+			}
+			for i := range n {
+				id := "order-" + strconv.Itoa(i)
+				if r := log.get(id); len(r) != tc.runs {
+					t.Fatalf("%s ran %d times", id, len(r))
+				}
+			}
+			t.Logf("dispatcher after the crash: %+v", d.Stats())
+		})
+	}
+}
+
+// The middleware counts what it did and logs its skips at Info; the
+// dispatcher logs jobs without a type once per batch, with the fix.
+func TestSkipsAndFailuresVisible(t *testing.T) {
+	var buf syncBuffer
+	logger := slog.New(slog.NewTextHandler(&buf, nil))
+	rdb := newClient(t)
+	const key = "order-731"
+	idem := newIdem(t, rdb, IdempotencyOptions{Lease: time.Second, Logger: logger,
+		Key: func(context.Context, *asynq.Task) (string, error) { return key, nil }})
+	task := asynq.NewTask("t", nil)
+	run := func(h func(ctx context.Context) error) error {
+		return idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error { return h(ctx) })).ProcessTask(ctx, task)
+	}
+	fail := fmt.Errorf("handler failed")
+	if err := run(func(context.Context) error { return fail }); err != fail {
+		t.Fatalf("failing handler: %v", err)
+	}
+	must(t, run(func(context.Context) error { return nil }))
+	must(t, run(func(context.Context) error { t.Error("ran a finished key"); return nil }))
+	must(t, rdb.Del(ctx, idem.recordKey(key)).Err())
+	e, err := idem.Begin(ctx, key) // another run holds the key
+	must(t, err)
+	wantErr(t, run(func(context.Context) error { t.Error("ran a held key"); return nil }), ErrInProgress)
+	must(t, e.Release(ctx))
+	err = run(func(ctx context.Context) error { // the record is taken from under the run
+		must(t, rdb.Del(ctx, idem.recordKey(key)).Err())
+		_, err := idem.Begin(ctx, key)
+		return err
+	})
+	wantErr(t, err, ErrLeaseLost)
+	want := MiddlewareStats{Skipped: 1, InProgress: 1, Completed: 1, Released: 1, LeaseLost: 1}
+	if got := idem.Stats(); got != want {
+		t.Errorf("stats %+v, want %+v", got, want)
+	}
+	for _, line := range []string{
+		"level=INFO msg=\"zclaim: skipped a task whose work already finished\"",
+		"level=INFO msg=\"zclaim: task's work is running elsewhere; asynq will try it again\"",
+	} {
+		if !strings.Contains(buf.String(), line) {
+			t.Errorf("log lacks %s:\n%s", line, buf.String())
+		}
+	}
+
+	// Three members without a type, one batch: one Error line, with the fix.
+	// The dispatcher's logger is slog.Default() when none is given.
+	buf.Reset()
+	old := slog.Default()
+	slog.SetDefault(logger)
+	defer slog.SetDefault(old)
+	b := newBroker(t, BrokerOptions{})
+	for _, id := range []string{"a", "b", "c"} {
+		must(t, rdb.ZAdd(ctx, b.Key(), redis.Z{Score: 1, Member: id}).Err())
+	}
+	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{})
+	must(t, err)
+	runDispatcher(t, d)
+	waitFor(t, 5*time.Second, "the typeless jobs dead", func() bool { return d.Stats().Dead == 3 })
+	waitFor(t, 5*time.Second, "the Error log", func() bool { return strings.Contains(buf.String(), "level=ERROR") })
+	if n := strings.Count(buf.String(), "level=ERROR"); n != 1 || !strings.Contains(buf.String(), "DefaultType") || !strings.Contains(buf.String(), "jobs=3") {
+		t.Errorf("%d Error lines, want one naming DefaultType and 3 jobs:\n%s", n, buf.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer for loggers on several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
+}
+
+// Where the server publishes keyspace events for sorted sets, a plain ZADD
+// wakes a dispatcher that would otherwise sleep for its whole MaxWait.
+func TestDispatcherWakesOnKeyspaceEvents(t *testing.T) {
+	srv := ownRedis(t, "--notify-keyspace-events", "Kz")
+	rdb := redis.NewClient(&redis.Options{Addr: srv.addr})
+	t.Cleanup(func() { rdb.Close() })
+	b, err := NewBroker(rdb, BrokerOptions{Key: "delay:jobs"})
+	must(t, err)
+	got := make(chan string, 1)
+	d, err := NewDispatcher(b, asynq.NewClientFromRedisClient(rdb), DispatcherOptions{
+		MaxWait: time.Hour, DefaultType: "t",
+		OnDispatch: func(c Claim, _ time.Duration, err error) { got <- c.ID },
+	})
+	must(t, err)
+	runDispatcher(t, d)
+	time.Sleep(50 * time.Millisecond) // asleep for the hour
+	must(t, rdb.ZAdd(ctx, "delay:jobs", redis.Z{Score: float64(time.Now().Unix() - 1), Member: "order-731"}).Err())
+	select {
+	case id := <-got:
+		if id != "order-731" {
+			t.Fatalf("dispatched %q", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a plain ZADD did not wake the dispatcher")
+	}
+}
