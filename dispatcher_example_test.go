@@ -3,9 +3,11 @@ package zclaim_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim"
 )
 
@@ -14,9 +16,9 @@ import (
 func ExampleDispatcher_Run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rdb := zclaim.DemoClient() // your client; zclaim never closes it
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // your client; zclaim never closes it
 	defer rdb.Close()
-	key := zclaim.DemoKey("delay-jobs") // e.g. "delay:jobs", the set your producers write
+	key := "zclaim-example:{dispatcher-run}" // e.g. "delay:jobs", the set your producers write
 
 	broker, _ := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: key})
 	idem, _ := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: key + ":run:"})

@@ -3,17 +3,20 @@ package zclaim_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim"
 )
 
 func ExampleBroker_Schedule() {
 	ctx := context.Background()
-	rdb := zclaim.DemoClient() // your *redis.Client or *redis.ClusterClient
+	// Your *redis.Client or *redis.ClusterClient (an empty Addr is localhost:6379).
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()
 
-	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: zclaim.DemoKey("orders")})
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: "zclaim-example:{broker-schedule}"})
 	if err != nil {
 		panic(err)
 	}
@@ -33,9 +36,9 @@ func ExampleBroker_Schedule() {
 
 func ExampleBroker_Claim() {
 	ctx := context.Background()
-	rdb := zclaim.DemoClient()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()
-	b, _ := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: zclaim.DemoKey("orders"), Lease: 10 * time.Second})
+	b, _ := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: "zclaim-example:{broker-claim}", Lease: 10 * time.Second})
 	_ = b.Schedule(ctx, zclaim.Job{ID: "order-731:reminder", RunAt: time.Now().Add(-time.Second),
 		Type: "email:reminder", Payload: []byte(`{"order":731}`)})
 
@@ -57,10 +60,10 @@ func ExampleBroker_Claim() {
 
 func ExampleBroker_Ack() {
 	ctx := context.Background()
-	rdb := zclaim.DemoClient()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()
 	b, _ := zclaim.NewBroker(rdb, zclaim.BrokerOptions{
-		Key:     zclaim.DemoKey("orders"),
+		Key:     "zclaim-example:{broker-ack}",
 		Lease:   20 * time.Millisecond,
 		Backoff: func(attempt int) time.Duration { return 0 }, // retry at once
 	})
@@ -83,9 +86,9 @@ func ExampleBroker_Ack() {
 
 func ExampleBroker_Revive() {
 	ctx := context.Background()
-	rdb := zclaim.DemoClient()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()
-	b, _ := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: zclaim.DemoKey("orders")})
+	b, _ := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: "zclaim-example:{broker-revive}"})
 	_ = b.Schedule(ctx, zclaim.Job{ID: "order-731:invoice", RunAt: time.Now().Add(-time.Second),
 		Type: "email:invoice", Payload: []byte(`{"order":731}`)})
 	claims, _ := b.Claim(ctx, 1)

@@ -51,13 +51,10 @@ func TestMain(m *testing.M) {
 		}
 		testAddr = srv.addr
 	}
+	os.Setenv("REDIS_ADDR", testAddr)
+	deleteExampleKeys()
 	code := m.Run()
-	for _, tag := range exampleKeys {
-		deleteTagged(tag)
-		c := redis.NewClient(&redis.Options{Addr: testAddr})
-		c.SRem(context.Background(), "asynq:queues", "example:{"+tag+"}")
-		c.Close()
-	}
+	deleteExampleKeys()
 	if srv != nil {
 		srv.stop()
 		os.RemoveAll(srv.dir)
@@ -254,19 +251,29 @@ func plainKey(t testing.TB) string {
 	return key
 }
 
-// DemoClient returns a client of the test server for the package's
-// examples, and DemoKey a hash-tagged key of their own. Exported here
-// (in a _test file) only so that the external example package can reach them.
-func DemoClient() *redis.Client { return redis.NewClient(&redis.Options{Addr: testAddr}) }
+// The package's Example functions reach the test server through
+// REDIS_ADDR, as a program of yours might, and keep their keys and asynq
+// queues under "zclaim-example:{...}", removed before and after the tests.
+const exampleKeys = "zclaim-example:{"
 
-var exampleKeys []string
-
-func DemoKey(name string) string {
-	var b [4]byte
-	rand.Read(b[:])
-	tag := name + ":" + hex.EncodeToString(b[:])
-	exampleKeys = append(exampleKeys, tag)
-	return "example:{" + tag + "}"
+func deleteExampleKeys() {
+	c := redis.NewClient(&redis.Options{Addr: testAddr})
+	defer c.Close()
+	ctx := context.Background()
+	iter := c.Scan(ctx, 0, exampleKeys+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		c.Del(ctx, iter.Val())
+	}
+	queues, _ := c.SMembers(ctx, "asynq:queues").Result()
+	for _, q := range queues {
+		if strings.HasPrefix(q, exampleKeys) {
+			c.SRem(ctx, "asynq:queues", q)
+			iter := c.Scan(ctx, 0, "asynq:{"+q+"}*", 1000).Iterator()
+			for iter.Next(ctx) {
+				c.Del(ctx, iter.Val())
+			}
+		}
+	}
 }
 
 // onOwnConns runs f(w, b) for w = 0..n-1, each on a goroutine of its own

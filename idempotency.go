@@ -22,7 +22,13 @@ const (
 	// DefaultIdempotencyPrefix prefixes the run record of each key.
 	DefaultIdempotencyPrefix = "zclaim:run:"
 	// DefaultRetention is how long a finished record is kept when
-	// IdempotencyOptions.Retention is zero.
+	// IdempotencyOptions.Retention is zero. It outlasts every window in
+	// which a duplicate of one occurrence can arrive: asynq's re-delivery
+	// of a task whose worker died or whose ack was lost (its 30s lease,
+	// its recoverer's minute, then the retry delay), and the broker's
+	// re-dispatch after a dispatcher died (every retry of an occurrence
+	// with DefaultBackoff and DefaultMaxAttempts falls within about 13.5h
+	// of the first). Records kept = finish rate × Retention.
 	DefaultRetention = 24 * time.Hour
 )
 

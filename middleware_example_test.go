@@ -4,20 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim"
 )
 
 // Wrap a ServeMux so every handler runs at most once at a time per job,
 // and not again once it finished.
 func ExampleIdempotency_Middleware() {
-	rdb := zclaim.DemoClient() // the Redis of your asynq server, or another
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // the Redis of your asynq server, or another
 	defer rdb.Close()
 
 	idem, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{
-		Prefix:    zclaim.DemoKey("runs") + ":",
+		Prefix:    "zclaim-example:{idempotency-middleware}:",
 		Lease:     30 * time.Second, // renewed every 10s while a handler runs
 		Retention: 24 * time.Hour,   // a finished job is skipped for a day
 		// The default key is the asynq task id (the job id, for tasks from a

@@ -5,7 +5,7 @@
 //	go run ./bench                    # starts its own redis-server (from PATH)
 //	go run ./bench -redis host:port   # or uses yours (only keys of its own; never flushed)
 //	go run ./bench -quick             # smaller numbers, for a smoke test
-//	go run ./bench -only claim,lag    # some scenarios: claim, lag, throughput, middleware, scale, recovery, instructions
+//	go run ./bench -only claim,lag    # some scenarios: claim, lag, zadd, throughput, middleware, memory, scale, recovery, instructions
 //	go run ./bench -only middleware -cpuprofile mw.pprof   # and look with go tool pprof
 package main
 
@@ -13,6 +13,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -34,7 +35,7 @@ var (
 	addrFlag = flag.String("redis", "", "Redis address (default: start redis-server on a free port)")
 	quick    = flag.Bool("quick", false, "smaller numbers: a smoke test, not a measurement")
 	rounds   = flag.Int("rounds", 3, "rounds per contender (interleaved), for median and spread; at least 5 for throughput and middleware")
-	only     = flag.String("only", "", "comma-separated scenarios to run (claim, lag, throughput, middleware, scale, recovery, instructions)")
+	only     = flag.String("only", "", "comma-separated scenarios to run (claim, lag, zadd, throughput, middleware, memory, scale, recovery, instructions)")
 	cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of this process (all scenarios run) to this file")
 )
 
@@ -51,6 +52,8 @@ func shortRounds() int {
 
 func main() {
 	flag.Parse()
+	// zclaim logs to slog.Default(); the scenarios provoke what it warns of.
+	slog.SetDefault(slog.New(slog.DiscardHandler))
 	if *quick && *rounds == 3 {
 		*rounds = 1
 	}
@@ -90,8 +93,10 @@ func main() {
 	}{
 		{"claim", claimScenario},
 		{"lag", lagScenario},
+		{"zadd", zaddScenario},
 		{"throughput", dispatchThroughput},
 		{"middleware", middlewareScenario},
+		{"memory", memoryScenario},
 		{"scale", scaleScenario},
 		{"recovery", recoveryScenario},
 		{"instructions", instructionsScenario},

@@ -267,7 +267,10 @@ func run(w io.Writer, rdb *redis.Client, ns string, cfg config) (bool, error) {
 	}
 
 	// Duplicates: a second producer schedules 20 reminders again after they
-	// ran, and 20 more reach asynq as tasks with ids of their own.
+	// ran, at the same due times (the same occurrences, whose completed
+	// tasks asynq still holds: TaskID conflicts), and 20 more reach asynq as
+	// tasks with ids of their own (the middleware's key, the job in the
+	// payload, skips them).
 	go func() {
 		time.Sleep(200*time.Millisecond + cfg.spread/2)
 		broker.Schedule(ctx, jobs[:20]...)
