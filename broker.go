@@ -116,6 +116,20 @@ type BrokerOptions struct {
 	// Logger receives the broker's logs. Default: slog.Default(); a
 	// logger with slog.DiscardHandler silences it.
 	Logger *slog.Logger
+	// AllowEviction lets NewBroker accept a server whose maxmemory-policy
+	// may evict keys, which loses jobs in silence; it logs a warning
+	// instead of failing with ErrEvictionPolicy. Default: false.
+	AllowEviction bool
+	// WaitReplicas makes every write wait (WAIT) until this many replicas
+	// have it, and fail with ErrNotReplicated when they do not within
+	// WaitTimeout: a job whose Schedule returned nil then survives a
+	// failover to one of them, and fencing tokens never go backwards.
+	// Default: 0, no waiting (a failover can lose the writes of the last
+	// moments before it).
+	WaitReplicas int
+	// WaitTimeout bounds the wait for WaitReplicas.
+	// Default: DefaultWaitTimeout (1s) when WaitReplicas is set.
+	WaitTimeout time.Duration
 }
 
 // DefaultBackoff waits 1s after the first attempt and doubles with each
@@ -174,18 +188,20 @@ func (o *BrokerOptions) validate() error {
 	case o.DeadRetention > 0 && o.DeadRetention < time.Millisecond:
 		return fmt.Errorf("%w: DeadRetention must be at least 1ms (or negative: no limit), not %v", ErrInvalidOptions, o.DeadRetention)
 	}
-	return nil
+	return validateReplication(o.WaitReplicas, &o.WaitTimeout)
 }
 
 // Broker keeps a schedule of delayed jobs in a Redis sorted set and hands
 // due jobs to exactly one claimer each. It is safe for concurrent use, and
 // any number of Brokers (in any number of processes) may share a schedule.
 type Broker struct {
-	rdb  redis.UniversalClient
-	opts BrokerOptions
-	keys keys
-	ups  int // score units per second: 1 or 1000
-	log  *slog.Logger
+	rdb   redis.UniversalClient
+	opts  BrokerOptions
+	keys  keys
+	ups   int // score units per second: 1 or 1000
+	log   *slog.Logger
+	repl  replication
+	state *stateMarker
 }
 
 // Job is one piece of work on the schedule. Its ID is the member of the
@@ -217,14 +233,21 @@ type Claim struct {
 	// LeaseUntil is the lease deadline by Redis' clock. After it, recovery
 	// may take the job back and void Token.
 	LeaseUntil time.Time
+
+	state string // the schedule's state marker when claimed
 }
 
 // member is the claim's entry in the in-flight set.
 func (c Claim) member() string { return c.ID + "|" + strconv.FormatInt(c.Token, 10) }
 
 // NewBroker returns a Broker on rdb, which it never closes. It fails when
-// an option is out of range, or when rdb is a cluster client and the keys
-// derived from opts.Key cannot share its hash slot.
+// an option is out of range, when rdb is a cluster client and the keys
+// derived from opts.Key cannot share its hash slot, and with
+// ErrEvictionPolicy when the server may evict keys (unless AllowEviction).
+// It asks the server (INFO) for its eviction policy, warns when the server
+// persists nothing, and marks the schedule's state so that a server that
+// loses it later is noticed (ErrStateLost); a server it cannot reach now
+// is checked again by the recovery loop.
 func NewBroker(rdb redis.UniversalClient, opts BrokerOptions) (*Broker, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidOptions)
@@ -241,7 +264,17 @@ func NewBroker(rdb redis.UniversalClient, opts BrokerOptions) (*Broker, error) {
 	if opts.ScoreUnit == time.Millisecond {
 		ups = 1000
 	}
-	return &Broker{rdb: rdb, opts: opts, keys: k, ups: ups, log: opts.Logger}, nil
+	b := &Broker{rdb: rdb, opts: opts, keys: k, ups: ups, log: opts.Logger,
+		repl:  replication{opts.WaitReplicas, opts.WaitTimeout},
+		state: &stateMarker{rdb: rdb, key: k.marker, log: opts.Logger, what: "the schedule's keys (" + k.schedule + ")"}}
+	ctx := context.Background()
+	if err := checkServer(ctx, rdb, k.schedule, opts.AllowEviction, true, b.log); err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	b.state.check(sctx)
+	return b, nil
 }
 
 // Key returns the schedule key.
@@ -264,16 +297,46 @@ func (b *Broker) score(t time.Time) string {
 	return strconv.FormatFloat(float64(ms)/1000, 'f', -1, 64)
 }
 
-// scoreTime decodes a score (as Redis formats it) to a time.
+// scoreTime decodes a score (as Redis formats it) to a time. A score
+// further out than a time.Time of Unix µs holds (±292,000 years; +inf,
+// -inf) saturates to the furthest one.
 func (b *Broker) scoreTime(s string) time.Time {
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+	if err != nil || math.IsNaN(f) {
 		return time.Time{}
 	}
-	if b.ups == 1000 {
-		return time.UnixMicro(int64(math.Round(f * 1000)))
+	us := f * float64(1e6/b.ups)
+	switch {
+	case us >= math.MaxInt64: // 2^63 as a float64
+		return time.UnixMicro(math.MaxInt64)
+	case us <= math.MinInt64:
+		return time.UnixMicro(math.MinInt64)
 	}
-	return time.UnixMicro(int64(math.Round(f * 1e6)))
+	return time.UnixMicro(int64(math.Round(us)))
+}
+
+// maxScoreMs bounds the times a score holds to the millisecond: doubles
+// tell integers apart up to 2^53.
+const maxScoreMs = 1<<53 - 1
+
+// inScoreRange reports whether t is within maxScoreMs of 1970 (checked in
+// seconds first: UnixMilli wraps for times beyond ±292 million years).
+func inScoreRange(t time.Time) bool {
+	s := t.Unix()
+	return s > -maxScoreMs/1000 && s < maxScoreMs/1000
+}
+
+// seconds converts a span in seconds to a Duration, saturating instead of
+// wrapping beyond ±292 years.
+func seconds(s float64) time.Duration {
+	d := s * float64(time.Second)
+	switch {
+	case d >= math.MaxInt64:
+		return math.MaxInt64
+	case d <= math.MinInt64:
+		return math.MinInt64
+	}
+	return time.Duration(d)
 }
 
 // dueTime decodes an occurrence's due score, to the millisecond.
@@ -294,6 +357,8 @@ func validateJob(j *Job) error {
 		return ErrIDTooLong
 	case j.RunAt.IsZero():
 		return ErrNoRunAt
+	case !inScoreRange(j.RunAt):
+		return ErrRunAtRange
 	case len(j.Type)+len(j.Queue)+len(j.Payload) > MaxPayloadLen:
 		return ErrPayloadTooLarge
 	}
@@ -306,8 +371,11 @@ func validateJob(j *Job) error {
 // gets a new run beside the one in flight, which it does not disturb.
 //
 // The whole call is validated before anything is written: one bad job
-// (a *JobError) and nothing is scheduled. Jobs are written in chunks of
-// MaxBatchSize, each atomically.
+// (a *JobError: an empty or long id, a zero RunAt or one further from 1970
+// than a score holds, a large payload) and nothing is scheduled. Jobs are
+// written in chunks of MaxBatchSize, in order, each atomically; a call that
+// fails while writing (out of memory, a lost connection) returns a
+// *ScheduleError that tells how many of the jobs were written.
 func (b *Broker) Schedule(ctx context.Context, jobs ...Job) error {
 	if err := ctx.Err(); err != nil {
 		return wrap(ctx, "schedule", err, nil)
@@ -320,13 +388,18 @@ func (b *Broker) Schedule(ctx context.Context, jobs ...Job) error {
 		last[jobs[i].ID] = i
 	}
 	args := make([]any, 0, 1+3*min(len(jobs), MaxBatchSize))
-	flush := func() error {
-		if len(args) <= 1 {
-			return nil
+	written := 0 // jobs[:written] are on the schedule
+	// flush writes the chunk in args, which ends with jobs[upTo-1].
+	flush := func(upTo int) error {
+		if len(args) > 1 {
+			err := b.repl.run(ctx, b.rdb, scheduleScript, []string{b.keys.schedule, b.keys.pending}, args...).Err()
+			args = args[:1]
+			if err != nil {
+				return &ScheduleError{Written: written, Total: len(jobs), Err: wrap(ctx, "schedule", err, b.keys.types)}
+			}
 		}
-		err := scheduleScript.Run(ctx, b.rdb, []string{b.keys.schedule, b.keys.pending}, args...).Err()
-		args = args[:1]
-		return wrap(ctx, "schedule", err, b.keys.types)
+		written = upTo
+		return nil
 	}
 	args = append(args, b.keys.notice)
 	for i, j := range jobs {
@@ -336,12 +409,12 @@ func (b *Broker) Schedule(ctx context.Context, jobs ...Job) error {
 		score := b.score(j.RunAt)
 		args = append(args, j.ID, score, newRecord(score, &j))
 		if len(args) > 3*MaxBatchSize {
-			if err := flush(); err != nil {
+			if err := flush(i + 1); err != nil {
 				return err
 			}
 		}
 	}
-	return flush()
+	return flush(len(jobs))
 }
 
 // Cancel removes a scheduled job. It reports whether the id was scheduled.
@@ -350,7 +423,7 @@ func (b *Broker) Cancel(ctx context.Context, id string) (bool, error) {
 	if err := checkID(ctx, "cancel", id); err != nil {
 		return false, err
 	}
-	n, err := cancelScript.Run(ctx, b.rdb, []string{b.keys.schedule, b.keys.pending}, id).Int()
+	n, err := b.repl.run(ctx, b.rdb, cancelScript, []string{b.keys.schedule, b.keys.pending}, id).Int()
 	if err != nil {
 		return false, wrap(ctx, "cancel", err, b.keys.types)
 	}
@@ -478,13 +551,14 @@ func (b *Broker) claim(ctx context.Context, max int, mode claimMode) (claimResul
 		now, _ := strconv.ParseFloat(nowStr, 64)
 		nf, _ := strconv.ParseFloat(next, 64)
 		res.next = true
-		res.wait = max0(time.Duration((nf - now) / float64(b.ups) * float64(time.Second)))
+		res.wait = max0(seconds((nf - now) / float64(b.ups)))
 	}
 	n := len(jobs)
 	if n == 0 {
 		return res, nil
 	}
 	res.claims = make([]Claim, 0, n)
+	state := b.state.current()
 	if batch {
 		res.lease = batchLease{first: first, n: n}
 		res.index = make([]int, 0, n)
@@ -495,6 +569,7 @@ func (b *Broker) claim(ctx context.Context, max int, mode claimMode) (claimResul
 			Token:      first + int64(i),
 			Attempt:    1,
 			LeaseUntil: time.UnixMilli(deadline),
+			state:      state,
 		}
 		if j.score != "" {
 			c.RunAt = b.scoreTime(j.score)
@@ -618,9 +693,18 @@ func (b *Broker) Ack(ctx context.Context, c Claim) error {
 		return err
 	}
 	if len(lost) > 0 {
-		return ErrLeaseLost
+		return b.leaseLost(ctx, "ack", c)
 	}
 	return nil
+}
+
+// leaseLost is the error of an operation on claim c whose token was not
+// current: ErrLeaseLost, and ErrStateLost too when the schedule's state
+// was lost since c was claimed (nobody else holds c: the server forgot it).
+func (b *Broker) leaseLost(ctx context.Context, op string, c Claim) error {
+	b.state.check(context.WithoutCancel(ctx))
+	lost := c.state != "" && b.state.current() != c.state
+	return &LeaseLostError{Op: op, ID: c.ID, StateLost: lost}
 }
 
 // AckMany acks several claims in one round trip. It returns the claims
@@ -637,7 +721,7 @@ func (b *Broker) AckMany(ctx context.Context, cs ...Claim) (lost []Claim, err er
 		}
 		args[i] = c.member()
 	}
-	res, err := ackScript.Run(ctx, b.rdb, []string{b.keys.inflight, b.keys.runs}, args...).Int64Slice()
+	res, err := b.repl.run(ctx, b.rdb, ackScript, []string{b.keys.inflight, b.keys.runs}, args...).Int64Slice()
 	if err != nil {
 		return nil, wrap(ctx, "ack", err, b.keys.types)
 	}
@@ -655,12 +739,12 @@ func (b *Broker) Extend(ctx context.Context, c Claim, d time.Duration) (Claim, e
 	if d <= 0 {
 		return c, fmt.Errorf("zclaim: extend: %w: duration must be positive, not %v", ErrInvalidArgument, d)
 	}
-	deadline, err := extendScript.Run(ctx, b.rdb, []string{b.keys.inflight}, c.member(), ms(d)).Int64()
+	deadline, err := b.repl.run(ctx, b.rdb, extendScript, []string{b.keys.inflight}, c.member(), ms(d)).Int64()
 	if err != nil {
 		return c, wrap(ctx, "extend", err, b.keys.types)
 	}
 	if deadline == 0 {
-		return c, ErrLeaseLost
+		return c, b.leaseLost(ctx, "extend", c)
 	}
 	c.LeaseUntil = time.UnixMilli(deadline)
 	return c, nil
@@ -676,20 +760,23 @@ func (b *Broker) Retry(ctx context.Context, c Claim, at time.Time) error {
 	if err := checkClaim(ctx, "retry", c); err != nil {
 		return err
 	}
+	if !at.IsZero() && !inScoreRange(at) {
+		return fmt.Errorf("zclaim: retry %s: %w: %w", c.ID, ErrInvalidArgument, ErrRunAtRange)
+	}
 	mode, when := "at", ""
 	if at.IsZero() {
 		mode, when = "in", strconv.FormatInt(b.opts.Backoff(c.Attempt).Milliseconds(), 10)
 	} else {
 		when = b.score(at)
 	}
-	n, err := retryScript.Run(ctx, b.rdb, b.settleKeys(), c.member(),
+	n, err := b.repl.run(ctx, b.rdb, retryScript, b.settleKeys(), c.member(),
 		mode, when, b.opts.MaxAttempts, b.ups, b.keys.notice).Int()
 	if err != nil {
 		return wrap(ctx, "retry", err, b.keys.types)
 	}
 	switch n {
 	case 0:
-		return ErrLeaseLost
+		return b.leaseLost(ctx, "retry", c)
 	case 2:
 		b.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: job attempts exhausted; moved to the dead set",
 			slog.String("key", b.keys.schedule), slog.String("id", c.ID), slog.Int("attempt", c.Attempt))
@@ -710,13 +797,13 @@ func (b *Broker) Kill(ctx context.Context, c Claim, reason string) error {
 	if reason == "" {
 		reason = "killed"
 	}
-	n, err := killScript.Run(ctx, b.rdb, []string{b.keys.inflight, b.keys.runs, b.keys.dead, b.keys.deadInfo},
+	n, err := b.repl.run(ctx, b.rdb, killScript, []string{b.keys.inflight, b.keys.runs, b.keys.dead, b.keys.deadInfo},
 		c.member(), reason).Int()
 	if err != nil {
 		return wrap(ctx, "kill", err, b.keys.types)
 	}
 	if n == 0 {
-		return ErrLeaseLost
+		return b.leaseLost(ctx, "kill", c)
 	}
 	return nil
 }
@@ -729,6 +816,11 @@ type Stats struct {
 	Expired   int64     // of those, past their lease and waiting for recovery
 	Dead      int64     // jobs in the dead set
 	Next      time.Time // due time of the earliest scheduled job; zero if none
+	// StateLost is when this Broker last noticed that the server lost the
+	// schedule's keys (restarted without persistence, flushed, failed over
+	// to a replica that lacked them); zero if never. Counts read after a
+	// loss describe what is left.
+	StateLost time.Time
 }
 
 // Stats returns the schedule's counts.
@@ -743,7 +835,11 @@ func (b *Broker) Stats(ctx context.Context) (Stats, error) {
 	if len(raw) != 7 {
 		return Stats{}, fmt.Errorf("zclaim: stats: %w: reply of %d values", ErrCorrupt, len(raw))
 	}
+	if _, err := b.state.check(ctx); err != nil {
+		return Stats{}, wrap(ctx, "stats", err, nil)
+	}
 	st := Stats{}
+	st.StateLost, _ = b.state.lost()
 	for i, p := range []*int64{&st.Scheduled, &st.Due, &st.Inflight, &st.Expired, &st.Dead} {
 		*p, _ = raw[i].(int64)
 	}
@@ -771,30 +867,23 @@ func (b *Broker) Dead(ctx context.Context, max int) ([]DeadJob, error) {
 	if max <= 0 {
 		return nil, fmt.Errorf("zclaim: dead: %w: max must be positive, not %d", ErrInvalidArgument, max)
 	}
-	zs, err := b.rdb.ZRangeWithScores(ctx, b.keys.dead, 0, int64(max)-1).Result()
+	raw, err := deadScript.Run(ctx, b.rdb, []string{b.keys.schedule, b.keys.pending, b.keys.dead, b.keys.deadInfo},
+		"list", b.ups, b.keys.notice, max).Slice()
 	if err != nil {
 		return nil, wrap(ctx, "dead", err, b.keys.types)
 	}
-	if len(zs) == 0 {
-		return nil, nil
-	}
-	ids := make([]string, len(zs))
-	for i, z := range zs {
-		ids[i], _ = z.Member.(string)
-	}
-	infos, err := b.rdb.HMGet(ctx, b.keys.deadInfo, ids...).Result()
-	if err != nil {
-		return nil, wrap(ctx, "dead", err, b.keys.types)
-	}
-	out := make([]DeadJob, len(zs))
-	for i, z := range zs {
-		d := DeadJob{Job: Job{ID: ids[i]}, DiedAt: time.UnixMilli(int64(z.Score))}
-		if info, ok := infos[i].(string); ok {
+	out := make([]DeadJob, 0, len(raw)/3)
+	for i := 0; i+2 < len(raw); i += 3 {
+		id, _ := raw[i].(string)
+		at, _ := raw[i+1].(string)
+		ms, _ := strconv.ParseFloat(at, 64)
+		d := DeadJob{Job: Job{ID: id}, DiedAt: time.UnixMilli(int64(ms))}
+		if info, ok := raw[i+2].(string); ok {
 			var due string
 			d.Reason, d.Attempts, due, d.Err = decodeDeadInfo(info, &d.Job)
 			d.Due = b.dueTime(due)
 		}
-		out[i] = d
+		out = append(out, d)
 	}
 	return out, nil
 }
@@ -829,7 +918,7 @@ func (b *Broker) takeDead(ctx context.Context, op string, ids []string) (int, er
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	n, err := deadScript.Run(ctx, b.rdb, []string{b.keys.schedule, b.keys.pending, b.keys.dead, b.keys.deadInfo}, args...).Int()
+	n, err := b.repl.run(ctx, b.rdb, deadScript, []string{b.keys.schedule, b.keys.pending, b.keys.dead, b.keys.deadInfo}, args...).Int()
 	if err != nil {
 		return 0, wrap(ctx, op, err, b.keys.types)
 	}

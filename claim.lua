@@ -65,7 +65,7 @@ if err then return err end
 local had, missing = false, {}
 for i = 1, n do
   if recs[i] then had = true end
-  if not (recs[i] and string.find(recs[i], '^%d+@[^:]+:')) then missing[#missing + 1] = i end
+  if not (recs[i] and string.find(recs[i], '^%d+@[^:]')) then missing[#missing + 1] = i end
 end
 if #missing > 0 then
   local sc

@@ -26,6 +26,9 @@ var (
 	ErrPayloadTooLarge = fmt.Errorf("zclaim: payload larger than %d bytes", MaxPayloadLen)
 	// ErrNoRunAt: a job has a zero RunAt.
 	ErrNoRunAt = errors.New("zclaim: zero RunAt")
+	// ErrRunAtRange: a time is further from 1970 than a score holds to the
+	// millisecond (2^53 ms, about 285,000 years either way).
+	ErrRunAtRange = errors.New("zclaim: time out of range: a score holds times within 2^53 ms (about 285,000 years) of 1970")
 	// ErrInvalidArgument: an argument is out of range (a claim max <= 0, an
 	// extension <= 0, a claim with no id or token).
 	ErrInvalidArgument = errors.New("zclaim: invalid argument")
@@ -42,7 +45,7 @@ var (
 type JobError struct {
 	Index int    // position in the Schedule call
 	ID    string // the job's id (possibly truncated for display)
-	Err   error  // ErrEmptyID, ErrIDTooLong, ErrPayloadTooLarge or ErrNoRunAt
+	Err   error  // ErrEmptyID, ErrIDTooLong, ErrPayloadTooLarge, ErrNoRunAt or ErrRunAtRange
 }
 
 func (e *JobError) Error() string {
@@ -54,6 +57,47 @@ func (e *JobError) Error() string {
 }
 
 func (e *JobError) Unwrap() []error { return []error{ErrInvalidJob, e.Err} }
+
+// LeaseLostError is the error of Ack, Extend, Retry or Kill for a claim
+// whose token is no longer current. It matches ErrLeaseLost, and
+// ErrStateLost too when the server lost the schedule's state since the
+// claim was made (no other worker holds the job then: the server forgot
+// it). Nothing was changed.
+type LeaseLostError struct {
+	Op        string // "ack", "extend", "retry" or "kill"
+	ID        string // the job id
+	StateLost bool
+}
+
+func (e *LeaseLostError) Error() string {
+	if e.StateLost {
+		return fmt.Sprintf("zclaim: %s %s: lease lost: the server lost the schedule's state since the claim", e.Op, e.ID)
+	}
+	return fmt.Sprintf("zclaim: %s %s: lease lost", e.Op, e.ID)
+}
+
+func (e *LeaseLostError) Is(target error) bool {
+	return target == ErrLeaseLost || (e.StateLost && target == ErrStateLost)
+}
+
+// ScheduleError reports a Schedule call that failed while writing: the
+// first Written jobs of the call are on the schedule, the others are not,
+// except that the chunk being written when the reply was lost (a dropped
+// connection, a timeout) may be, whole: each chunk is written atomically.
+// Scheduling a job again with the same RunAt is the same occurrence, so
+// Schedule(ctx, jobs[Written:]...) completes the call safely. Unwrap gives
+// the cause.
+type ScheduleError struct {
+	Written int   // jobs[:Written] are scheduled
+	Total   int   // len(jobs)
+	Err     error // the cause, from Redis or the context
+}
+
+func (e *ScheduleError) Error() string {
+	return fmt.Sprintf("zclaim: schedule: %d of %d jobs written: %s", e.Written, e.Total, strings.TrimPrefix(e.Err.Error(), "zclaim: schedule: "))
+}
+
+func (e *ScheduleError) Unwrap() error { return e.Err }
 
 // WrongTypeError names a key that holds another Redis type than the one
 // zclaim needs. The script that found it wrote nothing.
@@ -95,5 +139,15 @@ func wrap(ctx context.Context, op string, err error, want map[string]string) err
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		err = errors.Join(cerr, err)
 	}
-	return fmt.Errorf("zclaim: %s: %w", op, err)
+	// One prefix: an error of zclaim's own already carries it.
+	return &opError{msg: "zclaim: " + op + ": " + strings.TrimPrefix(err.Error(), "zclaim: "), err: err}
 }
+
+// opError is an error with the operation's name before it.
+type opError struct {
+	msg string
+	err error
+}
+
+func (e *opError) Error() string { return e.msg }
+func (e *opError) Unwrap() error { return e.err }

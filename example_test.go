@@ -80,7 +80,7 @@ func ExampleBroker_Ack() {
 	fmt.Println("current ack:", b.Ack(ctx, claims[0]), "attempt", claims[0].Attempt)
 	// Output:
 	// requeued: 1
-	// stale ack: zclaim: lease lost
+	// stale ack: zclaim: ack order-731: lease lost
 	// current ack: <nil> attempt 2
 }
 

@@ -86,6 +86,16 @@ type IdempotencyOptions struct {
 	// Logger receives the store's logs. Default: slog.Default(); a logger
 	// with slog.DiscardHandler silences it.
 	Logger *slog.Logger
+	// AllowEviction lets NewIdempotency accept a server whose
+	// maxmemory-policy may evict keys (run records carry TTLs, so the
+	// volatile policies evict them too), with a warning instead of
+	// ErrEvictionPolicy. Default: false.
+	AllowEviction bool
+	// WaitReplicas and WaitTimeout make Begin, Extend, Complete and
+	// Release wait for replicas, as BrokerOptions' do.
+	// Default: 0, no waiting.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 }
 
 // Idempotency is a store of run records, one per key: running (with a lease
@@ -98,9 +108,13 @@ type IdempotencyOptions struct {
 // their own idempotency key, and may reject writes whose Execution.Token
 // is lower than one they have already seen for that key (a fenced write).
 type Idempotency struct {
-	rdb  redis.UniversalClient
-	opts IdempotencyOptions
-	log  *slog.Logger
+	rdb   redis.UniversalClient
+	opts  IdempotencyOptions
+	log   *slog.Logger
+	repl  replication
+	state *stateMarker
+	// checkedAt is when Begin last had the state marker checked (Unix ns).
+	checkedAt atomic.Int64
 
 	skipped, inProgress, completed, released, leaseLost atomic.Int64
 }
@@ -113,12 +127,13 @@ type MiddlewareStats struct {
 	Completed  int64 // handler runs that returned nil and completed their key
 	Released   int64 // handler runs that failed or panicked and released their key
 	LeaseLost  int64 // runs whose lease was lost: the handler was cancelled, or its Complete was refused
+	StateLost  int64 // times the store noticed that the server lost its records
 }
 
 // Stats returns the middleware's counts.
 func (i *Idempotency) Stats() MiddlewareStats {
 	return MiddlewareStats{Skipped: i.skipped.Load(), InProgress: i.inProgress.Load(),
-		Completed: i.completed.Load(), Released: i.released.Load(), LeaseLost: i.leaseLost.Load()}
+		Completed: i.completed.Load(), Released: i.released.Load(), LeaseLost: i.leaseLost.Load(), StateLost: i.stateLosses()}
 }
 
 // NewIdempotency returns a store on rdb, which it never closes.
@@ -149,7 +164,47 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 	case opts.Retention > math.MaxInt64-opts.Lease:
 		return nil, fmt.Errorf("%w: Lease + Retention must fit in a time.Duration (about 292 years), not %v + %v", ErrInvalidOptions, opts.Lease, opts.Retention)
 	}
-	return &Idempotency{rdb: rdb, opts: opts, log: opts.Logger}, nil
+	if err := validateReplication(opts.WaitReplicas, &opts.WaitTimeout); err != nil {
+		return nil, err
+	}
+	i := &Idempotency{rdb: rdb, opts: opts, log: opts.Logger,
+		repl: replication{opts.WaitReplicas, opts.WaitTimeout},
+		// The bare prefix is the record key of no key (keys are never
+		// empty): it holds the store's state marker.
+		state: &stateMarker{rdb: rdb, key: opts.Prefix, log: opts.Logger, what: "the idempotency records (" + opts.Prefix + "*)"}}
+	ctx := context.Background()
+	if err := checkServer(ctx, rdb, opts.Prefix, opts.AllowEviction, true, i.log); err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	i.state.check(sctx)
+	i.checkedAt.Store(time.Now().UnixNano())
+	return i, nil
+}
+
+// stateCheckInterval is how often Begin has the store's state marker
+// checked, in the background.
+const stateCheckInterval = time.Second
+
+// checkState has the state marker checked, in the background, at most
+// once per stateCheckInterval.
+func (i *Idempotency) checkState() {
+	last := i.checkedAt.Load()
+	now := time.Now().UnixNano()
+	if now-last < int64(stateCheckInterval) || !i.checkedAt.CompareAndSwap(last, now) {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), stateCheckInterval)
+		defer cancel()
+		i.state.check(ctx)
+	}()
+}
+
+func (i *Idempotency) stateLosses() int64 {
+	_, n := i.state.lost()
+	return n
 }
 
 // Execution is one run of a key, holding its lease.
@@ -159,6 +214,7 @@ type Execution struct {
 
 	i          *Idempotency
 	sent       time.Time // local time just before Begin was sent: no later than Redis' start of the lease
+	state      string    // the store's state marker at Begin
 	mu         sync.Mutex
 	leaseUntil time.Time
 }
@@ -180,9 +236,10 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 	if err := checkID(ctx, "begin", key); err != nil {
 		return nil, err
 	}
+	i.checkState()
 	rk := i.recordKey(key)
 	sent := time.Now()
-	reply, err := beginScript.Run(ctx, i.rdb, []string{rk}, ms(i.opts.Lease), ms(i.opts.Lease+i.opts.Retention)).Result()
+	reply, err := i.repl.run(ctx, i.rdb, beginScript, []string{rk}, ms(i.opts.Lease), ms(i.opts.Lease+i.opts.Retention)).Result()
 	if err != nil {
 		return nil, i.wrap(ctx, "begin", rk, err)
 	}
@@ -196,7 +253,7 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 	case 2:
 		return nil, &InProgressError{Key: key, LeaseLeft: time.Duration(raw[2]) * time.Millisecond}
 	}
-	return &Execution{Key: key, Token: raw[1], i: i, sent: sent, leaseUntil: time.UnixMilli(raw[2])}, nil
+	return &Execution{Key: key, Token: raw[1], i: i, sent: sent, leaseUntil: time.UnixMilli(raw[2]), state: i.state.current()}, nil
 }
 
 // int64s reads a script's array of integers.
@@ -236,7 +293,7 @@ func (e *Execution) settle(ctx context.Context, op string, ttl time.Duration) (i
 		return 0, wrap(ctx, op, err, nil)
 	}
 	rk := e.i.recordKey(e.Key)
-	reply, err := settleScript.Run(ctx, e.i.rdb, []string{rk}, strconv.FormatInt(e.Token, 10), op,
+	reply, err := e.i.repl.run(ctx, e.i.rdb, settleScript, []string{rk}, strconv.FormatInt(e.Token, 10), op,
 		ms(e.i.opts.Lease), ms(ttl)).Result()
 	if err != nil {
 		return 0, e.i.wrap(ctx, op, rk, err)
@@ -246,7 +303,9 @@ func (e *Execution) settle(ctx context.Context, op string, ttl time.Duration) (i
 		return 0, fmt.Errorf("zclaim: %s: %w: reply %v", op, ErrCorrupt, reply)
 	}
 	if n == 0 {
-		return 0, ErrLeaseLost
+		e.i.state.check(context.WithoutCancel(ctx))
+		lost := e.state != "" && e.i.state.current() != e.state
+		return 0, &LeaseLostError{Op: op, ID: e.Key, StateLost: lost}
 	}
 	return n, nil
 }

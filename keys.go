@@ -20,6 +20,7 @@ type keys struct {
 	dead     string // ZSet: id -> time of death (Unix ms)
 	deadInfo string // hash: id -> reason and record
 	notice   string // pub/sub channel: an earlier due time was scheduled
+	marker   string // string: the state marker (see stateMarker)
 	types    map[string]string
 }
 
@@ -55,9 +56,10 @@ func deriveKeys(key string, cluster bool) (keys, error) {
 		dead:     base + ":dead",
 		deadInfo: base + ":deadinfo",
 		notice:   base + ":notice",
+		marker:   base + ":marker",
 	}
 	slot := Slot(key)
-	for _, d := range []string{k.inflight, k.tokens, k.pending, k.runs, k.batches, k.dead, k.deadInfo} {
+	for _, d := range []string{k.inflight, k.tokens, k.pending, k.runs, k.batches, k.dead, k.deadInfo, k.marker} {
 		if cluster && Slot(d) != slot {
 			return keys{}, fmt.Errorf("%w: key %q: the keys derived from it (%q) fall in another Redis Cluster slot; give it a hash tag, for example %q",
 				ErrInvalidOptions, key, d, "zclaim:{"+strings.NewReplacer("{", "", "}", "").Replace(key)+"}")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -44,7 +45,7 @@ func (b *Broker) Recover(ctx context.Context) (Recovered, error) {
 	for a := 1; a <= n; a++ {
 		args = append(args, strconv.FormatInt(b.opts.Backoff(a).Milliseconds(), 10))
 	}
-	raw, err := recoverScript.Run(ctx, b.rdb, append(b.settleKeys(), b.keys.batches), args...).Int64Slice()
+	raw, err := b.repl.run(ctx, b.rdb, recoverScript, append(b.settleKeys(), b.keys.batches), args...).Int64Slice()
 	if err != nil {
 		return Recovered{}, wrap(ctx, "recover", err, b.keys.types)
 	}
@@ -60,6 +61,10 @@ func (b *Broker) Recover(ctx context.Context) (Recovered, error) {
 	return r, nil
 }
 
+// serverCheckInterval is how often RunRecovery checks the server's
+// eviction policy again.
+const serverCheckInterval = time.Minute
+
 // DefaultRecoveryInterval is RunRecovery's interval when every is not positive.
 const DefaultRecoveryInterval = time.Second
 
@@ -74,11 +79,21 @@ func (b *Broker) RunRecovery(ctx context.Context, every time.Duration) error {
 	}
 	t := time.NewTimer(0)
 	defer t.Stop()
+	var checked time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		}
+		// The server's state and settings can change while it runs: a
+		// restart without persistence, a failover, CONFIG SET.
+		b.state.check(ctx)
+		if time.Since(checked) >= serverCheckInterval {
+			checked = time.Now()
+			if err := checkServer(ctx, b.rdb, b.keys.schedule, b.opts.AllowEviction, false, b.log); err != nil {
+				b.log.LogAttrs(ctx, slog.LevelError, "zclaim: "+strings.TrimPrefix(err.Error(), "zclaim: "), slog.String("key", b.keys.schedule))
+			}
 		}
 		r, err := b.Recover(ctx)
 		switch {
