@@ -315,9 +315,10 @@ func (b *Broker) scoreTime(s string) time.Time {
 	return time.UnixMicro(int64(math.Round(us)))
 }
 
-// maxScoreMs bounds the times a score holds to the millisecond: doubles
-// tell integers apart up to 2^53.
-const maxScoreMs = 1<<53 - 1
+// maxScoreMs bounds the times a score holds to the millisecond: 100,000
+// years either side of 1970. A score in seconds with a fraction is a
+// double, whose spacing passes half a millisecond at 2^42 s (139,000 years).
+const maxScoreMs = 100_000 * 36525 * 24 * 3600 * 1000 / 100
 
 // inScoreRange reports whether t is within maxScoreMs of 1970 (checked in
 // seconds first: UnixMilli wraps for times beyond ±292 million years).
@@ -339,13 +340,21 @@ func seconds(s float64) time.Duration {
 	return time.Duration(d)
 }
 
-// dueTime decodes an occurrence's due score, to the millisecond.
+// dueTime decodes an occurrence's due score to the nearest millisecond,
+// saturating as scoreTime does.
 func (b *Broker) dueTime(s string) time.Time {
-	t := b.scoreTime(s)
-	if t.IsZero() {
-		return t
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) {
+		return time.Time{}
 	}
-	return time.UnixMilli(t.UnixMilli())
+	ms := math.Round(f * float64(1000/b.ups))
+	switch {
+	case ms >= math.MaxInt64/1000:
+		return time.UnixMicro(math.MaxInt64)
+	case ms <= math.MinInt64/1000:
+		return time.UnixMicro(math.MinInt64)
+	}
+	return time.UnixMilli(int64(ms))
 }
 
 // validateJob checks one job against the documented limits.
@@ -500,7 +509,7 @@ func (b *Broker) claim(ctx context.Context, max int, mode claimMode) (claimResul
 		return claimResult{}, fmt.Errorf("zclaim: claim: %w: max must be positive, not %d", ErrInvalidArgument, max)
 	}
 	max = min(max, MaxBatchSize)
-	raw, err := claimScript.Run(ctx, b.rdb,
+	raw, err := b.repl.run(ctx, b.rdb, claimScript,
 		[]string{b.keys.schedule, b.keys.inflight, b.keys.tokens, b.keys.pending, b.keys.runs, b.keys.batches},
 		max, b.opts.Lease.Milliseconds(), b.ups, string(mode)).Slice()
 	if err != nil {
@@ -628,7 +637,7 @@ func (b *Broker) finishBatches(ctx context.Context, ends ...batchEnd) ([]batchEn
 			args = append(args, x, "d", why)
 		}
 	}
-	res, err := finishScript.Run(ctx, b.rdb,
+	res, err := b.repl.run(ctx, b.rdb, finishScript,
 		[]string{b.keys.schedule, b.keys.batches, b.keys.pending, b.keys.runs, b.keys.dead, b.keys.deadInfo}, args...).Int64Slice()
 	if err != nil {
 		return nil, wrap(ctx, "finish", err, b.keys.types)

@@ -27,8 +27,8 @@ var (
 	// ErrNoRunAt: a job has a zero RunAt.
 	ErrNoRunAt = errors.New("zclaim: zero RunAt")
 	// ErrRunAtRange: a time is further from 1970 than a score holds to the
-	// millisecond (2^53 ms, about 285,000 years either way).
-	ErrRunAtRange = errors.New("zclaim: time out of range: a score holds times within 2^53 ms (about 285,000 years) of 1970")
+	// millisecond: 100,000 years either way.
+	ErrRunAtRange = errors.New("zclaim: time out of range: a score holds times within 100,000 years of 1970 to the millisecond")
 	// ErrInvalidArgument: an argument is out of range (a claim max <= 0, an
 	// extension <= 0, a claim with no id or token).
 	ErrInvalidArgument = errors.New("zclaim: invalid argument")

@@ -184,8 +184,8 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 }
 
 // stateCheckInterval is how often Begin has the store's state marker
-// checked, in the background.
-const stateCheckInterval = time.Second
+// checked, in the background (a variable for the tests).
+var stateCheckInterval = time.Second
 
 // checkState has the state marker checked, in the background, at most
 // once per stateCheckInterval.

@@ -62,8 +62,8 @@ func (b *Broker) Recover(ctx context.Context) (Recovered, error) {
 }
 
 // serverCheckInterval is how often RunRecovery checks the server's
-// eviction policy again.
-const serverCheckInterval = time.Minute
+// eviction policy again (a variable for the tests).
+var serverCheckInterval = time.Minute
 
 // DefaultRecoveryInterval is RunRecovery's interval when every is not positive.
 const DefaultRecoveryInterval = time.Second

@@ -153,7 +153,7 @@ func memoryScenario() {
 	after := used()
 	per := float64(after-before) / float64(n)
 	table("Idempotency: Redis memory per finished record", []string{"records", "used_memory delta", "per record", "key (example)", "Begin + Complete"},
-		[][]string{{human(float64(n)), human(float64(after - before)) + " B", strconv.FormatFloat(per, 'f', 0, 64) + " B",
+		[][]string{{human(float64(n)), human(float64(after-before)) + " B", strconv.FormatFloat(per, 'f', 0, 64) + " B",
 			"`" + prefix + zclaim.OccurrenceID("order-731", due) + "`", human(float64(n)/took.Seconds()) + "/s"}},
 		"Each record is one string key with a TTL (the default prefix `zclaim:run:` is a few bytes shorter than this run's). "+
 			"Records kept = finish rate × Retention: 100 runs/s with the default 24 h keep 8.64M records.")

@@ -1,0 +1,402 @@
+package zclaim
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis-level faults on real redis-servers: eviction, a server that runs
+// out of memory, one that restarts empty, a failover to a replica, and
+// times further out than a score holds.
+
+// serverClient returns a client of s, closed when the test ends.
+func serverClient(t *testing.T, s *redisServer) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.addr})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// A server that may evict keys is refused unless the user accepts the
+// risk; a policy changed while running is logged at Error.
+func TestEvictionPolicyRefused(t *testing.T) {
+	for _, policy := range []string{"allkeys-lru", "volatile-lru", "allkeys-random"} {
+		srv := ownRedis(t, "--maxmemory", "20mb", "--maxmemory-policy", policy)
+		rdb := serverClient(t, srv)
+		_, err := NewBroker(rdb, BrokerOptions{})
+		wantErr(t, err, ErrEvictionPolicy)
+		if !strings.Contains(err.Error(), policy) || !strings.Contains(err.Error(), "noeviction") {
+			t.Errorf("error %q does not say what is set and how to fix it", err)
+		}
+		_, err = NewIdempotency(rdb, IdempotencyOptions{})
+		wantErr(t, err, ErrEvictionPolicy)
+
+		var buf syncBuffer
+		log := slog.New(slog.NewTextHandler(&buf, nil))
+		if _, err := NewBroker(rdb, BrokerOptions{AllowEviction: true, Logger: log}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := NewIdempotency(rdb, IdempotencyOptions{AllowEviction: true, Logger: log}); err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(buf.String(), "level=WARN msg=\"zclaim: the Redis server may evict keys"); n != 2 {
+			t.Errorf("%d warnings with AllowEviction, want 2:\n%s", n, buf.String())
+		}
+	}
+
+	// Changed at run time: the recovery loop says so.
+	srv := ownRedis(t)
+	rdb := serverClient(t, srv)
+	var buf syncBuffer
+	b, err := NewBroker(rdb, BrokerOptions{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	must(t, err)
+	if !strings.Contains(buf.String(), "persists nothing") {
+		t.Errorf("no warning for a server without AOF or save points:\n%s", buf.String())
+	}
+	must(t, rdb.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err())
+	old := serverCheckInterval
+	serverCheckInterval = 0
+	defer func() { serverCheckInterval = old }()
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); b.RunRecovery(rctx, 5*time.Millisecond) }()
+	waitFor(t, 5*time.Second, "an Error log", func() bool {
+		return strings.Contains(buf.String(), "level=ERROR") && strings.Contains(buf.String(), "allkeys-lru")
+	})
+	cancel()
+	<-done
+}
+
+// A server at maxmemory with noeviction refuses writes: a Schedule that
+// fails part-way says exactly how many jobs it wrote, and those are there.
+func TestScheduleOutOfMemory(t *testing.T) {
+	srv := ownRedis(t, "--maxmemory-policy", "noeviction")
+	rdb := serverClient(t, srv)
+	b, err := NewBroker(rdb, BrokerOptions{Key: "delay:jobs", Logger: slog.New(slog.DiscardHandler)})
+	must(t, err)
+	info, err := rdb.Info(ctx, "memory").Result()
+	must(t, err)
+	used, _ := strconv.Atoi(infoField(info, "used_memory"))
+	// Room for about two chunks of 1,000 jobs with 1 KB payloads.
+	must(t, rdb.ConfigSet(ctx, "maxmemory", strconv.Itoa(used+1600*1024)).Err())
+	jobs := make([]Job, 3000)
+	payload := []byte(strings.Repeat("x", 1024))
+	for i := range jobs {
+		jobs[i] = Job{ID: "job-" + strconv.Itoa(i), RunAt: time.Now().Add(time.Hour), Type: "t", Payload: payload}
+	}
+	err = b.Schedule(ctx, jobs...)
+	var se *ScheduleError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("Schedule at maxmemory: %v, want a *ScheduleError from OOM", err)
+	}
+	if se.Total != 3000 || se.Written%MaxBatchSize != 0 || se.Written == 0 || se.Written == 3000 {
+		t.Fatalf("written %d of %d, want whole chunks, some but not all", se.Written, se.Total)
+	}
+	n, err := rdb.ZCard(ctx, "delay:jobs").Result()
+	must(t, err)
+	if int(n) != se.Written {
+		t.Fatalf("%d jobs on the schedule, the error says %d", n, se.Written)
+	}
+	for _, j := range jobs[:se.Written] {
+		if _, err := rdb.ZScore(ctx, "delay:jobs", j.ID).Result(); err != nil {
+			t.Fatalf("%s reported written, not on the schedule", j.ID)
+		}
+	}
+	// With room again, the rest of the call completes it.
+	must(t, rdb.ConfigSet(ctx, "maxmemory", "0").Err())
+	must(t, b.Schedule(ctx, jobs[se.Written:]...))
+	if n, _ := rdb.ZCard(ctx, "delay:jobs").Result(); n != 3000 {
+		t.Fatalf("%d scheduled after completing the call", n)
+	}
+}
+
+// A server that restarts without persistence lost everything: stale claims
+// say so (not "another worker owns it"), Stats reports it, the loss is
+// logged at Error, and the idempotency store notices too.
+func TestRestartWithoutPersistence(t *testing.T) {
+	old := stateCheckInterval
+	stateCheckInterval = 5 * time.Millisecond
+	defer func() { stateCheckInterval = old }()
+	srv := ownRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	b, err := NewBroker(rdb, BrokerOptions{Key: "delay:jobs", Logger: log})
+	must(t, err)
+	idem, err := NewIdempotency(rdb, IdempotencyOptions{Logger: log})
+	must(t, err)
+	due := time.Now().Add(-time.Second)
+	for i := range 150 {
+		must(t, b.Schedule(ctx, Job{ID: "job-" + strconv.Itoa(i), RunAt: due}))
+	}
+	claims, err := b.Claim(ctx, 50)
+	must(t, err)
+	stale, err := b.Claim(ctx, 1)
+	must(t, err)
+	must(t, b.Ack(ctx, stale[0]))
+	if err := b.Ack(ctx, stale[0]); !errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrStateLost) {
+		t.Fatalf("a stale ack before any loss: %v, want lease lost only", err)
+	}
+	var execs []*Execution
+	for i := range 5 {
+		e, err := idem.Begin(ctx, "run-"+strconv.Itoa(i))
+		must(t, err)
+		must(t, e.Complete(ctx))
+		e, err = idem.Begin(ctx, "held-"+strconv.Itoa(i))
+		must(t, err)
+		execs = append(execs, e)
+	}
+
+	srv.stop()
+	must(t, srv.start()) // empty: no persistence
+	if _, err := rdb.Ping(ctx).Result(); err != nil {
+		rdb.Ping(ctx) // the pool's old connections are gone
+	}
+
+	err = b.Ack(ctx, claims[0])
+	if !errors.Is(err, ErrStateLost) || !errors.Is(err, ErrLeaseLost) || !strings.Contains(err.Error(), "lost the schedule's state") {
+		t.Fatalf("ack of a claim the server forgot: %v, want ErrStateLost", err)
+	}
+	for _, c := range claims[1:3] {
+		if _, err := b.Extend(ctx, c, time.Second); !errors.Is(err, ErrStateLost) {
+			t.Fatalf("extend: %v", err)
+		}
+	}
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if st.StateLost.IsZero() || st.Scheduled != 0 {
+		t.Fatalf("stats after the restart: %+v", st)
+	}
+	if n := strings.Count(buf.String(), "level=ERROR msg=\"zclaim: the Redis server lost the schedule's keys"); n != 1 {
+		t.Errorf("%d Error logs of the schedule's loss, want 1:\n%s", n, buf.String())
+	}
+	// The store: a held run's settle says the state was lost; a Begin has
+	// the marker checked, which notices.
+	if err := execs[0].Complete(ctx); !errors.Is(err, ErrStateLost) {
+		t.Fatalf("complete after the restart: %v", err)
+	}
+	waitFor(t, 2*time.Second, "the store to notice", func() bool {
+		e, err := idem.Begin(ctx, "probe")
+		if err == nil {
+			e.Release(ctx)
+		}
+		return idem.Stats().StateLost == 1
+	})
+	if !strings.Contains(buf.String(), "level=ERROR msg=\"zclaim: the Redis server lost the idempotency records") {
+		t.Errorf("no Error log of the store's loss:\n%s", buf.String())
+	}
+	// After the loss is noticed, new claims work and settle normally.
+	must(t, b.Schedule(ctx, Job{ID: "after", RunAt: due}))
+	cs, err := b.Claim(ctx, 1)
+	must(t, err)
+	must(t, b.Ack(ctx, cs[0]))
+}
+
+// A primary and a replica that reaches it through a proxy (which can hold
+// the replication stream: a lagging replica), promoted mid-run. With
+// WaitReplicas, every job whose Schedule returned nil is on the promoted
+// replica and tokens keep growing, even when the old primary's clock ran
+// ahead; without it, the writes of the lag are lost and tokens go back.
+func TestFailoverToReplica(t *testing.T) {
+	for _, wait := range []bool{true, false} {
+		t.Run(map[bool]string{true: "WaitReplicas 1", false: "no wait (control)"}[wait], func(t *testing.T) {
+			primary := ownRedis(t, "--repl-diskless-sync-delay", "0")
+			link := newProxy(t, primary.addr)
+			host, port, _ := net.SplitHostPort(link.Addr)
+			replica := ownRedis(t, "--replicaof", host, port)
+			prdb, rrdb := serverClient(t, primary), serverClient(t, replica)
+			waitFor(t, 5*time.Second, "the replica's link", func() bool {
+				info, _ := rrdb.Info(ctx, "replication").Result()
+				return infoField(info, "master_link_status") == "up"
+			})
+			opts := BrokerOptions{Key: "delay:jobs", Logger: slog.New(slog.DiscardHandler)}
+			if wait {
+				opts.WaitReplicas, opts.WaitTimeout = 1, 5*time.Second
+			}
+			b, err := NewBroker(prdb, opts) // while the replica keeps up
+			must(t, err)
+			if wait {
+				opts.WaitTimeout = 50 * time.Millisecond
+			}
+			lagging, err := NewBroker(prdb, opts) // while it lags: short waits
+			must(t, err)
+			// The old primary's clock runs a minute ahead: its tokens do.
+			must(t, prdb.Set(ctx, b.keys.tokens, strconv.FormatInt(time.Now().Add(time.Minute).UnixMicro(), 10), 0).Err())
+
+			due := time.Now().Add(-time.Second)
+			var acked []string
+			var maxToken int64
+			schedule := func(b *Broker, i int) {
+				id := "job-" + strconv.Itoa(i)
+				err := b.Schedule(ctx, Job{ID: id, RunAt: due})
+				switch {
+				case err == nil:
+					acked = append(acked, id)
+				case !wait || !errors.Is(err, ErrNotReplicated):
+					t.Fatalf("schedule %s: %v", id, err)
+				}
+			}
+			claim := func(b *Broker) {
+				cs, err := b.Claim(ctx, 5)
+				switch {
+				case err == nil:
+					for _, c := range cs {
+						maxToken = max(maxToken, c.Token)
+					}
+				case !wait || !errors.Is(err, ErrNotReplicated):
+					t.Fatalf("claim: %v", err)
+				}
+			}
+			for i := range 40 {
+				schedule(b, i)
+			}
+			claim(b)
+			waitFor(t, 5*time.Second, "the replica to catch up", func() bool {
+				p, _ := prdb.Info(ctx, "replication").Result()
+				r, _ := rrdb.Info(ctx, "replication").Result()
+				return infoField(p, "master_repl_offset") == infoField(r, "slave_repl_offset")
+			})
+			link.Pause() // the replica lags from here
+			for i := 40; i < 50; i++ {
+				schedule(lagging, i)
+			}
+			claim(lagging)
+			must(t, rrdb.ReplicaOf(ctx, "NO", "ONE").Err()) // promoted
+			link.Close()
+
+			nb, err := NewBroker(rrdb, BrokerOptions{Key: "delay:jobs", Logger: slog.New(slog.DiscardHandler)})
+			must(t, err)
+			lost := 0
+			for _, id := range acked {
+				_, errS := rrdb.ZScore(ctx, "delay:jobs", id).Result()
+				inflight, _ := rrdb.ZRangeByScore(ctx, nb.keys.inflight, &redis.ZRangeBy{Min: "-inf", Max: "+inf"}).Result()
+				found := errS == nil
+				for _, m := range inflight {
+					found = found || strings.HasPrefix(m, id+"|")
+				}
+				if !found {
+					lost++
+				}
+			}
+			rt, _ := rrdb.Get(ctx, nb.keys.tokens).Result()
+			pt, _ := prdb.Get(ctx, nb.keys.tokens).Result()
+			t.Logf("tokens counter: replica %s, old primary %s", rt, pt)
+			cs, err := nb.Claim(ctx, 5)
+			must(t, err)
+			if len(cs) == 0 {
+				t.Fatal("nothing to claim on the promoted replica")
+			}
+			back := cs[0].Token <= maxToken
+			t.Logf("acked %d, lost %d; tokens before the failover up to %d, after from %d", len(acked), lost, maxToken, cs[0].Token)
+			if wait && (lost > 0 || back || len(acked) != 40) {
+				t.Fatalf("with WaitReplicas: %d acked jobs lost, tokens back: %v (acked %d, want the 40 before the lag)", lost, back, len(acked))
+			}
+			if !wait && (lost < 10 || !back) {
+				t.Fatalf("without waiting: %d lost (want at least the lag's 10), tokens back: %v: the control no longer shows the failure", lost, back)
+			}
+		})
+	}
+}
+
+// Times further out than a score holds are refused, never due at once;
+// everything computed from a score saturates.
+func TestTimesOutOfRange(t *testing.T) {
+	b := newBroker(t, BrokerOptions{})
+	for _, at := range []time.Time{
+		time.Date(300_000_000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Unix(1<<62, 0),
+		time.Unix(math.MaxInt64, 0),
+		time.Unix(math.MinInt64/2, 0),
+		time.UnixMilli(maxScoreMs + 1000),
+	} {
+		err := b.Schedule(ctx, Job{ID: "far", RunAt: at})
+		wantErr(t, err, ErrInvalidJob)
+		wantErr(t, err, ErrRunAtRange)
+		c, _ := b.Claim(ctx, 1)
+		wantErr(t, b.Retry(ctx, Claim{Job: Job{ID: "x"}, Token: 1}, at), ErrRunAtRange)
+		if st, _ := b.Stats(ctx); st.Scheduled != 0 || len(c) != 0 {
+			t.Fatalf("RunAt %v: %+v scheduled, %d claimed", at, st, len(c))
+		}
+	}
+	// The furthest that fits is kept to the millisecond.
+	far := time.UnixMilli(maxScoreMs - 1001)
+	must(t, b.Schedule(ctx, Job{ID: "far", RunAt: far}))
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if d := st.Next.Sub(far); d < 0 || d >= time.Millisecond {
+		t.Fatalf("Next %v, want %v", st.Next, far)
+	}
+	must(t, b.rdb.ZAdd(ctx, b.Key(), redis.Z{Score: float64(-maxScoreMs+1001) / 1000, Member: "past"}).Err())
+	cs, err := b.Claim(ctx, 1)
+	must(t, err)
+	if len(cs) != 1 || !cs[0].Due.Equal(time.UnixMilli(-maxScoreMs+1001)) {
+		t.Fatalf("the earliest time a score holds: claims %+v", cs)
+	}
+	// A score no time holds (a foreign ZADD) reads as the furthest time.
+	must(t, b.rdb.ZAdd(ctx, b.Key(), redis.Z{Score: 1e300, Member: "never"}).Err())
+	must(t, b.rdb.ZRem(ctx, b.Key(), "far").Err())
+	st, err = b.Stats(ctx)
+	must(t, err)
+	if st.Next.Year() < 200_000 {
+		t.Fatalf("Next for a score of 1e300: %v", st.Next)
+	}
+
+	// A dispatcher whose head job is centuries away sleeps MaxWait, not 0.
+	var sent atomic.Int64
+	rdb := redis.NewClient(&redis.Options{Addr: testAddr})
+	t.Cleanup(func() { rdb.Close() })
+	rdb.AddHook(roundTrips{&sent})
+	db, err := NewBroker(rdb, BrokerOptions{Key: b.Key()})
+	must(t, err)
+	d, err := NewDispatcher(db, newAsynqClient(t, testAddr), DispatcherOptions{MaxWait: 100 * time.Millisecond, RecoveryInterval: -1})
+	must(t, err)
+	stop := runDispatcher(t, d)
+	time.Sleep(300 * time.Millisecond)
+	stop()
+	if n := sent.Load(); n > 20 {
+		t.Fatalf("%d round trips in 300ms with the head 1e300 s away: the dispatcher spins", n)
+	}
+
+	// Dead() on a key of the wrong type names it.
+	must(t, b.rdb.Set(ctx, b.keys.dead, "x", 0).Err())
+	_, err = b.Dead(ctx, 10)
+	var wt *WrongTypeError
+	if !errors.As(err, &wt) || wt.Key != b.keys.dead {
+		t.Fatalf("Dead on a string: %v", err)
+	}
+}
+
+// The middleware works as it did with WaitReplicas on a server with a
+// replica: a smoke test of the idempotency store's waits.
+func TestIdempotencyWaitsForReplica(t *testing.T) {
+	primary := ownRedis(t, "--repl-diskless-sync-delay", "0")
+	replica := ownRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.port))
+	rrdb := serverClient(t, replica)
+	waitFor(t, 5*time.Second, "the replica's link", func() bool {
+		info, _ := rrdb.Info(ctx, "replication").Result()
+		return infoField(info, "master_link_status") == "up"
+	})
+	prdb := serverClient(t, primary)
+	i, err := NewIdempotency(prdb, IdempotencyOptions{WaitReplicas: 1, Logger: slog.New(slog.DiscardHandler)})
+	must(t, err)
+	e, err := i.Begin(ctx, "k")
+	must(t, err)
+	must(t, e.Complete(ctx))
+	if rec, err := rrdb.Get(ctx, i.recordKey("k")).Result(); err != nil || !strings.HasPrefix(rec, "done ") {
+		t.Fatalf("replica's record %q (%v), want done", rec, err)
+	}
+	i2, err := NewIdempotency(prdb, IdempotencyOptions{WaitReplicas: 2, WaitTimeout: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	must(t, err)
+	_, err = i2.Begin(ctx, "k2")
+	wantErr(t, err, ErrNotReplicated)
+}
