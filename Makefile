@@ -23,4 +23,4 @@ bench:
 # Redis crash and restart, both appendfsync modes); several minutes.
 .PHONY: chaos
 chaos:
-	$(GO) run ./chaos -jobs 50000 -over 150s -kill-every 1s -stop 100s -fsync always,everysec
+	$(GO) run ./chaos -jobs 50000 -over 150s -kill-every 1s -stop 100s -fsync always,everysec,failover

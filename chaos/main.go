@@ -97,7 +97,8 @@ func defaultConfig() config {
 func (c *config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.jobs, "jobs", c.jobs, "jobs the producer schedules")
 	fs.DurationVar(&c.over, "over", c.over, "the producer schedules them over this long; the faults run meanwhile")
-	fs.StringVar(&c.fsync, "fsync", c.fsync, "appendfsync variants to run, comma-separated: always, everysec")
+	fs.StringVar(&c.fsync, "fsync", c.fsync, "variants to run, comma-separated: always, everysec (appendfsync of the crashed and restarted Redis), "+
+		"failover (a replica promoted instead, every write waiting for one replica)")
 	fs.IntVar(&c.dispatchers, "dispatchers", c.dispatchers, "dispatcher processes")
 	fs.IntVar(&c.workers, "workers", c.workers, "asynq worker processes")
 	fs.DurationVar(&c.killEvery, "kill-every", c.killEvery, "mean time between SIGKILLs")
@@ -145,7 +146,7 @@ func run(cfg config, w *os.File) bool {
 	row("jobs (producer's log)", func(r result) any { return r.jobs })
 	row("SIGKILLs (dispatchers and workers)", func(r result) any { return r.kills })
 	row("SIGSTOPs past the lease", func(r result) any { return r.stops })
-	row("Redis crashes and restarts", func(r result) any { return r.restarts })
+	row("Redis crashes and restarts (failover: replica promoted, old primary killed)", func(r result) any { return r.restarts })
 	row("connection cuts", func(r result) any { return r.cuts })
 	row("applied by the sink", func(r result) any { return r.applied })
 	row("applied twice (must be 0)", func(r result) any { return r.acceptedTwice })
@@ -225,11 +226,33 @@ func runVariant(cfg config, mode string, w *os.File) (res result, err error) {
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	main, err := startServer("--appendonly", "yes", "--appendfsync", mode, "--dir", dir)
+	failover := mode == "failover"
+	fsync := mode
+	if failover {
+		fsync = "everysec"
+	}
+	main, err := startServer("--appendonly", "yes", "--appendfsync", fsync, "--dir", dir, "--repl-diskless-sync-delay", "0")
 	if err != nil {
 		return res, err
 	}
 	defer func() { main.crash() }()
+	primary := main
+	var replica *server
+	roleExtra := []string{}
+	if failover {
+		rdir := filepath.Join(dir, "replica")
+		os.Mkdir(rdir, 0o755)
+		replica, err = startServer("--appendonly", "yes", "--appendfsync", fsync, "--dir", rdir,
+			"--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", strconv.Itoa(main.port))
+		if err != nil {
+			return res, err
+		}
+		defer func() { replica.crash() }()
+		if err := waitLink(replica); err != nil {
+			return res, err
+		}
+		roleExtra = []string{"-wait", "1"}
+	}
 	sink, err := startServer("--appendonly", "no")
 	if err != nil {
 		return res, err
@@ -247,7 +270,7 @@ func runVariant(cfg config, mode string, w *os.File) (res result, err error) {
 	var mu sync.Mutex
 	var recovered int64
 	start := func(role string, extra ...string) *child {
-		args := append([]string{"-redis", px.Addr, "-sink", sink.addr(), "-key", key, "-queue", queue}, extra...)
+		args := append(append([]string{"-redis", px.Addr, "-sink", sink.addr(), "-key", key, "-queue", queue}, roleExtra...), extra...)
 		cmd := exec.Command(self)
 		cmd.Env = append(os.Environ(), roleEnv+"="+role, argsEnv+"="+strings.Join(args, " "))
 		out, _ := cmd.StdoutPipe()
@@ -326,6 +349,27 @@ func runVariant(cfg config, mode string, w *os.File) (res result, err error) {
 				c.cmd.Process.Signal(syscall.SIGCONT)
 				fmt.Fprintf(w, "%6.1fs  SIGCONT the stopped worker\n", time.Since(t0).Seconds())
 			})
+		case !restarted && el > restartAt && failover:
+			// The replica becomes the primary; the old primary dies and
+			// comes back as its replica, so that writes can wait for one.
+			restarted = true
+			rc := redis.NewClient(&redis.Options{Addr: replica.addr()})
+			err := rc.ReplicaOf(context.Background(), "NO", "ONE").Err()
+			rc.Close()
+			if err != nil {
+				return res, err
+			}
+			px.SetTarget(replica.addr())
+			px.SetDown(true)
+			main.crash()
+			px.SetDown(false)
+			primary = replica
+			main.args = append(main.args, "--replicaof", "127.0.0.1", strconv.Itoa(replica.port))
+			if err := main.start(); err != nil {
+				return res, err
+			}
+			res.restarts++
+			fmt.Fprintf(w, "%6.1fs  failover: replica promoted, old primary killed and restarted as its replica\n", time.Since(t0).Seconds())
 		case !restarted && el > restartAt:
 			restarted = true
 			main.crash()
@@ -364,7 +408,7 @@ func runVariant(cfg config, mode string, w *os.File) (res result, err error) {
 		return res, err
 	}
 	res.jobs = len(ids)
-	direct := redis.NewClient(&redis.Options{Addr: main.addr()})
+	direct := redis.NewClient(&redis.Options{Addr: primary.addr()})
 	defer direct.Close()
 	sinkc := redis.NewClient(&redis.Options{Addr: sink.addr()})
 	defer sinkc.Close()
@@ -422,6 +466,22 @@ func runVariant(cfg config, mode string, w *os.File) (res result, err error) {
 	mu.Unlock()
 	res.took = time.Since(began)
 	return res, nil
+}
+
+// waitLink waits until replica's link to its primary is up.
+func waitLink(replica *server) error {
+	c := redis.NewClient(&redis.Options{Addr: replica.addr()})
+	defer c.Close()
+	for i := 0; ; i++ {
+		info, _ := c.Info(context.Background(), "replication").Result()
+		if strings.Contains(info, "master_link_status:up") {
+			return nil
+		}
+		if i > 1000 {
+			return fmt.Errorf("replica on %s did not link up", replica.addr())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // readLog reads the producer's log: one "id due_µs" line per scheduled job.

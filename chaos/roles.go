@@ -33,6 +33,7 @@ type roleFlags struct {
 	redis, sink, key, queue, log string
 	jobs                         int
 	over                         time.Duration
+	wait                         int // WaitReplicas
 }
 
 func parseRole(args []string) roleFlags {
@@ -45,6 +46,7 @@ func parseRole(args []string) roleFlags {
 	fs.StringVar(&f.log, "log", "", "producer log")
 	fs.IntVar(&f.jobs, "jobs", 0, "jobs to produce")
 	fs.DurationVar(&f.over, "over", 0, "produce over this long")
+	fs.IntVar(&f.wait, "wait", 0, "replicas every write waits for (WaitReplicas)")
 	fs.Parse(args)
 	return f
 }
@@ -68,7 +70,7 @@ func until(ctx context.Context) context.Context {
 func producer(f roleFlags) {
 	ctx := until(context.Background())
 	rdb := mainClient(f)
-	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: f.key})
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: f.key, WaitReplicas: f.wait})
 	if err != nil {
 		panic(err)
 	}
@@ -110,7 +112,7 @@ type payload struct {
 func dispatcher(f roleFlags) {
 	ctx := until(context.Background())
 	rdb := mainClient(f)
-	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: f.key, Lease: brokerLease, Logger: jsonLogger(),
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: f.key, Lease: brokerLease, Logger: jsonLogger(), WaitReplicas: f.wait,
 		Backoff: func(a int) time.Duration { return time.Duration(50+rand.IntN(200)) * time.Millisecond }})
 	if err != nil {
 		panic(err)
@@ -150,7 +152,7 @@ func worker(f roleFlags) {
 	ctx := until(context.Background())
 	rdb := mainClient(f)
 	sink := redis.NewClient(&redis.Options{Addr: f.sink})
-	idem, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: f.key + ":run:", Lease: idemLease})
+	idem, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: f.key + ":run:", Lease: idemLease, WaitReplicas: f.wait})
 	if err != nil {
 		panic(err)
 	}
@@ -158,12 +160,13 @@ func worker(f roleFlags) {
 	mux.Use(idem.Middleware())
 	mux.HandleFunc("chaos", func(ctx context.Context, t *asynq.Task) error {
 		e, _ := zclaim.ExecutionFromContext(ctx)
+		job, _ := zclaim.JobFromContext(ctx) // the sink keeps one application per job id
 		var p payload
 		if err := json.Unmarshal(t.Payload(), &p); err != nil {
 			return err
 		}
 		time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond) // work before the side effect
-		res, err := sinkScript.Run(context.WithoutCancel(ctx), sink, sinkKeys, e.Key, e.Token, p.Due).Text()
+		res, err := sinkScript.Run(context.WithoutCancel(ctx), sink, sinkKeys, job.ID, e.Token, p.Due).Text()
 		if err != nil {
 			return err
 		}

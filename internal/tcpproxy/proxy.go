@@ -46,7 +46,10 @@ func (p *Proxy) accept() {
 			c.Close()
 			continue
 		}
-		s, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		s, err := net.Dial("tcp", target)
 		if err != nil {
 			c.Close()
 			continue
@@ -101,6 +104,10 @@ func (p *Proxy) SetDown(down bool) {
 		}
 	}
 }
+
+// SetTarget sends new connections to target (a failover); connections
+// already open stay with the old one until they are cut.
+func (p *Proxy) SetTarget(target string) { p.mu.Lock(); p.target = target; p.mu.Unlock() }
 
 // Close stops the proxy and closes its connections.
 func (p *Proxy) Close() {
