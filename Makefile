@@ -1,11 +1,17 @@
-# make test: vet and race-test everything against a real Redis. The tests
-# start their own redis-server from PATH on a free port, or use the server
-# named by ZCLAIM_TEST_REDIS=host:port (they never flush it).
+# make test: vet and race-test everything against a real Redis. It finds a
+# redis-server 7 on PATH, or downloads Debian's package into .cache/redis
+# (internal/findredis), and puts it first on PATH; the tests start their
+# own servers from it on free ports, or use the server named by
+# ZCLAIM_TEST_REDIS=host:port (they never flush it). Output: go test's line
+# per package, failed tests' output, and slow tests' progress as it happens.
 GO ?= go
+SHELL := /bin/bash
 
 .PHONY: test vet fmt
 test: vet
-	$(GO) test -race -count=1 ./...
+	@set -o pipefail; dir=$$($(GO) run ./internal/findredis) || exit 1; \
+	$(GO) build -o .cache/testlog ./internal/testlog && \
+	PATH="$$dir:$$PATH" $(GO) test -race -count=1 -json ./... | .cache/testlog
 
 vet:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt needed"; exit 1; }

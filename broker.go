@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -202,6 +203,8 @@ type Broker struct {
 	log   *slog.Logger
 	repl  replication
 	state *stateMarker
+
+	noticeDenied sync.Once // a refused notice is logged once
 }
 
 // Job is one piece of work on the schedule. Its ID is the member of the
@@ -401,10 +404,16 @@ func (b *Broker) Schedule(ctx context.Context, jobs ...Job) error {
 	// flush writes the chunk in args, which ends with jobs[upTo-1].
 	flush := func(upTo int) error {
 		if len(args) > 1 {
-			err := b.repl.run(ctx, b.rdb, scheduleScript, []string{b.keys.schedule, b.keys.pending}, args...).Err()
+			res, err := b.repl.run(ctx, b.rdb, scheduleScript, []string{b.keys.schedule, b.keys.pending}, args...).Int64Slice()
 			args = args[:1]
 			if err != nil {
 				return &ScheduleError{Written: written, Total: len(jobs), Err: wrap(ctx, "schedule", err, b.keys.types)}
+			}
+			if len(res) == 2 && res[1] == 1 {
+				b.noticeDenied.Do(func() {
+					b.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: the server refused to publish the schedule's notice (an ACL without the channel); dispatchers find new jobs within their MaxWait instead",
+						slog.String("key", b.keys.schedule), slog.String("channel", b.keys.notice))
+				})
 			}
 		}
 		written = upTo

@@ -55,5 +55,5 @@ for i = 4, #ARGV do
     end
   end
 end
-if woke then redis.call('PUBLISH', ARGV[3], now) end
+if woke then notify(ARGV[3], now) end
 return n

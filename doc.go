@@ -18,9 +18,20 @@
 //     for 90 days by default (BrokerOptions.DeadMax, DeadRetention); the
 //     recovery pass trims it.
 //   - An idempotency store and asynq middleware that keep one live run per
-//     job id and skip runs of jobs that already finished.
+//     occurrence and skip runs of occurrences that already finished.
 //   - A dispatcher that turns due jobs into asynq tasks the moment they
 //     are due. Its claims are leased a batch at a time and settled as one.
+//
+// # Occurrences
+//
+// The unit of work is an occurrence: a job id together with the due time it
+// was first scheduled for ([JobInfo], [OccurrenceID]). A member scheduled
+// again after it ran, at any due time, is new work and runs again; every
+// duplicate of one occurrence (a re-dispatch after a dispatcher died, a
+// second asynq task for it, the same ZADD repeated) runs at most once. A
+// retry's backoff moves the job but keeps its occurrence. The dispatcher's
+// asynq TaskID names the occurrence and its headers carry the job;
+// handlers read it with [JobFromContext].
 //
 // # Keys
 //
@@ -43,8 +54,8 @@
 //
 // # Runs of one id
 //
-// A job id names one piece of work. Scheduling an id that is already
-// scheduled replaces its due time and payload. Scheduling an id that is in
+// Scheduling an id that is already scheduled (not yet claimed) replaces its
+// due time and payload: a new occurrence. Scheduling an id that is in
 // flight adds a new run beside the one in flight; each run keeps its own
 // payload, and one run's Ack never removes the other's. When a run comes
 // back (Retry, or an expired lease) while the id is scheduled again, the
@@ -54,8 +65,17 @@
 //
 // Errors carry the prefix "zclaim:" and match the package's Err values with
 // errors.Is: bad input ([ErrEmptyID], [ErrIDTooLong], [ErrPayloadTooLarge],
-// [ErrNoRunAt] inside a [*JobError]; [ErrInvalidArgument]), a key holding
+// [ErrNoRunAt], [ErrRunAtRange] inside a [*JobError]; [ErrInvalidArgument]), a key holding
 // another Redis type ([*WrongTypeError], matching [ErrWrongType], naming the
-// key), a lost lease ([ErrLeaseLost]). A cancelled context comes back
-// matching context.Canceled. Bad input changes nothing.
+// key), a lost lease ([ErrLeaseLost], in a [*LeaseLostError] that names the
+// operation and the job), a server that lost zclaim's keys ([ErrStateLost]),
+// one that may evict them ([ErrEvictionPolicy]), a write its replicas did
+// not acknowledge ([ErrNotReplicated]), and a Schedule that failed part-way
+// ([*ScheduleError]). A cancelled context comes back matching
+// context.Canceled. Bad input changes nothing.
+//
+// # Logs
+//
+// A nil Logger in the options means slog.Default(); a logger on
+// slog.DiscardHandler silences zclaim.
 package zclaim

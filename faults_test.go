@@ -400,3 +400,32 @@ func TestIdempotencyWaitsForReplica(t *testing.T) {
 	_, err = i2.Begin(ctx, "k2")
 	wantErr(t, err, ErrNotReplicated)
 }
+
+// A user that may not publish on the notice channel (an ACL) still
+// schedules: the notice is skipped and logged once, the job is written and
+// Schedule reports success; a dispatcher finds the job within MaxWait.
+func TestScheduleWithoutPublishPermission(t *testing.T) {
+	srv := ownRedis(t)
+	admin := serverClient(t, srv)
+	must(t, admin.Do(ctx, "ACL", "SETUSER", "sched", "on", ">pw", "~*", "resetchannels", "+@all").Err())
+	rdb := redis.NewClient(&redis.Options{Addr: srv.addr, Username: "sched", Password: "pw"})
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.Publish(ctx, "x", "y").Err(); err == nil {
+		t.Fatal("the user may publish: the test shows nothing")
+	}
+	var buf syncBuffer
+	b, err := NewBroker(rdb, BrokerOptions{Key: "delay:jobs", Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	must(t, err)
+	for i := range 3 {
+		must(t, b.Schedule(ctx, Job{ID: "job-" + strconv.Itoa(i), RunAt: time.Now().Add(-time.Duration(i+1) * time.Second)}))
+	}
+	if n, _ := admin.ZCard(ctx, "delay:jobs").Result(); n != 3 {
+		t.Fatalf("%d jobs written, want 3", n)
+	}
+	if n := strings.Count(buf.String(), "refused to publish"); n != 1 {
+		t.Fatalf("%d warnings of the refused notice, want 1:\n%s", n, buf.String())
+	}
+	cs, err := b.Claim(ctx, 10)
+	must(t, err)
+	must(t, b.Retry(ctx, cs[0], time.Time{})) // its notice is skipped too
+}

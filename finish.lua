@@ -38,5 +38,5 @@ while i <= #ARGV do
   end
   i = i + 2 + 3 * k
 end
-if min ~= nil then redis.call('PUBLISH', ARGV[3], min) end
+if min ~= nil then notify(ARGV[3], min) end
 return out

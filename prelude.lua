@@ -46,6 +46,15 @@ local function clock(ups)
   return now_ms, now, s * 1000000 + us
 end
 
+-- notify publishes an earlier due time on channel ch. The notice only
+-- wakes dispatchers sooner (they look within MaxWait anyway), so a user
+-- that may not publish (an ACL without the channel) does not fail the
+-- writes before it. Returns false when the notice was refused.
+local function notify(ch, score)
+  local r = redis.pcall('PUBLISH', ch, score)
+  return not (type(r) == 'table' and r.err)
+end
+
 -- split_member parses an in-flight member "id|token".
 local function split_member(m)
   return string.match(m, '^(.*)|(%d+)$')

@@ -43,7 +43,7 @@ while scanned < batch do
   for j = 1, #ids do back(ids[j], run_attempt(recs[j])) end
   scanned = scanned + math.max(#ids, 1)
 end
-if min ~= nil then redis.call('PUBLISH', ARGV[4], min) end
+if min ~= nil then notify(ARGV[4], min) end
 
 -- The dead set keeps a death (score: Unix ms) for ARGV[6] ms and at most
 -- ARGV[5] jobs, as asynq bounds its archive.

@@ -18,5 +18,5 @@ if ARGV[2] == 'in' then score = now + score * ups / 1000 end
 local attempt, due, rest = take_run(KEYS[4], tok)
 local r = settle_back(KEYS[1], KEYS[3], KEYS[5], KEYS[6], id, attempt, due, rest, score,
   tonumber(ARGV[4]), now_ms, 'attempts exhausted')
-if r == 1 then redis.call('PUBLISH', ARGV[6], score) end
+if r == 1 then notify(ARGV[6], score) end
 return r

@@ -1,7 +1,8 @@
 -- schedule.lua: add or replace scheduled jobs; announce an earlier head.
 -- KEYS[1] schedule ZSet   KEYS[2] pending records hash (id -> record)
 -- ARGV[1] notice channel   then per job: id, score, record ("" = no record)
--- Returns the number of ids that were not scheduled before.
+-- Returns {the number of ids that were not scheduled before, 1 when the
+-- notice was refused (an ACL) else 0}.
 -- Publishes the smallest new score on the channel when it is earlier than
 -- the head of the schedule was. Error "ZCLAIM_WRONGTYPE key type".
 local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'hash'})
@@ -24,7 +25,8 @@ end
 local added = redis.call('ZADD', KEYS[1], unpack(zadd))
 if #hset > 0 then redis.call('HSET', KEYS[2], unpack(hset)) end
 if #hdel > 0 then redis.call('HDEL', KEYS[2], unpack(hdel)) end
-if min ~= nil and (head[2] == nil or min < tonumber(head[2])) then
-  redis.call('PUBLISH', ARGV[1], min)
+local denied = 0
+if min ~= nil and (head[2] == nil or min < tonumber(head[2])) and not notify(ARGV[1], min) then
+  denied = 1
 end
-return added
+return {added, denied}

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"testing"
@@ -25,7 +28,28 @@ func TestChaosShort(t *testing.T) {
 	}
 	cfg := defaultConfig()
 	cfg.jobs, cfg.over = 1000, 12*time.Second
-	if !run(cfg, os.Stdout) {
+	// Every line of the run is progress: make test shows it as it comes.
+	if !run(cfg, &progress{w: os.Stdout}) {
 		t.Fatal("chaos: FAIL (see the table)")
+	}
+}
+
+// progress marks each line written through it for make test's output.
+type progress struct {
+	w    io.Writer
+	line []byte
+}
+
+func (p *progress) Write(b []byte) (int, error) {
+	p.line = append(p.line, b...)
+	for {
+		i := bytes.IndexByte(p.line, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		if _, err := fmt.Fprintf(p.w, "progress: %s\n", p.line[:i]); err != nil {
+			return 0, err
+		}
+		p.line = p.line[i+1:]
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -121,7 +122,7 @@ func (r result) ok() bool {
 	return r.lost == 0 && r.early == 0 && r.acceptedTwice == 0 && r.dead == 0 && r.leftScheduled == 0 && r.leftInflight == 0
 }
 
-func run(cfg config, w *os.File) bool {
+func run(cfg config, w io.Writer) bool {
 	var results []result
 	for _, mode := range strings.Split(cfg.fsync, ",") {
 		r, err := runVariant(cfg, strings.TrimSpace(mode), w)
@@ -218,7 +219,7 @@ type child struct {
 	stopped bool // SIGSTOPped: not to be killed meanwhile
 }
 
-func runVariant(cfg config, mode string, w *os.File) (res result, err error) {
+func runVariant(cfg config, mode string, w io.Writer) (res result, err error) {
 	began := time.Now()
 	res.fsync = mode
 	dir, err := os.MkdirTemp("", "zclaim-chaos-")
@@ -400,7 +401,8 @@ func runVariant(cfg config, mode string, w *os.File) (res result, err error) {
 	}
 	<-prod.done
 	stopWG.Wait()
-	fmt.Fprintf(w, "%6.1fs  producer done; %d kills; waiting for recovery\n", time.Since(t0).Seconds(), res.kills)
+	fmt.Fprintf(w, "%6.1fs  producer done; %d kills; waiting for recovery: a killed worker's asynq task comes back once "+
+		"its 30 s asynq lease has passed and asynq's recoverer runs (once a minute, fixed in asynq)\n", time.Since(t0).Seconds(), res.kills)
 
 	// Wait until every logged job was applied and the broker is empty.
 	ids, dues, err := readLog(logPath)

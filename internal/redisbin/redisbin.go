@@ -1,0 +1,216 @@
+// Package redisbin finds a redis-server 7 or later for the tests, or
+// obtains one without asking anything of the user: Debian's package,
+// downloaded (apt-get download, no root needed) and unpacked into a cache
+// folder (dpkg-deb -x), run through a small wrapper that points the loader
+// at the libraries unpacked beside it.
+package redisbin
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Packages are what Debian's redis-server binary needs beyond libc, libssl
+// and libsystemd, which every Debian system has.
+var Packages = []string{"redis-tools", "libjemalloc2", "liblzf1", "libatomic1"}
+
+// MinMajor is the oldest Redis major version the project supports.
+const MinMajor = 7
+
+// Options say where to look.
+type Options struct {
+	Path   string // the PATH to search; "" for none
+	Cache  string // the cache folder for an obtained server
+	AptGet string // the apt-get command; "" to not obtain one
+	Log    func(format string, args ...any)
+}
+
+// Result is a redis-server that runs.
+type Result struct {
+	Bin     string // the command to run
+	Version string // as it reports it, e.g. "7.0.15"
+	Source  string // "PATH", "cache" or "downloaded"
+}
+
+// ErrNone: no redis-server could be found or obtained.
+var ErrNone = errors.New("no redis-server 7 or later: install one (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis) or put it on PATH")
+
+// Find returns a redis-server 7 or later: the first on opts.Path, else one
+// in opts.Cache, else one it downloads into opts.Cache.
+func Find(opts Options) (Result, error) {
+	logf := opts.Log
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	var tried []string
+	for _, dir := range filepath.SplitList(opts.Path) {
+		bin := filepath.Join(dir, "redis-server")
+		if _, err := os.Stat(bin); err != nil {
+			continue
+		}
+		v, err := version(bin)
+		if err == nil {
+			return Result{Bin: bin, Version: v, Source: "PATH"}, nil
+		}
+		tried = append(tried, fmt.Sprintf("%s: %v", bin, err))
+	}
+	if opts.Cache == "" {
+		return Result{}, none(tried)
+	}
+	wrapper := filepath.Join(opts.Cache, "bin", "redis-server")
+	if v, err := version(wrapper); err == nil {
+		return Result{Bin: wrapper, Version: v, Source: "cache"}, nil
+	}
+	if opts.AptGet == "" {
+		return Result{}, none(tried)
+	}
+	aptGet, err := tool(opts.AptGet)
+	if err != nil {
+		return Result{}, none(append(tried, "apt-get: not found"))
+	}
+	opts.AptGet = aptGet
+	logf("redis-server not on PATH: downloading Debian's package into %s", opts.Cache)
+	if err := obtain(opts, logf); err != nil {
+		return Result{}, none(append(tried, "download: "+err.Error()))
+	}
+	v, err := version(wrapper)
+	if err != nil {
+		return Result{}, none(append(tried, "downloaded server: "+err.Error()))
+	}
+	return Result{Bin: wrapper, Version: v, Source: "downloaded"}, nil
+}
+
+func none(tried []string) error {
+	if len(tried) == 0 {
+		return ErrNone
+	}
+	return fmt.Errorf("%w (%s)", ErrNone, strings.Join(tried, "; "))
+}
+
+var versionRE = regexp.MustCompile(`v=(\d+)\.(\d+)\.(\d+)`)
+
+// version runs bin --version and checks it is MinMajor or later.
+func version(bin string) (string, error) {
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%v: %s", err, bytes.TrimSpace(out))
+	}
+	m := versionRE.FindSubmatch(out)
+	if m == nil {
+		return "", fmt.Errorf("unknown version: %s", bytes.TrimSpace(out))
+	}
+	if major, _ := strconv.Atoi(string(m[1])); major < MinMajor {
+		return "", fmt.Errorf("version %s.%s.%s, want %d or later", m[1], m[2], m[3], MinMajor)
+	}
+	return fmt.Sprintf("%s.%s.%s", m[1], m[2], m[3]), nil
+}
+
+// obtain downloads Packages with apt-get into opts.Cache/debs, unpacks them
+// into opts.Cache/root and writes the wrapper opts.Cache/bin/redis-server.
+func obtain(opts Options, logf func(string, ...any)) error {
+	debs := filepath.Join(opts.Cache, "debs")
+	root := filepath.Join(opts.Cache, "root")
+	os.RemoveAll(debs)
+	os.RemoveAll(root)
+	for _, d := range []string{debs, root, filepath.Join(opts.Cache, "bin")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	download := func() ([]byte, error) {
+		cmd := exec.Command(opts.AptGet, append([]string{"download", "-q"}, Packages...)...)
+		cmd.Dir = debs
+		cmd.Env = sysEnv()
+		return cmd.CombinedOutput()
+	}
+	out, err := download()
+	if err != nil && os.Geteuid() == 0 {
+		// The package lists may be missing (a fresh machine): as root,
+		// fetch them and try again.
+		logf("apt-get download failed; running apt-get update")
+		update := exec.Command(opts.AptGet, "update", "-qq")
+		update.Env = sysEnv()
+		if uout, uerr := update.CombinedOutput(); uerr != nil {
+			return fmt.Errorf("apt-get update: %v: %s", uerr, lastLine(uout))
+		}
+		out, err = download()
+	}
+	if err != nil {
+		return fmt.Errorf("apt-get download: %v: %s", err, lastLine(out))
+	}
+	files, _ := filepath.Glob(filepath.Join(debs, "*.deb"))
+	if len(files) == 0 {
+		return fmt.Errorf("apt-get download left no .deb files")
+	}
+	for _, f := range files {
+		dpkgDeb, err := tool("dpkg-deb")
+		if err != nil {
+			return err
+		}
+		cmd := exec.Command(dpkgDeb, "-x", f, root)
+		cmd.Env = sysEnv()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("dpkg-deb -x %s: %v: %s", filepath.Base(f), err, lastLine(out))
+		}
+	}
+	// The server runs through its own name: a symlink to redis-check-rdb
+	// (in redis-tools), which picks its mode by the name it was called by,
+	// as Debian's redis-server package has it.
+	server := filepath.Join(root, "usr", "bin", "redis-server")
+	if _, err := os.Stat(filepath.Join(root, "usr", "bin", "redis-check-rdb")); err != nil {
+		return fmt.Errorf("the packages hold no usr/bin/redis-check-rdb")
+	}
+	if _, err := os.Lstat(server); err != nil {
+		if err := os.Symlink("redis-check-rdb", server); err != nil {
+			return err
+		}
+	}
+	var libs []string
+	for _, pat := range []string{"usr/lib/*-linux-gnu", "lib/*-linux-gnu", "usr/lib", "lib"} {
+		m, _ := filepath.Glob(filepath.Join(root, pat))
+		libs = append(libs, m...)
+	}
+	abs := func(p string) string { a, _ := filepath.Abs(p); return a }
+	for i := range libs {
+		libs[i] = abs(libs[i])
+	}
+	script := "#!/bin/sh\n# redis-server unpacked from Debian's packages (internal/redisbin).\n" +
+		"LD_LIBRARY_PATH='" + strings.Join(libs, ":") + "'${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec '" + abs(server) + "' \"$@\"\n"
+	return os.WriteFile(filepath.Join(opts.Cache, "bin", "redis-server"), []byte(script), 0o755)
+}
+
+// tool finds a system command on PATH, or in /usr/bin or /bin when PATH
+// leaves those out.
+func tool(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	if filepath.IsAbs(name) {
+		return "", fmt.Errorf("%s not found", name)
+	}
+	for _, dir := range []string{"/usr/bin", "/bin"} {
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found", name)
+}
+
+// sysEnv is the environment for apt-get and dpkg-deb, which run further
+// system commands (tar, gpgv) by name: the system folders are on its PATH.
+func sysEnv() []string {
+	return append(os.Environ(), "PATH="+os.Getenv("PATH")+":/usr/sbin:/usr/bin:/sbin:/bin")
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
+}
