@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"sync"
 	"testing"
 	"time"
 )
@@ -35,12 +36,16 @@ func TestChaosShort(t *testing.T) {
 }
 
 // progress marks each line written through it for make test's output.
+// The run writes from more than one goroutine.
 type progress struct {
 	w    io.Writer
+	mu   sync.Mutex
 	line []byte
 }
 
 func (p *progress) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.line = append(p.line, b...)
 	for {
 		i := bytes.IndexByte(p.line, '\n')
