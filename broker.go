@@ -238,10 +238,17 @@ type Claim struct {
 	LeaseUntil time.Time
 
 	state string // the schedule's state marker when claimed
+	mdue  string // the occurrence's due score when it rides in the in-flight member
 }
 
-// member is the claim's entry in the in-flight set.
-func (c Claim) member() string { return c.ID + "|" + strconv.FormatInt(c.Token, 10) }
+// member is the claim's entry in the in-flight set (see claim.lua).
+func (c Claim) member() string {
+	m := c.ID + "|" + strconv.FormatInt(c.Token, 10)
+	if c.mdue != "" {
+		m += "@" + c.mdue
+	}
+	return m
+}
 
 // NewBroker returns a Broker on rdb, which it never closes. It fails when
 // an option is out of range, when rdb is a cluster client and the keys
@@ -592,7 +599,14 @@ func (b *Broker) claim(ctx context.Context, max int, mode claimMode) (claimResul
 		if j.score != "" {
 			c.RunAt = b.scoreTime(j.score)
 		}
-		a, due, err := decodeRecord(j.rec, &c.Job)
+		var a int
+		var due string
+		var err error
+		if j.rec == "" && !batch { // no record: the due rides in the member
+			due, c.mdue = j.score, j.score
+		} else {
+			a, due, err = decodeRecord(j.rec, &c.Job)
+		}
 		switch {
 		case err != nil && batch:
 			res.corrupt = append(res.corrupt, corruptClaim{c, i + 1, err})

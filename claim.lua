@@ -1,6 +1,7 @@
 -- claim.lua: atomically take up to max due jobs and lease them.
 -- KEYS[1] schedule ZSet (member = job id, score = due time in score units)
--- KEYS[2] in-flight ZSet (member = id .. "|" .. token, score = lease deadline, Unix ms)
+-- KEYS[2] in-flight ZSet (member = id .. "|" .. token, or id .. "|" .. token .. "@" .. due
+--   for a job without a record; score = lease deadline, Unix ms)
 -- KEYS[3] token counter (string: the last token)   KEYS[4] pending records hash (id -> record)
 -- KEYS[5] run records hash (token -> record of a claimed run; batch leases: see prelude.lua)
 -- KEYS[6] batches ZSet (batch leases, see prelude.lua)
@@ -11,7 +12,7 @@
 --   each score it answers: with them, a dispatched job's claim and settle
 --   cost about 40% more)
 -- Returns {deadline_ms, first_token, now, next, {id1, score1, id2, ...},
---   {record1, record2, ...}} where tokens run first_token,
+--   {record1|false, record2|false, ...}} where tokens run first_token,
 --   first_token+1, ... in reply order, now is Redis TIME in score units and
 --   next is the earliest remaining score or false (after a full batch: now,
 --   since more may be due); {0, 0, now, next} when nothing is due.
@@ -62,10 +63,12 @@ if err then return err end
 -- Every claimed run carries its occurrence's due (see prelude.lua): a job
 -- without one in its record (a plain ZADD, or a record of an older version)
 -- takes its score, read only for those jobs when the claim reads no scores.
+-- A per-job claim of a job without a record carries it in its in-flight
+-- member instead ("id|token@due"): no run record to write.
 local had, missing = false, {}
 for i = 1, n do
   if recs[i] then had = true end
-  if not (recs[i] and string.find(recs[i], '^%d+@[^:]')) then missing[#missing + 1] = i end
+  if not (recs[i] and string.find(recs[i], '^%d+@[^:]')) and (batch or recs[i]) then missing[#missing + 1] = i end
 end
 if #missing > 0 then
   local sc
@@ -123,15 +126,20 @@ if batch then
   return {deadline, first, now_s, next, jobs, scores}
 end
 
--- One in-flight member per job; a record moves to its run's token.
+-- One in-flight member per job; a record moves to its run's token, and a
+-- job without one has its due in the member.
 local zadd, hset = {}, {}
 for i = 1, n do
   local tok = string.format('%d', first + i - 1)
   zadd[2 * i - 1] = deadline
-  zadd[2 * i] = ids[i] .. '|' .. tok
-  hset[2 * i - 1] = tok
-  hset[2 * i] = recs[i]
+  if recs[i] then
+    zadd[2 * i] = ids[i] .. '|' .. tok
+    hset[#hset + 1] = tok
+    hset[#hset + 1] = recs[i]
+  else
+    zadd[2 * i] = ids[i] .. '|' .. tok .. '@' .. due[2 * i]
+  end
 end
 redis.call('ZADD', KEYS[2], unpack(zadd))
-redis.call('HSET', KEYS[5], unpack(hset))
+if #hset > 0 then redis.call('HSET', KEYS[5], unpack(hset)) end
 return {deadline, first, now_s, next, due, recs}

@@ -5,8 +5,8 @@
 local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'hash'})
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
-local id, tok = split_member(ARGV[1])
+local id, tok, mdue = split_member(ARGV[1])
 local now_ms = clock(1)
-local attempt, due, rest = take_run(KEYS[2], tok)
+local attempt, due, rest = take_run(KEYS[2], tok, mdue)
 bury(KEYS[3], KEYS[4], id, now_ms, attempt, due, rest, ARGV[2])
 return 1

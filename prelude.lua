@@ -55,9 +55,14 @@ local function notify(ch, score)
   return not (type(r) == 'table' and r.err)
 end
 
--- split_member parses an in-flight member "id|token".
+-- split_member parses an in-flight member "id|token" or "id|token@due",
+-- the second for a job without a record, whose occurrence's due rides in
+-- the member; it returns id, token and due ('' for none).
 local function split_member(m)
-  return string.match(m, '^(.*)|(%d+)$')
+  local id, tok, due = string.match(m, '^(.*)|(%d+)@([^|@]*)$')
+  if id then return id, tok, due end
+  id, tok = string.match(m, '^(.*)|(%d+)$')
+  return id, tok, ''
 end
 
 -- run_attempt returns the attempt number of a claim whose record was rec
@@ -74,11 +79,14 @@ local function run_attempt(rec)
 end
 
 -- take_run removes the run record of token tok and returns the claim's
--- attempt number, the occurrence's due and the record's rest (run_attempt).
-local function take_run(R, tok)
+-- attempt number, the occurrence's due (the record's, else mdue, the
+-- member's) and the record's rest (run_attempt).
+local function take_run(R, tok, mdue)
   local rec = redis.call('HGET', R, tok)
   if rec then redis.call('HDEL', R, tok) end
-  return run_attempt(rec)
+  local a, due, rest = run_attempt(rec)
+  if due == '' then due = mdue or '' end
+  return a, due, rest
 end
 
 -- A batch lease (a dispatcher's claim, settled as one) is a member

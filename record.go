@@ -16,9 +16,15 @@ import (
 //
 // A dead entry's info is "<len(reason)>:" reason record.
 
-// newRecord is the record of a job scheduled at score, no attempts spent.
+// newRecord is the record of a job scheduled at score, no attempts spent;
+// "" (none) for a job with no type, queue or payload, whose claim takes the
+// due from its score.
 func newRecord(score string, j *Job) string {
-	return "0@" + score + ":" + encodeRest(j.Type, j.Queue, j.Payload)
+	rest := encodeRest(j.Type, j.Queue, j.Payload)
+	if rest == "" {
+		return ""
+	}
+	return "0@" + score + ":" + rest
 }
 
 // encodeRest encodes the part of a record after "<attempts>:".

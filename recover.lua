@@ -33,8 +33,8 @@ if #expired > 0 then
   scanned = #expired
 end
 for _, m in ipairs(expired) do
-  local id, tok = split_member(m)
-  if id then back(id, take_run(KEYS[4], tok)) end
+  local id, tok, mdue = split_member(m)
+  if id then back(id, take_run(KEYS[4], tok, mdue)) end
 end
 while scanned < batch do
   local m = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now_ms, 'LIMIT', 0, 1)[1]

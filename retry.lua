@@ -10,12 +10,12 @@
 local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'zset', KEYS[6], 'hash'})
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return 0 end
-local id, tok = split_member(ARGV[1])
+local id, tok, mdue = split_member(ARGV[1])
 local ups = tonumber(ARGV[5])
 local now_ms, now = clock(ups)
 local score = tonumber(ARGV[3])
 if ARGV[2] == 'in' then score = now + score * ups / 1000 end
-local attempt, due, rest = take_run(KEYS[4], tok)
+local attempt, due, rest = take_run(KEYS[4], tok, mdue)
 local r = settle_back(KEYS[1], KEYS[3], KEYS[5], KEYS[6], id, attempt, due, rest, score,
   tonumber(ARGV[4]), now_ms, 'attempts exhausted')
 if r == 1 then notify(ARGV[6], score) end
