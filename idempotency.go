@@ -2,7 +2,6 @@ package zclaim
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -39,16 +38,6 @@ var (
 	// ErrInProgress is returned by Begin for a key that another run holds
 	// with a live lease; a *InProgressError matches it.
 	ErrInProgress = errors.New("zclaim: in progress elsewhere")
-
-	//go:embed begin.lua
-	beginLua string
-	//go:embed settle.lua
-	settleLua string
-
-	// Without the broker's prelude: a run record's scripts need none of
-	// it, and defining its helpers costs each call.
-	beginScript  = redis.NewScript(beginLua)
-	settleScript = redis.NewScript(settleLua)
 )
 
 // InProgressError tells that another run holds a key, and for how long its
@@ -172,13 +161,9 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 		// The bare prefix is the record key of no key (keys are never
 		// empty): it holds the store's state marker.
 		state: &stateMarker{rdb: rdb, key: opts.Prefix, log: opts.Logger, what: "the idempotency records (" + opts.Prefix + "*)"}}
-	ctx := context.Background()
-	if err := checkServer(ctx, rdb, opts.Prefix, opts.AllowEviction, true, i.log); err != nil {
+	if err := startup(rdb, opts.Prefix, opts.AllowEviction, i.log, i.state); err != nil {
 		return nil, err
 	}
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	i.state.check(sctx)
 	i.checkedAt.Store(time.Now().UnixNano())
 	return i, nil
 }

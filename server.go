@@ -84,6 +84,19 @@ func checkServer(ctx context.Context, rdb redis.UniversalClient, key string, all
 	return nil
 }
 
+// startup is what NewBroker and NewIdempotency ask of the server: its
+// eviction policy and persistence (checkServer), and the state marker.
+func startup(rdb redis.UniversalClient, key string, allow bool, log *slog.Logger, state *stateMarker) error {
+	ctx := context.Background()
+	if err := checkServer(ctx, rdb, key, allow, true, log); err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	state.check(sctx)
+	return nil
+}
+
 // infoField returns the value of field in an INFO reply ("" if absent).
 func infoField(info, field string) string {
 	for _, line := range strings.Split(info, "\n") {

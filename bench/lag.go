@@ -279,14 +279,7 @@ func dispatchThroughput() {
 		// hook (which makes its claims read the jobs' due times).
 		for _, hook := range []bool{false, true} {
 			b, _ := zclaim.NewBroker(admin, zclaim.BrokerOptions{Key: key})
-			jobs := make([]zclaim.Job, n)
-			past := time.Now().Add(-time.Second)
-			for i := range jobs {
-				jobs[i] = zclaim.Job{ID: "d" + strconv.Itoa(i), RunAt: past, Type: "t", Queue: queue}
-			}
-			if err := b.Schedule(context.Background(), jobs...); err != nil {
-				panic(err)
-			}
+			scheduleDue(b, n, queue)
 			opts := zclaim.DispatcherOptions{Concurrency: conc, RecoveryInterval: -1}
 			if hook {
 				opts.OnDispatch = func(zclaim.Claim, time.Duration, error) {}
@@ -330,6 +323,18 @@ func dispatchThroughput() {
 		"Target: the dispatcher ≥ 0.8× plain Enqueue at the same concurrency. "+
 			"The second row enqueues exactly the tasks the dispatcher sends, without a schedule: the last column is the dispatcher's own cost. "+
 			"Redis and the client share the machine's cores, so the ratio follows the CPU each job costs.")
+}
+
+// scheduleDue schedules n jobs of type "t" on queue, due a second ago.
+func scheduleDue(b *zclaim.Broker, n int, queue string) {
+	jobs := make([]zclaim.Job, n)
+	past := time.Now().Add(-time.Second)
+	for i := range jobs {
+		jobs[i] = zclaim.Job{ID: "d" + strconv.Itoa(i), RunAt: past, Type: "t", Queue: queue}
+	}
+	if err := b.Schedule(context.Background(), jobs...); err != nil {
+		panic(err)
+	}
 }
 
 func cpuCell(c [2]time.Duration) string {

@@ -135,14 +135,7 @@ func waitDispatch(wait, n int) float64 {
 	if err != nil {
 		panic(err)
 	}
-	jobs := make([]zclaim.Job, n)
-	past := time.Now().Add(-time.Second)
-	for i := range jobs {
-		jobs[i] = zclaim.Job{ID: "d" + strconv.Itoa(i), RunAt: past, Type: "t", Queue: queue}
-	}
-	if err := b.Schedule(context.Background(), jobs...); err != nil {
-		panic(err)
-	}
+	scheduleDue(b, n, queue)
 	ac := asynq.NewClient(asynq.RedisClientOpt{Addr: redisAddr, PoolSize: 20})
 	defer ac.Close()
 	d, _ := zclaim.NewDispatcher(b, ac, zclaim.DispatcherOptions{RecoveryInterval: -1})

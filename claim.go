@@ -1,0 +1,235 @@
+package zclaim
+
+// Claims: taking due jobs off the schedule (claim.lua), one lease per job
+// or one per batch, and settling batch leases (finish.lua).
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Claim atomically takes up to max jobs that are due by Redis' clock and
+// leases them to the caller for BrokerOptions.Lease. Each claim carries a
+// fresh fencing token. Nothing due returns an empty slice and no error.
+// max must be positive; values above MaxBatchSize are capped.
+//
+// Finish each claim with Ack, Retry or Kill, and Extend it while working
+// past its lease. A claim that is never settled comes back through Recover.
+func (b *Broker) Claim(ctx context.Context, max int) ([]Claim, error) {
+	r, err := b.claim(ctx, max, leasePerJob)
+	return r.claims, err
+}
+
+// claimResult is one claim script's answer.
+type claimResult struct {
+	claims []Claim
+	now    time.Time     // Redis TIME when the script ran
+	wait   time.Duration // until the earliest remaining job is due (by Redis' clock)
+	next   bool          // whether any job remains scheduled
+
+	// Of a batch claim only:
+	lease   batchLease
+	index   []int          // each claim's place in the batch, from 1
+	corrupt []corruptClaim // the caller settles these as dead
+}
+
+// corruptClaim is a job of a batch claim whose record could not be decoded.
+type corruptClaim struct {
+	c     Claim
+	index int // place in the batch, from 1
+	err   error
+}
+
+// claimMode is how a claim leases what it takes (claim.lua's ARGV[4]).
+type claimMode string
+
+const (
+	// leasePerJob gives each claim its own in-flight entry (Broker.Claim).
+	leasePerJob claimMode = ""
+	// leaseBatch gives the claims one lease, settled with finishBatches
+	// (the dispatcher's way: per-job leases cost more than the enqueue
+	// they cover).
+	leaseBatch claimMode = "batch"
+	// leaseBatchIDs is leaseBatch without the jobs' due times: the claims'
+	// RunAt is left zero, and Redis need not format a score per job.
+	leaseBatchIDs claimMode = "batch-ids"
+)
+
+// claim runs claim.lua in mode.
+func (b *Broker) claim(ctx context.Context, max int, mode claimMode) (claimResult, error) {
+	batch := mode != leasePerJob
+	if err := ctx.Err(); err != nil {
+		return claimResult{}, wrap(ctx, "claim", err, nil)
+	}
+	if max <= 0 {
+		return claimResult{}, fmt.Errorf("zclaim: claim: %w: max must be positive, not %d", ErrInvalidArgument, max)
+	}
+	max = min(max, MaxBatchSize)
+	raw, err := b.repl.run(ctx, b.rdb, claimScript,
+		[]string{b.keys.schedule, b.keys.inflight, b.keys.tokens, b.keys.pending, b.keys.runs, b.keys.batches},
+		max, b.opts.Lease.Milliseconds(), b.ups, string(mode)).Slice()
+	if err != nil {
+		return claimResult{}, wrap(ctx, "claim", err, b.keys.types)
+	}
+	// The claimed jobs, from either form of reply.
+	type claimed struct{ id, score, rec string }
+	var jobs []claimed
+	switch {
+	case len(raw) == 4:
+	case len(raw) == 6 && batch:
+		blob, _ := raw[4].(string)
+		scores, _ := raw[5].(string) // false (nil) for leaseBatchIDs
+		jobs = make([]claimed, 0, max)
+		for blob != "" {
+			var j claimed
+			var err error
+			if j.id, blob, err = lenPrefixed(blob); err == nil {
+				j.rec, blob, err = lenPrefixed(blob)
+			}
+			if err != nil {
+				return claimResult{}, fmt.Errorf("zclaim: claim: %w: batch reply: %v", ErrCorrupt, err)
+			}
+			j.score, scores, _ = strings.Cut(scores, " ")
+			jobs = append(jobs, j)
+		}
+	case len(raw) == 6:
+		due, _ := raw[4].([]any)
+		recs, _ := raw[5].([]any)
+		if len(due) != 2*len(recs) {
+			return claimResult{}, fmt.Errorf("zclaim: claim: %w: %d ids and scores for %d records", ErrCorrupt, len(due), len(recs))
+		}
+		jobs = make([]claimed, len(recs))
+		for i := range jobs {
+			jobs[i].id, _ = due[2*i].(string)
+			jobs[i].score, _ = due[2*i+1].(string)
+			jobs[i].rec, _ = recs[i].(string) // "" for none: a record is never empty
+		}
+	default:
+		return claimResult{}, fmt.Errorf("zclaim: claim: %w: reply of %d values", ErrCorrupt, len(raw))
+	}
+	deadline, _ := raw[0].(int64)
+	first, _ := raw[1].(int64)
+	var res claimResult
+	nowStr, _ := raw[2].(string)
+	res.now = b.scoreTime(nowStr)
+	if next, ok := raw[3].(string); ok {
+		now, _ := strconv.ParseFloat(nowStr, 64)
+		nf, _ := strconv.ParseFloat(next, 64)
+		res.next = true
+		res.wait = max0(seconds((nf - now) / float64(b.ups)))
+	}
+	n := len(jobs)
+	if n == 0 {
+		return res, nil
+	}
+	res.claims = make([]Claim, 0, n)
+	state := b.state.current()
+	if batch {
+		res.lease = batchLease{first: first, n: n}
+		res.index = make([]int, 0, n)
+	}
+	for i, j := range jobs {
+		c := Claim{
+			Job:        Job{ID: j.id},
+			Token:      first + int64(i),
+			Attempt:    1,
+			LeaseUntil: time.UnixMilli(deadline),
+			state:      state,
+		}
+		if j.score != "" {
+			c.RunAt = b.scoreTime(j.score)
+		}
+		var a int
+		var due string
+		var err error
+		if j.rec == "" && !batch { // no record: the due rides in the member
+			due, c.mdue = j.score, j.score
+		} else {
+			a, due, err = decodeRecord(j.rec, &c.Job)
+		}
+		switch {
+		case err != nil && batch:
+			res.corrupt = append(res.corrupt, corruptClaim{c, i + 1, err})
+			continue
+		case err != nil:
+			b.buryCorrupt(ctx, c, err)
+			continue
+		}
+		c.Attempt = a + 1
+		c.Due = b.dueTime(due)
+		res.claims = append(res.claims, c)
+		if batch {
+			res.index = append(res.index, i+1)
+		}
+	}
+	return res, nil
+}
+
+// batchLease names the lease of a batch claim: the token of its first job
+// and the number of jobs.
+type batchLease struct {
+	first int64
+	n     int
+}
+
+func (l batchLease) member() string { return strconv.FormatInt(l.first, 10) + ":" + strconv.Itoa(l.n) }
+
+// batchEnd is how a batch claim ended: every job is done but those in
+// retry (back to the schedule after a delay) and dead (with a reason),
+// keyed by their place in the batch (from 1).
+type batchEnd struct {
+	lease batchLease
+	retry map[int]time.Duration
+	dead  map[int]string
+}
+
+// finishBatches settles batch claims, each as one, in one round trip. It
+// returns those whose lease was no longer held (recovery took them; nothing
+// changed for those).
+func (b *Broker) finishBatches(ctx context.Context, ends ...batchEnd) ([]batchEnd, error) {
+	if len(ends) == 0 {
+		return nil, nil
+	}
+	args := []any{b.ups, b.opts.MaxAttempts, b.keys.notice}
+	for _, e := range ends {
+		args = append(args, e.lease.member(), len(e.retry)+len(e.dead))
+		for x, d := range e.retry {
+			args = append(args, x, "r", strconv.FormatInt(d.Milliseconds(), 10))
+		}
+		for x, why := range e.dead {
+			args = append(args, x, "d", why)
+		}
+	}
+	res, err := b.repl.run(ctx, b.rdb, finishScript,
+		[]string{b.keys.schedule, b.keys.batches, b.keys.pending, b.keys.runs, b.keys.dead, b.keys.deadInfo}, args...).Int64Slice()
+	if err != nil {
+		return nil, wrap(ctx, "finish", err, b.keys.types)
+	}
+	return notHeld(res, ends), nil
+}
+
+// notHeld returns the xs whose script result is 0: their lease or token was
+// no longer held.
+func notHeld[T any](res []int64, xs []T) (lost []T) {
+	for i, n := range res {
+		if n == 0 && i < len(xs) {
+			lost = append(lost, xs[i])
+		}
+	}
+	return lost
+}
+
+// buryCorrupt sends a claim whose record cannot be decoded to the dead set,
+// where it can be inspected; it is not handed out.
+func (b *Broker) buryCorrupt(ctx context.Context, c Claim, cause error) {
+	b.log.LogAttrs(ctx, slog.LevelError, "zclaim: job record is corrupt; moved to the dead set",
+		slog.String("key", b.keys.schedule), slog.String("id", c.ID), slog.String("error", cause.Error()))
+	if err := b.Kill(context.WithoutCancel(ctx), c, "corrupt record: "+cause.Error()); err != nil {
+		b.log.LogAttrs(ctx, slog.LevelError, "zclaim: could not move a corrupt job to the dead set",
+			slog.String("id", c.ID), slog.String("error", err.Error()))
+	}
+}

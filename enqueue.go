@@ -1,0 +1,99 @@
+package zclaim
+
+// One claimed job enqueued into asynq as a task of its occurrence.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// dispatch enqueues one claim and returns how it ended (a failed enqueue
+// goes back after its backoff; one without a task type goes to the dead
+// set), on a context of its own so that a shutdown lets it finish.
+func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time) outcome {
+	ctx, cancel := context.WithTimeout(context.Background(), d.opts.EnqueueTimeout)
+	defer cancel()
+	typ := c.Type
+	if typ == "" {
+		typ = d.opts.DefaultType
+	}
+	// What asynq refuses before it writes anything can never become a
+	// task: dead at once, not retried until its attempts run out.
+	var unfit string
+	switch {
+	case typ == "":
+		unfit = "no task type (set DispatcherOptions.DefaultType)"
+	case blank(typ):
+		unfit = "asynq refuses a task type of white space"
+	case blank(c.ID):
+		unfit = "asynq refuses a task id of white space"
+	case c.Queue != "" && blank(c.Queue):
+		unfit = "asynq refuses a queue name of white space"
+	}
+	if unfit != "" {
+		d.dead.Add(1)
+		if typ != "" { // a missing type is logged once per batch, with its fix
+			d.log.LogAttrs(ctx, slog.LevelError, "zclaim: job that cannot become an asynq task sent to the dead set",
+				slog.String("id", c.ID), slog.String("reason", unfit))
+		}
+		d.report(c, redisNow, claimedAt, errors.New("zclaim: "+unfit))
+		return outcome{dead: unfit, noType: typ == ""}
+	}
+	info := c.info()
+	opts := make([]asynq.Option, 0, 3)
+	opts = append(opts, asynq.TaskID(info.Occurrence()))
+	if d.opts.TaskRetention > 0 {
+		opts = append(opts, asynq.Retention(d.opts.TaskRetention))
+	}
+	if c.Queue != "" {
+		opts = append(opts, asynq.Queue(c.Queue))
+	}
+	if d.opts.TaskOptions != nil {
+		opts = append(opts, d.opts.TaskOptions(c.Job)...)
+	}
+	_, err := d.c.EnqueueContext(ctx, asynq.NewTaskWithHeaders(typ, c.Payload, info.headers()), opts...)
+	switch {
+	case err == nil:
+		d.enqueued.Add(1)
+	case errors.Is(err, asynq.ErrTaskIDConflict):
+		// asynq holds a task of this occurrence: pending, active,
+		// retrying, archived, or completed and retained. It is this
+		// occurrence's run already (a re-dispatch after a dispatcher died,
+		// or the same ZADD repeated), so it is not enqueued again.
+		d.conflicts.Add(1)
+		d.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: asynq already has a task of this occurrence; not enqueued again",
+			slog.String("task_id", info.Occurrence()), slog.String("queue", c.Queue))
+		err = fmt.Errorf("zclaim: dispatch %q: %w", info.Occurrence(), err)
+	default:
+		d.failed.Add(1)
+		d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: enqueue failed; the job goes back with backoff",
+			slog.String("id", c.ID), slog.Int("attempt", c.Attempt), slog.String("error", err.Error()))
+		d.report(c, redisNow, claimedAt, err)
+		return outcome{retry: max(time.Millisecond, d.b.opts.Backoff(c.Attempt))}
+	}
+	d.report(c, redisNow, claimedAt, err)
+	return outcome{}
+}
+
+// blank is asynq's test of a task type, task id or queue name it refuses.
+func blank(s string) bool { return strings.TrimSpace(s) == "" }
+
+func (d *Dispatcher) report(c Claim, redisNow, claimedAt time.Time, err error) {
+	if d.opts.OnDispatch != nil {
+		// Sub saturates for a due time ~292 years back; so must the sum.
+		lag, since := redisNow.Sub(c.RunAt), time.Since(claimedAt)
+		if lag <= math.MaxInt64-since {
+			lag += since
+		} else {
+			lag = math.MaxInt64
+		}
+		d.opts.OnDispatch(c, lag, err)
+	}
+}

@@ -1,0 +1,144 @@
+package zclaim
+
+// Settling a claim by its fencing token: Ack, Extend, Retry, Kill.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+)
+
+func checkClaim(ctx context.Context, op string, c Claim) error {
+	if err := checkID(ctx, op, c.ID); err != nil {
+		return err
+	}
+	if c.Token <= 0 {
+		return fmt.Errorf("zclaim: %s: %w: claim without a token", op, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Ack finishes a claim: the job leaves the broker. It returns ErrLeaseLost,
+// and changes nothing, when c's token is no longer current.
+func (b *Broker) Ack(ctx context.Context, c Claim) error {
+	lost, err := b.AckMany(ctx, c)
+	if err != nil {
+		return err
+	}
+	if len(lost) > 0 {
+		return b.leaseLost(ctx, "ack", c)
+	}
+	return nil
+}
+
+// leaseLost is the error of an operation on claim c whose token was not
+// current: ErrLeaseLost, and ErrStateLost too when the schedule's state
+// was lost since c was claimed (nobody else holds c: the server forgot it).
+func (b *Broker) leaseLost(ctx context.Context, op string, c Claim) error {
+	b.state.check(context.WithoutCancel(ctx))
+	lost := c.state != "" && b.state.current() != c.state
+	return &LeaseLostError{Op: op, ID: c.ID, StateLost: lost}
+}
+
+// AckMany acks several claims in one round trip. It returns the claims
+// whose tokens were no longer current (nothing changed for those); the
+// others are acked. An error means none was acked.
+func (b *Broker) AckMany(ctx context.Context, cs ...Claim) (lost []Claim, err error) {
+	if len(cs) == 0 {
+		return nil, nil
+	}
+	args := make([]any, len(cs))
+	for i, c := range cs {
+		if err := checkClaim(ctx, "ack", c); err != nil {
+			return nil, err
+		}
+		args[i] = c.member()
+	}
+	res, err := b.repl.run(ctx, b.rdb, ackScript, []string{b.keys.inflight, b.keys.runs}, args...).Int64Slice()
+	if err != nil {
+		return nil, wrap(ctx, "ack", err, b.keys.types)
+	}
+	return notHeld(res, cs), nil
+}
+
+// Extend moves c's lease deadline to d from now (by Redis' clock) and
+// returns the claim with its new LeaseUntil. It returns ErrLeaseLost when
+// c's token is no longer current. A lease that has passed but has not been
+// recovered yet can still be extended: the token is what counts.
+func (b *Broker) Extend(ctx context.Context, c Claim, d time.Duration) (Claim, error) {
+	if err := checkClaim(ctx, "extend", c); err != nil {
+		return c, err
+	}
+	if d <= 0 {
+		return c, fmt.Errorf("zclaim: extend: %w: duration must be positive, not %v", ErrInvalidArgument, d)
+	}
+	deadline, err := b.repl.run(ctx, b.rdb, extendScript, []string{b.keys.inflight}, c.member(), ms(d)).Int64()
+	if err != nil {
+		return c, wrap(ctx, "extend", err, b.keys.types)
+	}
+	if deadline == 0 {
+		return c, b.leaseLost(ctx, "extend", c)
+	}
+	c.LeaseUntil = time.UnixMilli(deadline)
+	return c, nil
+}
+
+// Retry ends c's run and puts the job back on the schedule at at (or, for
+// a zero at, after BrokerOptions.Backoff(c.Attempt) by Redis' clock). If c
+// was the job's last attempt (MaxAttempts), the job goes to the dead set
+// with the reason "attempts exhausted" instead. If the same id was
+// scheduled again meanwhile, that newer entry stands for the work and is
+// left as it is. It returns ErrLeaseLost when c's token is no longer current.
+func (b *Broker) Retry(ctx context.Context, c Claim, at time.Time) error {
+	if err := checkClaim(ctx, "retry", c); err != nil {
+		return err
+	}
+	if !at.IsZero() && !inScoreRange(at) {
+		return fmt.Errorf("zclaim: retry %s: %w: %w", c.ID, ErrInvalidArgument, ErrRunAtRange)
+	}
+	mode, when := "at", ""
+	if at.IsZero() {
+		mode, when = "in", strconv.FormatInt(b.opts.Backoff(c.Attempt).Milliseconds(), 10)
+	} else {
+		when = b.score(at)
+	}
+	n, err := b.repl.run(ctx, b.rdb, retryScript, b.settleKeys(), c.member(),
+		mode, when, b.opts.MaxAttempts, b.ups, b.keys.notice).Int()
+	if err != nil {
+		return wrap(ctx, "retry", err, b.keys.types)
+	}
+	switch n {
+	case 0:
+		return b.leaseLost(ctx, "retry", c)
+	case 2:
+		b.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: job attempts exhausted; moved to the dead set",
+			slog.String("key", b.keys.schedule), slog.String("id", c.ID), slog.Int("attempt", c.Attempt))
+	}
+	return nil
+}
+
+func (b *Broker) settleKeys() []string {
+	return []string{b.keys.schedule, b.keys.inflight, b.keys.pending, b.keys.runs, b.keys.dead, b.keys.deadInfo}
+}
+
+// Kill ends c's run and puts the job into the dead set with reason. It
+// returns ErrLeaseLost when c's token is no longer current.
+func (b *Broker) Kill(ctx context.Context, c Claim, reason string) error {
+	if err := checkClaim(ctx, "kill", c); err != nil {
+		return err
+	}
+	if reason == "" {
+		reason = "killed"
+	}
+	n, err := b.repl.run(ctx, b.rdb, killScript, []string{b.keys.inflight, b.keys.runs, b.keys.dead, b.keys.deadInfo},
+		c.member(), reason).Int()
+	if err != nil {
+		return wrap(ctx, "kill", err, b.keys.types)
+	}
+	if n == 0 {
+		return b.leaseLost(ctx, "kill", c)
+	}
+	return nil
+}

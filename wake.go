@@ -1,0 +1,93 @@
+package zclaim
+
+// What wakes the dispatcher early: Schedule's notices, and keyspace
+// events where the server publishes them.
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// listen forwards schedule notices (an earlier job was scheduled) to wake,
+// and each confirmation of the subscription too: go-redis subscribes again
+// after a lost connection, and notices sent meanwhile are lost, so the
+// schedule must be looked at again. Where the server publishes keyspace
+// events for the schedule key, a ZADD by any program wakes it as well, at
+// most once per keyspaceQuiet so that a busy producer does not turn every
+// ZADD into a claim.
+func (d *Dispatcher) listen(ctx context.Context, wake chan<- struct{}) {
+	channels := []string{d.b.keys.notice}
+	ks, hasKS := keyspaceChannel(d.b.rdb, d.b.keys.schedule)
+	if hasKS {
+		channels = append(channels, ks)
+	}
+	poke := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	quiet := time.NewTimer(0)
+	defer quiet.Stop()
+	var lastKS time.Time
+	held := false // a keyspace wake waits for the quiet period to end
+	backoff := 10 * time.Millisecond
+	for ctx.Err() == nil {
+		ps := d.b.rdb.Subscribe(ctx, channels...)
+		ch := ps.ChannelWithSubscriptions()
+	recv:
+		for {
+			select {
+			case <-ctx.Done():
+				break recv
+			case <-quiet.C:
+				if held {
+					held, lastKS = false, time.Now()
+					poke()
+				}
+			case m, ok := <-ch:
+				if !ok {
+					break recv
+				}
+				backoff = 10 * time.Millisecond
+				if msg, isMsg := m.(*redis.Message); isMsg && hasKS && msg.Channel == ks {
+					if msg.Payload != "zadd" && msg.Payload != "zincr" {
+						continue // the claim's own removals, and the like
+					}
+					if since := time.Since(lastKS); since < keyspaceQuiet {
+						if !held {
+							held = true
+							resetTimer(quiet, keyspaceQuiet-since)
+						}
+						continue
+					}
+					lastKS = time.Now()
+				}
+				poke()
+			}
+		}
+		ps.Close()
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+			backoff = min(2*backoff, d.opts.MaxWait)
+		}
+	}
+}
+
+// keyspaceQuiet is the least time between two wakes by keyspace events.
+const keyspaceQuiet = time.Millisecond
+
+// keyspaceChannel names the keyspace-event channel of key on rdb's server,
+// for a client of one server (a cluster publishes keyspace events on the
+// node that holds the key, which a cluster client does not subscribe to).
+func keyspaceChannel(rdb redis.UniversalClient, key string) (string, bool) {
+	c, ok := rdb.(*redis.Client)
+	if !ok {
+		return "", false
+	}
+	return "__keyspace@" + strconv.Itoa(c.Options().DB) + "__:" + key, true
+}
