@@ -69,6 +69,8 @@ type DispatcherOptions struct {
 	// can be seen, makes the dispatcher's claims read each job's due time
 	// (Job.RunAt): Redis then formats a number per job, and a claim and
 	// its settling cost it about 40% more per job.
+	// A panic in it sends the job to the dead set with the panic as its
+	// reason (a *PanicError), logged at Error with its stack.
 	// Default: nil.
 	TaskOptions func(Job) []asynq.Option
 	// OnDispatch, when set, is called after each claim's enqueue (its
@@ -77,7 +79,8 @@ type DispatcherOptions struct {
 	// error. The claim is leased with its batch, not alone: Ack, Extend,
 	// Retry and Kill answer ErrLeaseLost for it. lag is the time from the job's
 	// due time to the end of its enqueue, reckoned from Redis' clock at
-	// the claim. It runs on the enqueueing goroutine: keep it short.
+	// the claim. It runs on the enqueueing goroutine: keep it short. A
+	// panic in it is recovered and logged at Error; the dispatch stands.
 	// Setting it makes claims read the jobs' due times (see TaskOptions).
 	// Default: nil.
 	OnDispatch func(c Claim, lag time.Duration, err error)

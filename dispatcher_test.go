@@ -424,3 +424,44 @@ func TestDispatcherBoundsClaimsWhileAsynqHangs(t *testing.T) {
 	px.Resume()
 	stop()
 }
+
+// A panic in a user callback does not kill the process: TaskOptions'
+// panic sends that job to the dead set with the panic as its reason, and
+// OnDispatch's is logged while the dispatch stands.
+func TestDispatcherCallbackPanics(t *testing.T) {
+	q := testQueue(t)
+	b := newBroker(t, BrokerOptions{})
+	var hooked atomic.Int64
+	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{
+		TaskOptions: func(j Job) []asynq.Option {
+			if j.ID == "bad" {
+				panic("no options for bad")
+			}
+			return []asynq.Option{asynq.Queue(q)}
+		},
+		OnDispatch: func(c Claim, _ time.Duration, err error) {
+			hooked.Add(1)
+			if c.ID == "good-1" {
+				panic(fmt.Errorf("hook failed for %s", c.ID))
+			}
+		},
+	})
+	must(t, err)
+	runDispatcher(t, d)
+	due := time.Now().Add(-time.Second)
+	for _, id := range []string{"good-0", "good-1", "bad", "good-2"} {
+		must(t, b.Schedule(ctx, Job{ID: id, RunAt: due, Type: "t"}))
+	}
+	waitFor(t, 5*time.Second, "every job settled", func() bool {
+		st, err := b.Stats(ctx)
+		return err == nil && st.Scheduled == 0 && st.Inflight == 0 && hooked.Load() == 4
+	})
+	if st := d.Stats(); st.Enqueued != 3 || st.Dead != 1 {
+		t.Fatalf("dispatcher stats %+v, want 3 enqueued and 1 dead", st)
+	}
+	dead, err := b.Dead(ctx, 10)
+	must(t, err)
+	if len(dead) != 1 || dead[0].ID != "bad" || !strings.Contains(dead[0].Reason, "TaskOptions panicked: no options for bad") {
+		t.Fatalf("dead set %+v", dead)
+	}
+}

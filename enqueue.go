@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -56,7 +57,15 @@ func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time) outcome {
 		opts = append(opts, asynq.Queue(c.Queue))
 	}
 	if d.opts.TaskOptions != nil {
-		opts = append(opts, d.opts.TaskOptions(c.Job)...)
+		var more []asynq.Option
+		if perr := callback("TaskOptions", func() { more = d.opts.TaskOptions(c.Job) }); perr != nil {
+			d.dead.Add(1)
+			d.log.LogAttrs(ctx, slog.LevelError, "zclaim: TaskOptions panicked; the job goes to the dead set",
+				slog.String("id", c.ID), slog.String("panic", fmt.Sprint(perr.Value)), slog.String("stack", string(perr.Stack)))
+			d.report(c, redisNow, claimedAt, perr)
+			return outcome{dead: perr.Error()}
+		}
+		opts = append(opts, more...)
 	}
 	_, err := d.c.EnqueueContext(ctx, asynq.NewTaskWithHeaders(typ, c.Payload, info.headers()), opts...)
 	switch {
@@ -94,6 +103,38 @@ func (d *Dispatcher) report(c Claim, redisNow, claimedAt time.Time, err error) {
 		} else {
 			lag = math.MaxInt64
 		}
-		d.opts.OnDispatch(c, lag, err)
+		if perr := callback("OnDispatch", func() { d.opts.OnDispatch(c, lag, err) }); perr != nil {
+			d.log.LogAttrs(context.Background(), slog.LevelError, "zclaim: OnDispatch panicked; the dispatch stands",
+				slog.String("id", c.ID), slog.String("panic", fmt.Sprint(perr.Value)), slog.String("stack", string(perr.Stack)))
+		}
 	}
+}
+
+// PanicError is a panic in a user callback (DispatcherOptions.TaskOptions
+// or OnDispatch), with its value and the stack where it happened. It
+// unwraps to the value when that is an error.
+type PanicError struct {
+	Callback string // "TaskOptions" or "OnDispatch"
+	Value    any
+	Stack    []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("zclaim: %s panicked: %v", e.Callback, e.Value)
+}
+
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// callback runs f, a user's callback, and turns a panic into a *PanicError.
+func callback(name string, f func()) (perr *PanicError) {
+	defer func() {
+		if r := recover(); r != nil {
+			perr = &PanicError{Callback: name, Value: r, Stack: debug.Stack()}
+		}
+	}()
+	f()
+	return nil
 }

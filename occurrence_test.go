@@ -409,3 +409,52 @@ func TestDispatcherWakesOnKeyspaceEvents(t *testing.T) {
 		t.Fatal("a plain ZADD did not wake the dispatcher")
 	}
 }
+
+// Recovery gives each job of a pass its own backoff, drawn over the range
+// of Backoff: a batch whose leases expired together does not come back at
+// one instant. A fixed Backoff stays fixed.
+func TestRecoveryJitter(t *testing.T) {
+	for _, fixed := range []bool{false, true} {
+		opts := BrokerOptions{BatchSize: 200}
+		if fixed {
+			opts.Backoff = func(int) time.Duration { return 700 * time.Millisecond }
+		}
+		b := newBroker(t, opts)
+		due := redisNow(t, b.rdb).Add(-time.Second)
+		jobs := make([]Job, 200)
+		for i := range jobs {
+			jobs[i] = Job{ID: "j" + strconv.Itoa(i), RunAt: due}
+		}
+		must(t, b.Schedule(ctx, jobs...))
+		cs, err := b.Claim(ctx, 200)
+		must(t, err)
+		if len(cs) != 200 {
+			t.Fatalf("claimed %d", len(cs))
+		}
+		time.Sleep(60 * time.Millisecond) // past the 50ms lease
+		before := redisNow(t, b.rdb)
+		r, err := b.Recover(ctx)
+		must(t, err)
+		after := redisNow(t, b.rdb)
+		zs, err := b.rdb.ZRangeWithScores(ctx, b.Key(), 0, -1).Result()
+		must(t, err)
+		if r.Requeued != 200 || len(zs) != 200 {
+			t.Fatalf("requeued %d, %d scheduled", r.Requeued, len(zs))
+		}
+		distinct := map[float64]bool{}
+		lo, hi := before.Add(500*time.Millisecond), after.Add(time.Second+time.Millisecond)
+		if fixed {
+			lo, hi = before.Add(700*time.Millisecond), after.Add(701*time.Millisecond)
+		}
+		for _, z := range zs {
+			distinct[z.Score] = true
+			at := time.UnixMicro(int64(z.Score * 1e6))
+			if at.Before(lo) || at.After(hi) {
+				t.Fatalf("fixed %v: %s back at %v, want within %v .. %v", fixed, z.Member, at, lo, hi)
+			}
+		}
+		if fixed && len(distinct) != 1 || !fixed && len(distinct) < 150 {
+			t.Fatalf("fixed %v: %d distinct times for 200 jobs", fixed, len(distinct))
+		}
+	}
+}

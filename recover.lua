@@ -5,7 +5,11 @@
 -- ARGV[1] batch   ARGV[2] score units per second   ARGV[3] max attempts
 -- ARGV[4] notice channel   ARGV[5] dead set size kept (-1: no limit)
 -- ARGV[6] ms a death is kept (-1: no limit)
--- ARGV[7..] backoff in ms for attempt 1, 2, ... (the last repeats)
+-- ARGV[7] a seed (1 .. 2^31 - 2) for the jitter between jobs
+-- ARGV[8..] the backoff range in ms for attempt 1, 2, ...: lo, hi, lo, hi,
+--   ... (the last pair repeats); each job comes back after its own delay
+--   drawn uniformly from its attempt's range, so that a batch whose leases
+--   expired together does not come back at one instant
 -- Leases are re-checked here against Redis TIME: only members whose
 -- deadline has passed are touched; the member's removal voids its token.
 -- Expired batch leases follow, whole, while the pass has touched fewer
@@ -19,9 +23,15 @@ if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 local batch, ups, max = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local now_ms, now = clock(ups)
 local requeued, dead, scanned, min = 0, 0, 0, nil
-local ndelays = #ARGV - 6
+local seed, ndelays = tonumber(ARGV[7]), (#ARGV - 7) / 2
+local function delay(attempt)
+  seed = (seed * 16807) % 2147483647 -- Park-Miller: exact in doubles
+  local k = math.min(attempt, ndelays)
+  local lo, hi = tonumber(ARGV[6 + 2 * k]), tonumber(ARGV[7 + 2 * k])
+  return lo + (hi - lo) * seed / 2147483647
+end
 local function back(id, attempt, due, rest)
-  local score = now + tonumber(ARGV[6 + math.min(attempt, ndelays)]) * ups / 1000
+  local score = now + delay(attempt) * ups / 1000
   local r = settle_back(KEYS[1], KEYS[3], KEYS[5], KEYS[6], id, attempt, due, rest, score, max, now_ms, 'lease expired')
   if r == 2 then dead = dead + 1 else requeued = requeued + 1 end
   if r == 1 and (min == nil or score < min) then min = score end

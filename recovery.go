@@ -3,14 +3,19 @@ package zclaim
 import (
 	"context"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// maxDelays bounds the backoff delays handed to one recovery script; later
+// maxDelays bounds the backoff ranges handed to one recovery script; later
 // attempts reuse the last one.
 const maxDelays = 64
+
+// jitterDraws is how many times a pass draws Backoff per attempt to find
+// the range its jobs' delays are spread over.
+const jitterDraws = 4
 
 // Recovered counts what one recovery pass did.
 type Recovered struct {
@@ -22,7 +27,8 @@ type Recovered struct {
 
 // Recover runs one bounded recovery pass: up to BatchSize in-flight runs
 // whose lease has passed by Redis' clock go back to the schedule after
-// their backoff, or to the dead set with the reason "lease expired" when
+// their backoff (each its own, spread over the range of a few draws of
+// BrokerOptions.Backoff), or to the dead set with the reason "lease expired" when
 // they were on their last attempt. Their tokens are voided either way, so
 // a late Ack, Extend, Retry or Kill by the old holder gets ErrLeaseLost.
 //
@@ -40,10 +46,18 @@ func (b *Broker) Recover(ctx context.Context) (Recovered, error) {
 		deadKeep = ms(b.opts.DeadRetention)
 	}
 	n := min(b.opts.MaxAttempts, maxDelays)
-	args := make([]any, 0, 6+n)
-	args = append(args, b.opts.BatchSize, b.ups, b.opts.MaxAttempts, b.keys.notice, deadMax, deadKeep)
+	args := make([]any, 0, 7+2*n)
+	args = append(args, b.opts.BatchSize, b.ups, b.opts.MaxAttempts, b.keys.notice, deadMax, deadKeep, 1+rand.Int64N(1<<31-2))
 	for a := 1; a <= n; a++ {
-		args = append(args, strconv.FormatInt(b.opts.Backoff(a).Milliseconds(), 10))
+		// The range of the backoff, from a few draws: a fixed Backoff
+		// stays fixed, a jittered one spreads the jobs of one pass.
+		lo := b.opts.Backoff(a)
+		hi := lo
+		for range jitterDraws - 1 {
+			d := b.opts.Backoff(a)
+			lo, hi = min(lo, d), max(hi, d)
+		}
+		args = append(args, strconv.FormatInt(lo.Milliseconds(), 10), strconv.FormatInt(hi.Milliseconds(), 10))
 	}
 	raw, err := b.repl.run(ctx, b.rdb, recoverScript, append(b.settleKeys(), b.keys.batches), args...).Int64Slice()
 	if err != nil {
