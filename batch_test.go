@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -320,4 +321,26 @@ func slicesWithout(cs, lost []Claim) []Claim {
 		}
 	}
 	return out
+}
+
+// A batch lease whose record is damaged part-way: the jobs before the
+// damage come back, and the unreadable rest is kept in the dead set.
+func TestDamagedBatchRecord(t *testing.T) {
+	b := newBroker(t, BrokerOptions{Backoff: func(int) time.Duration { return 0 }})
+	past := float64(time.Now().Add(-time.Hour).UnixMilli())
+	must(t, b.rdb.ZAdd(ctx, b.keys.batches, redis.Z{Score: past, Member: "7:3"}).Err())
+	must(t, b.rdb.HSet(ctx, b.keys.runs, "b7", "1:a0:"+"x7:garbage", "batched", 3).Err())
+	r, err := b.Recover(ctx)
+	must(t, err)
+	if r.Requeued != 1 || r.Dead != 1 {
+		t.Fatalf("recovered %+v, want a requeued and the rest dead", r)
+	}
+	dead, err := b.Dead(ctx, 10)
+	must(t, err)
+	if len(dead) != 1 || dead[0].ID != "zclaim:damaged-batch:7" || !strings.Contains(dead[0].Reason, "unread: x7:garbage") {
+		t.Fatalf("dead set %+v", dead)
+	}
+	if _, err := b.rdb.ZScore(ctx, b.Key(), "a").Result(); err != nil {
+		t.Fatal("the job before the damage is not back on the schedule")
+	}
 }

@@ -17,8 +17,9 @@ local out, min = {}, nil
 local i = 4
 while i <= #ARGV do
   local k = tonumber(ARGV[i + 1])
-  local ids, recs = take_batch(KEYS[2], KEYS[4], ARGV[i], k > 0)
+  local ids, recs, damaged, first = take_batch(KEYS[2], KEYS[4], ARGV[i], k > 0)
   out[#out + 1] = ids and 1 or 0
+  if damaged then bury_damaged(KEYS[5], KEYS[6], first, damaged, now_ms) end
   for j = 1, k do
     local at = i + 2 + 3 * (j - 1)
     local x = tonumber(ARGV[at])

@@ -99,12 +99,13 @@ end
 -- take_batch removes batch lease m ("first:n") and its jobs' records, and
 -- returns its jobs as two arrays, ids and records (empty unless jobs is
 -- true); nil when m is not held (its lease was lost). A damaged record
--- ends the list early.
+-- ends the list early: the part that cannot be read comes back third,
+-- with the lease's first token fourth, for the dead set (bury_damaged).
 local function take_batch(B, R, m, jobs)
   if redis.call('ZREM', B, m) == 0 then return nil end
   local first, n = string.match(m, '^(%d+):(%d+)$')
   local ids, recs = {}, {}
-  if not first then return ids, recs end
+  if not first then return ids, recs, m, '0' end
   local blob = jobs and redis.call('HGET', R, 'b' .. first) or ''
   redis.call('HDEL', R, 'b' .. first)
   redis.call('HINCRBY', R, 'batched', -tonumber(n))
@@ -123,6 +124,7 @@ local function take_batch(B, R, m, jobs)
     recs[#recs + 1] = string.sub(blob, s2, e2)
     pos = e2 + 1
   end
+  if pos <= #blob then return ids, recs, string.sub(blob, pos), first end
   return ids, recs
 end
 
@@ -136,6 +138,13 @@ end
 local function bury(D, DI, id, now_ms, attempt, due, rest, reason)
   redis.call('ZADD', D, now_ms, id)
   redis.call('HSET', DI, id, string.len(reason) .. ':' .. reason .. record(attempt, due, rest))
+end
+
+-- bury_damaged keeps the unreadable part of a batch lease's record in the
+-- dead set, as the entry "zclaim:damaged-batch:<first token>", rather than
+-- drop the jobs it held.
+local function bury_damaged(D, DI, first, damaged, now_ms)
+  bury(D, DI, 'zclaim:damaged-batch:' .. first, now_ms, 0, '', '', 'damaged batch record; unread: ' .. damaged)
 end
 
 -- settle_back ends a run that did not finish (its record already taken

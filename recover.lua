@@ -49,8 +49,12 @@ end
 while scanned < batch do
   local m = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now_ms, 'LIMIT', 0, 1)[1]
   if not m then break end
-  local ids, recs = take_batch(KEYS[7], KEYS[4], m, true)
+  local ids, recs, damaged, first = take_batch(KEYS[7], KEYS[4], m, true)
   for j = 1, #ids do back(ids[j], run_attempt(recs[j])) end
+  if damaged then
+    bury_damaged(KEYS[5], KEYS[6], first, damaged, now_ms)
+    dead = dead + 1
+  end
   scanned = scanned + math.max(#ids, 1)
 end
 if min ~= nil then notify(ARGV[4], min) end
