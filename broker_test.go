@@ -781,12 +781,12 @@ func TestClusterKeys(t *testing.T) {
 		k, err := deriveKeys(key, true)
 		must(t, err)
 		for _, d := range []string{k.inflight, k.tokens, k.pending, k.runs, k.dead, k.deadInfo} {
-			if Slot(d) != Slot(key) {
+			if slot(d) != slot(key) {
 				t.Fatalf("%q and %q in different slots", key, d)
 			}
 		}
 	}
-	if Slot("{user1000}.following") != Slot("{user1000}.followers") || Slot("123456789") != 12739 {
+	if slot("{user1000}.following") != slot("{user1000}.followers") || slot("123456789") != 12739 {
 		t.Fatal("Slot disagrees with Redis Cluster's spec")
 	}
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{testAddr}})

@@ -73,17 +73,16 @@ type DispatcherOptions struct {
 	// reason (a *PanicError), logged at Error with its stack.
 	// Default: nil.
 	TaskOptions func(Job) []asynq.Option
-	// OnDispatch, when set, is called after each claim's enqueue (its
-	// batch is settled later): err is nil when the task was enqueued,
-	// ErrTaskIDConflict-wrapping when asynq already had it, or the enqueue
-	// error. The claim is leased with its batch, not alone: Ack, Extend,
-	// Retry and Kill answer ErrLeaseLost for it. lag is the time from the job's
-	// due time to the end of its enqueue, reckoned from Redis' clock at
-	// the claim. It runs on the enqueueing goroutine: keep it short. A
+	// OnDispatch, when set, is called after each job's enqueue (its batch
+	// is settled later) with the job's JobInfo: err is nil when the task
+	// was enqueued, ErrTaskIDConflict-wrapping when asynq already had it,
+	// or the enqueue error. lag is the time from the job's due time (this
+	// claim's, after a retry its backoff's end) to the end of its enqueue,
+	// reckoned from Redis' clock at the claim. It runs on the enqueueing goroutine: keep it short. A
 	// panic in it is recovered and logged at Error; the dispatch stands.
 	// Setting it makes claims read the jobs' due times (see TaskOptions).
 	// Default: nil.
-	OnDispatch func(c Claim, lag time.Duration, err error)
+	OnDispatch func(job JobInfo, lag time.Duration, err error)
 	// Logger receives the dispatcher's logs. Default: the Broker's logger.
 	Logger *slog.Logger
 }

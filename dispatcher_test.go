@@ -126,7 +126,7 @@ func TestDispatchExactlyOnceOnTime(t *testing.T) {
 		b := newBroker(t, BrokerOptions{Key: key, Lease: 2 * time.Second})
 		d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{
 			TaskOptions: func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} },
-			OnDispatch: func(c Claim, lag time.Duration, err error) {
+			OnDispatch: func(c JobInfo, lag time.Duration, err error) {
 				mu.Lock()
 				enqLags = append(enqLags, lag)
 				mu.Unlock()
@@ -262,7 +262,7 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 		MaxWait:     time.Hour, // only a notice can wake it
 		DefaultType: "adopted",
 		TaskOptions: func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} },
-		OnDispatch:  func(c Claim, lag time.Duration, _ error) { lags <- lagOf{c.ID, lag} },
+		OnDispatch:  func(c JobInfo, lag time.Duration, _ error) { lags <- lagOf{c.ID, lag} },
 	})
 	must(t, err)
 	must(t, b.Schedule(ctx, Job{ID: "later", RunAt: time.Now().Add(time.Hour), Type: "x"}))
@@ -350,7 +350,7 @@ func TestDispatcherWakesAfterResubscribing(t *testing.T) {
 	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{
 		MaxWait: time.Hour, RecoveryInterval: -1, // only a notice or a resubscription can wake it
 		TaskOptions: func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} },
-		OnDispatch:  func(c Claim, _ time.Duration, _ error) { dispatched <- c.ID },
+		OnDispatch:  func(c JobInfo, _ time.Duration, _ error) { dispatched <- c.ID },
 	})
 	must(t, err)
 	runDispatcher(t, d)
@@ -439,7 +439,7 @@ func TestDispatcherCallbackPanics(t *testing.T) {
 			}
 			return []asynq.Option{asynq.Queue(q)}
 		},
-		OnDispatch: func(c Claim, _ time.Duration, err error) {
+		OnDispatch: func(c JobInfo, _ time.Duration, err error) {
 			hooked.Add(1)
 			if c.ID == "good-1" {
 				panic(fmt.Errorf("hook failed for %s", c.ID))

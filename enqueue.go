@@ -103,7 +103,7 @@ func (d *Dispatcher) report(c Claim, redisNow, claimedAt time.Time, err error) {
 		} else {
 			lag = math.MaxInt64
 		}
-		if perr := callback("OnDispatch", func() { d.opts.OnDispatch(c, lag, err) }); perr != nil {
+		if perr := callback("OnDispatch", func() { d.opts.OnDispatch(c.info(), lag, err) }); perr != nil {
 			d.log.LogAttrs(context.Background(), slog.LevelError, "zclaim: OnDispatch panicked; the dispatch stands",
 				slog.String("id", c.ID), slog.String("panic", fmt.Sprint(perr.Value)), slog.String("stack", string(perr.Stack)))
 		}

@@ -58,9 +58,9 @@ func deriveKeys(key string, cluster bool) (keys, error) {
 		notice:   base + ":notice",
 		marker:   base + ":marker",
 	}
-	slot := Slot(key)
+	tagSlot := slot(key)
 	for _, d := range []string{k.inflight, k.tokens, k.pending, k.runs, k.batches, k.dead, k.deadInfo, k.marker} {
-		if cluster && Slot(d) != slot {
+		if cluster && slot(d) != tagSlot {
 			return keys{}, fmt.Errorf("%w: key %q: the keys derived from it (%q) fall in another Redis Cluster slot; give it a hash tag, for example %q",
 				ErrInvalidOptions, key, d, "zclaim:{"+strings.NewReplacer("{", "", "}", "").Replace(key)+"}")
 		}
@@ -78,8 +78,8 @@ func isCluster(rdb redis.UniversalClient) bool {
 	return ok
 }
 
-// Slot returns the Redis Cluster hash slot of key (CRC16 of its hash tag, mod 16384).
-func Slot(key string) int {
+// slot returns the Redis Cluster hash slot of key (CRC16 of its hash tag, mod 16384).
+func slot(key string) int {
 	tag, _ := hashTag(key)
 	return int(crc16(tag) % 16384)
 }

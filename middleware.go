@@ -19,8 +19,8 @@ const settleTimeout = 5 * time.Second
 
 type executionKey struct{}
 
-// ContextWithExecution returns ctx carrying e.
-func ContextWithExecution(ctx context.Context, e *Execution) context.Context {
+// contextWithExecution returns ctx carrying e.
+func contextWithExecution(ctx context.Context, e *Execution) context.Context {
 	return context.WithValue(ctx, executionKey{}, e)
 }
 
@@ -136,7 +136,7 @@ func lastRetry(ctx context.Context) bool {
 // run calls the handler under e's lease and settles e after it. The
 // heartbeat starts only if the handler outlives Lease/3.
 func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler, t *asynq.Task) (err error) {
-	hctx, cancel := context.WithCancelCause(ContextWithExecution(ctx, e))
+	hctx, cancel := context.WithCancelCause(contextWithExecution(ctx, e))
 	var (
 		mu      sync.Mutex
 		stopped bool

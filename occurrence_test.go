@@ -186,7 +186,7 @@ func TestCrashHelper(t *testing.T) {
 		RecoveryInterval: -1,
 		TaskRetention:    time.Duration(retention) * time.Second,
 		TaskOptions:      func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(queue)} },
-		OnDispatch: func(c Claim, _ time.Duration, err error) {
+		OnDispatch: func(c JobInfo, _ time.Duration, err error) {
 			mu.Lock()
 			fmt.Println("enqueued", c.ID, err)
 			mu.Unlock()
@@ -394,7 +394,7 @@ func TestDispatcherWakesOnKeyspaceEvents(t *testing.T) {
 	got := make(chan string, 1)
 	d, err := NewDispatcher(b, asynq.NewClientFromRedisClient(rdb), DispatcherOptions{
 		MaxWait: time.Hour, DefaultType: "t",
-		OnDispatch: func(c Claim, _ time.Duration, err error) { got <- c.ID },
+		OnDispatch: func(c JobInfo, _ time.Duration, err error) { got <- c.ID },
 	})
 	must(t, err)
 	runDispatcher(t, d)

@@ -133,7 +133,7 @@ func dispatchOp(queue string, hook bool) func(ctx context.Context, rdb *redis.Cl
 		}()
 		opts := zclaim.DispatcherOptions{RecoveryInterval: -1}
 		if hook {
-			opts.OnDispatch = func(zclaim.Claim, time.Duration, error) {}
+			opts.OnDispatch = func(zclaim.JobInfo, time.Duration, error) {}
 		}
 		d, err := zclaim.NewDispatcher(b, ac, opts)
 		if err != nil {

@@ -120,7 +120,7 @@ func runLag(c lagContender, due []time.Time) lagResult {
 		if err := b.Schedule(ctx, jobs...); err != nil {
 			panic(err)
 		}
-		d, err := zclaim.NewDispatcher(b, ac, zclaim.DispatcherOptions{OnDispatch: func(_ zclaim.Claim, lag time.Duration, _ error) {
+		d, err := zclaim.NewDispatcher(b, ac, zclaim.DispatcherOptions{OnDispatch: func(_ zclaim.JobInfo, lag time.Duration, _ error) {
 			enqMu.Lock()
 			enq = append(enq, lag)
 			enqMu.Unlock()
@@ -282,7 +282,7 @@ func dispatchThroughput() {
 			scheduleDue(b, n, queue)
 			opts := zclaim.DispatcherOptions{Concurrency: conc, RecoveryInterval: -1}
 			if hook {
-				opts.OnDispatch = func(zclaim.Claim, time.Duration, error) {}
+				opts.OnDispatch = func(zclaim.JobInfo, time.Duration, error) {}
 			}
 			d, _ := zclaim.NewDispatcher(b, ac, opts)
 			ctx, cancel := context.WithCancel(context.Background())

@@ -74,7 +74,7 @@ func runZaddLag(n int, over time.Duration) (durs, int) {
 		DefaultType:   "zadd",
 		TaskRetention: -1, // nothing runs the tasks: keep none
 		TaskOptions:   func(zclaim.Job) []asynq.Option { return []asynq.Option{asynq.Queue(queue)} },
-		OnDispatch: func(_ zclaim.Claim, l time.Duration, _ error) {
+		OnDispatch: func(_ zclaim.JobInfo, l time.Duration, _ error) {
 			mu.Lock()
 			defer mu.Unlock()
 			lag = append(lag, l)

@@ -246,7 +246,7 @@ func run(w io.Writer, rdb *redis.Client, ns string, cfg config) (bool, error) {
 		d, err := zclaim.NewDispatcher(broker, ac, zclaim.DispatcherOptions{
 			RecoveryInterval: 100 * time.Millisecond,
 			Logger:           quiet,
-			OnDispatch: func(c zclaim.Claim, lag time.Duration, err error) {
+			OnDispatch: func(c zclaim.JobInfo, lag time.Duration, err error) {
 				if c.Attempt > 1 {
 					recovered.Add(1)
 				}
