@@ -44,7 +44,7 @@ func aclUser(t *testing.T, srv *redisServer, name string, drop ...string) *redis
 	}
 	admin := serverClient(t, srv)
 	must(t, admin.Do(ctx, args...).Err())
-	opt, err := redis.ParseURL("redis://" + name + ":s3cret@" + srv.addr + "/0")
+	opt, err := redis.ParseURL("redis://" + name + ":s3cret@" + srv.Addr + "/0")
 	must(t, err)
 	c := redis.NewClient(opt)
 	t.Cleanup(func() { c.Close() })

@@ -14,14 +14,14 @@ import (
 // for a hash-tagged key and for an adopted key without a tag.
 func TestRedisCluster(t *testing.T) {
 	srv := ownRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-	admin := redis.NewClient(&redis.Options{Addr: srv.addr})
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer admin.Close()
 	must(t, admin.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err())
 	waitFor(t, 10*time.Second, "the cluster to be ok", func() bool {
 		info, _ := admin.ClusterInfo(ctx).Result()
 		return strings.Contains(info, "cluster_state:ok")
 	})
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.addr}})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}})
 	defer cc.Close()
 
 	for _, key := range []string{"delay:jobs", "zclaim:{orders}"} {

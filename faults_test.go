@@ -21,7 +21,7 @@ import (
 
 // serverClient returns a client of s, closed when the test ends.
 func serverClient(t *testing.T, s *redisServer) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.addr})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -127,7 +127,7 @@ func TestRestartWithoutPersistence(t *testing.T) {
 	stateCheckInterval = 5 * time.Millisecond
 	defer func() { stateCheckInterval = old }()
 	srv := ownRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: -1})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
 	var buf syncBuffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
@@ -157,8 +157,8 @@ func TestRestartWithoutPersistence(t *testing.T) {
 		execs = append(execs, e)
 	}
 
-	srv.stop()
-	must(t, srv.start()) // empty: no persistence
+	srv.Kill()
+	must(t, srv.Restart()) // empty: no persistence
 	if _, err := rdb.Ping(ctx).Result(); err != nil {
 		rdb.Ping(ctx) // the pool's old connections are gone
 	}
@@ -211,7 +211,7 @@ func TestFailoverToReplica(t *testing.T) {
 	for _, wait := range []bool{true, false} {
 		t.Run(map[bool]string{true: "WaitReplicas 1", false: "no wait (control)"}[wait], func(t *testing.T) {
 			primary := ownRedis(t, "--repl-diskless-sync-delay", "0")
-			link := newProxy(t, primary.addr)
+			link := newProxy(t, primary.Addr)
 			host, port, _ := net.SplitHostPort(link.Addr)
 			replica := ownRedis(t, "--replicaof", host, port)
 			prdb, rrdb := serverClient(t, primary), serverClient(t, replica)
@@ -380,7 +380,7 @@ func TestTimesOutOfRange(t *testing.T) {
 // replica: a smoke test of the idempotency store's waits.
 func TestIdempotencyWaitsForReplica(t *testing.T) {
 	primary := ownRedis(t, "--repl-diskless-sync-delay", "0")
-	replica := ownRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.port))
+	replica := ownRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
 	rrdb := serverClient(t, replica)
 	waitFor(t, 5*time.Second, "the replica's link", func() bool {
 		info, _ := rrdb.Info(ctx, "replication").Result()
@@ -408,7 +408,7 @@ func TestScheduleWithoutPublishPermission(t *testing.T) {
 	srv := ownRedis(t)
 	admin := serverClient(t, srv)
 	must(t, admin.Do(ctx, "ACL", "SETUSER", "sched", "on", ">pw", "~*", "resetchannels", "+@all").Err())
-	rdb := redis.NewClient(&redis.Options{Addr: srv.addr, Username: "sched", Password: "pw"})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "sched", Password: "pw"})
 	t.Cleanup(func() { rdb.Close() })
 	if err := rdb.Publish(ctx, "x", "y").Err(); err == nil {
 		t.Fatal("the user may publish: the test shows nothing")

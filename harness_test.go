@@ -7,10 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim/internal/redisproc"
 )
 
 // The tests talk to a real Redis. By default TestMain starts its own
@@ -43,110 +41,36 @@ func TestMain(m *testing.M) {
 	var srv *redisServer
 	if testAddr == "" {
 		var err error
-		srv, err = startRedis(0)
+		srv, err = redisproc.Start()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "zclaim tests need a Redis 7 server: %v\n"+
 				"install one (apt-get install redis-server) or name one with %s=host:port\n", err, redisEnv)
 			os.Exit(2)
 		}
-		testAddr = srv.addr
+		testAddr = srv.Addr
 	}
 	os.Setenv("REDIS_ADDR", testAddr)
 	deleteExampleKeys()
 	code := m.Run()
 	deleteExampleKeys()
 	if srv != nil {
-		srv.stop()
-		os.RemoveAll(srv.dir)
+		srv.Close()
 	}
 	os.Exit(code)
 }
 
 // redisServer is a redis-server process owned by the tests.
-type redisServer struct {
-	addr  string
-	port  int
-	dir   string
-	extra []string
-	mu    sync.Mutex
-	cmd   *exec.Cmd
-}
-
-// startRedis starts redis-server on port (0: a free one), with extra
-// arguments, and waits until it answers.
-func startRedis(port int, extra ...string) (*redisServer, error) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		return nil, fmt.Errorf("redis-server is not on PATH")
-	}
-	if port == 0 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		port = l.Addr().(*net.TCPAddr).Port
-		l.Close()
-	}
-	dir, err := os.MkdirTemp("", "zclaim-redis-")
-	if err != nil {
-		return nil, err
-	}
-	s := &redisServer{addr: "127.0.0.1:" + strconv.Itoa(port), port: port, dir: dir, extra: extra}
-	if err := s.start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	return s, nil
-}
-
-func (s *redisServer) start() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cmd := exec.Command("redis-server", append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir, "--loglevel", "warning"}, s.extra...)...)
-	dieWithParent(cmd)
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	s.cmd = cmd
-	c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			cmd.Wait()
-			return fmt.Errorf("redis-server on %s did not answer: %w", s.addr, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// stop kills the server (no persistence: its data is gone).
-func (s *redisServer) stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd != nil {
-		s.cmd.Process.Kill()
-		s.cmd.Wait()
-		s.cmd = nil
-	}
-}
+type redisServer = redisproc.Server
 
 // ownRedis starts a server for one test that needs to stop and restart it
-// (or to start it with extra arguments).
+// (or to start it with extra arguments), removed when the test ends.
 func ownRedis(t testing.TB, extra ...string) *redisServer {
 	t.Helper()
-	s, err := startRedis(0, extra...)
+	s, err := redisproc.Start(extra...)
 	if err != nil {
 		t.Fatalf("start redis-server: %v", err)
 	}
-	t.Cleanup(func() { s.stop(); os.RemoveAll(s.dir) })
+	t.Cleanup(s.Close)
 	return s
 }
 

@@ -380,7 +380,7 @@ func TestMiddlewareErrorAndPanic(t *testing.T) {
 // work proceeds, once.
 func TestMiddlewareFailClosed(t *testing.T) {
 	own := ownRedis(t)
-	orc := redis.NewClient(&redis.Options{Addr: own.addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	orc := redis.NewClient(&redis.Options{Addr: own.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { orc.Close() })
 	i := newIdem(t, orc, IdempotencyOptions{Lease: time.Minute})
 	q := testQueue(t)
@@ -392,7 +392,7 @@ func TestMiddlewareFailClosed(t *testing.T) {
 	}))
 	startAsynq(t, testAddr, q, h, asynq.Config{IsFailure: IsFailure, RetryDelayFunc: fastRetry,
 		ErrorHandler: asynq.ErrorHandlerFunc(func(context.Context, *asynq.Task, error) { failures.Add(1) })})
-	own.stop()
+	own.Kill()
 	c := newAsynqClient(t, testAddr)
 	_, err := c.Enqueue(asynq.NewTask("x", nil), asynq.Queue(q), asynq.TaskID("fc"), asynq.MaxRetry(1000),
 		asynq.Retention(time.Minute))
@@ -401,7 +401,7 @@ func TestMiddlewareFailClosed(t *testing.T) {
 	if runs.Load() != 0 {
 		t.Fatalf("handler ran %d times without its idempotency store", runs.Load())
 	}
-	must(t, own.start())
+	must(t, own.Restart())
 	in := newInspector(t)
 	waitFor(t, 10*time.Second, "the task to complete", func() bool {
 		ti, err := in.GetTaskInfo(q, "fc")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim/internal/proc"
 )
 
 // runsLog counts handler runs per job id and keeps the JobInfo of each.
@@ -235,7 +236,7 @@ func TestDispatcherCrashBeforeSettle(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestCrashHelper$")
 			cmd.Env = append(os.Environ(), redisEnv+"="+testAddr,
 				fmt.Sprintf("%s=%s %s %d %d", crashHelperEnv, key, q, n, tc.retention))
-			dieWithParent(cmd)
+			proc.DieWithParent(cmd)
 			out, err := cmd.StdoutPipe()
 			must(t, err)
 			var stderr bytes.Buffer
@@ -387,7 +388,7 @@ func (s *syncBuffer) Reset() {
 // wakes a dispatcher that would otherwise sleep for its whole MaxWait.
 func TestDispatcherWakesOnKeyspaceEvents(t *testing.T) {
 	srv := ownRedis(t, "--notify-keyspace-events", "Kz")
-	rdb := redis.NewClient(&redis.Options{Addr: srv.addr})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { rdb.Close() })
 	b, err := NewBroker(rdb, BrokerOptions{Key: "delay:jobs"})
 	must(t, err)

@@ -14,9 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"os/exec"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -28,7 +26,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/zclaim/zclaim/internal/proc"
+	"github.com/zclaim/zclaim/internal/redisproc"
 )
 
 var (
@@ -59,13 +57,13 @@ func main() {
 	}
 	redisAddr = *addrFlag
 	if redisAddr == "" {
-		stop, addr, err := startRedis()
+		srv, err := redisproc.Start()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %v (install redis-server, or pass -redis host:port)\n", err)
 			os.Exit(2)
 		}
-		defer stop()
-		redisAddr = addr
+		defer srv.Close()
+		redisAddr = srv.Addr
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	info, _ := rdb.Info(context.Background(), "server").Result()
@@ -108,37 +106,6 @@ func main() {
 		}
 		s.run()
 	}
-}
-
-// startRedis runs redis-server without persistence on a free port.
-func startRedis() (stop func(), addr string, err error) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		return nil, "", fmt.Errorf("redis-server is not on PATH")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, "", err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	dir, _ := os.MkdirTemp("", "zclaim-bench-")
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--loglevel", "warning")
-	proc.DieWithParent(cmd)
-	if err := cmd.Start(); err != nil {
-		return nil, "", err
-	}
-	addr = "127.0.0.1:" + strconv.Itoa(port)
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	for i := 0; c.Ping(context.Background()).Err() != nil; i++ {
-		if i > 500 {
-			cmd.Process.Kill()
-			return nil, "", fmt.Errorf("redis-server did not start")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return func() { cmd.Process.Kill(); cmd.Wait(); os.RemoveAll(dir) }, addr, nil
 }
 
 func infoField(info, field string) string {

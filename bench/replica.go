@@ -3,28 +3,27 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
 	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim"
-	"github.com/zclaim/zclaim/internal/proc"
+	"github.com/zclaim/zclaim/internal/redisproc"
 )
 
 // Scenario: what BrokerOptions.WaitReplicas costs. A replica of the bench's
 // server runs on this machine; claims and dispatch run with no wait and
 // with WaitReplicas 1, interleaved, in the same run.
 func replicaScenario() {
-	stop, err := startReplica(redisAddr)
+	primary := newClient(1)
+	primary.ConfigSet(context.Background(), "repl-diskless-sync-delay", "0")
+	primary.Close()
+	replica, err := redisproc.StartReplica(redisAddr)
 	if err != nil {
 		progress("replicas: skipped: %v", err)
 		return
 	}
-	defer stop()
+	defer replica.Close()
 	n, workers := 50000, 8
 	dn := 10000
 	if *quick {
@@ -49,41 +48,6 @@ func replicaScenario() {
 		"dispatch into asynq, jobs/s", "spread", "ratio"}, rows,
 		fmt.Sprintf("One replica of the server on the same machine. Claims: %d workers, %s due jobs. Dispatch: %s due jobs, Concurrency 16. "+
 			"With WaitReplicas 1 every write script is followed by WAIT in the same round trip.", workers, human(float64(n)), human(float64(dn))))
-}
-
-// startReplica runs a redis-server that replicates addr and waits for its link.
-func startReplica(addr string) (stop func(), err error) {
-	host, port, _ := net.SplitHostPort(addr)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	rport := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	dir, _ := os.MkdirTemp("", "zclaim-bench-replica-")
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(rport), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--loglevel", "warning", "--replicaof", host, port)
-	proc.DieWithParent(cmd)
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	stop = func() { cmd.Process.Kill(); cmd.Wait(); os.RemoveAll(dir) }
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(rport)})
-	defer c.Close()
-	primary := redis.NewClient(&redis.Options{Addr: addr})
-	defer primary.Close()
-	primary.ConfigSet(context.Background(), "repl-diskless-sync-delay", "0")
-	for i := 0; ; i++ {
-		info, _ := c.Info(context.Background(), "replication").Result()
-		if infoField(info, "master_link_status") == "up" {
-			return stop, nil
-		}
-		if i > 1000 {
-			stop()
-			return nil, fmt.Errorf("the replica did not link up")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func waitClaims(wait, n, workers int) float64 {

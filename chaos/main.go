@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +34,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim"
 	"github.com/zclaim/zclaim/internal/proc"
+	"github.com/zclaim/zclaim/internal/redisproc"
 	"github.com/zclaim/zclaim/internal/tcpproxy"
 )
 
@@ -169,48 +169,6 @@ func run(cfg config, w io.Writer) bool {
 	return ok
 }
 
-// server is a redis-server process of the run.
-type server struct {
-	port int
-	args []string
-	cmd  *exec.Cmd
-}
-
-func freePort() int {
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func startServer(args ...string) (*server, error) {
-	s := &server{port: freePort(), args: args}
-	return s, s.start()
-}
-
-func (s *server) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
-
-func (s *server) start() error {
-	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--loglevel", "warning"}, s.args...)
-	s.cmd = exec.Command("redis-server", args...)
-	proc.DieWithParent(s.cmd)
-	if err := s.cmd.Start(); err != nil {
-		return err
-	}
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1})
-	defer c.Close()
-	for i := 0; ; i++ {
-		if err := c.Ping(context.Background()).Err(); err == nil {
-			return nil
-		} else if i > 1000 {
-			return fmt.Errorf("redis-server on %s: %w", s.addr(), err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// crash kills the server without letting it write anything more.
-func (s *server) crash() { s.cmd.Process.Kill(); s.cmd.Wait() }
-
 // child is a role process.
 type child struct {
 	role    string
@@ -232,34 +190,28 @@ func runVariant(cfg config, mode string, w io.Writer) (res result, err error) {
 	if failover {
 		fsync = "everysec"
 	}
-	main, err := startServer("--appendonly", "yes", "--appendfsync", fsync, "--dir", dir, "--repl-diskless-sync-delay", "0")
+	main, err := redisproc.Start("--appendonly", "yes", "--appendfsync", fsync, "--repl-diskless-sync-delay", "0")
 	if err != nil {
 		return res, err
 	}
-	defer func() { main.crash() }()
+	defer func() { main.Close() }()
 	primary := main
-	var replica *server
+	var replica *redisproc.Server
 	roleExtra := []string{}
 	if failover {
-		rdir := filepath.Join(dir, "replica")
-		os.Mkdir(rdir, 0o755)
-		replica, err = startServer("--appendonly", "yes", "--appendfsync", fsync, "--dir", rdir,
-			"--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", strconv.Itoa(main.port))
+		replica, err = redisproc.StartReplica(main.Addr, "--appendonly", "yes", "--appendfsync", fsync, "--repl-diskless-sync-delay", "0")
 		if err != nil {
 			return res, err
 		}
-		defer func() { replica.crash() }()
-		if err := waitLink(replica); err != nil {
-			return res, err
-		}
+		defer func() { replica.Close() }()
 		roleExtra = []string{"-wait", "1"}
 	}
-	sink, err := startServer("--appendonly", "no")
+	sink, err := redisproc.Start()
 	if err != nil {
 		return res, err
 	}
-	defer sink.crash()
-	px, err := tcpproxy.New(main.addr())
+	defer sink.Close()
+	px, err := tcpproxy.New(main.Addr)
 	if err != nil {
 		return res, err
 	}
@@ -271,7 +223,7 @@ func runVariant(cfg config, mode string, w io.Writer) (res result, err error) {
 	var mu sync.Mutex
 	var recovered int64
 	start := func(role string, extra ...string) *child {
-		args := append(append([]string{"-redis", px.Addr, "-sink", sink.addr(), "-key", key, "-queue", queue}, roleExtra...), extra...)
+		args := append(append([]string{"-redis", px.Addr, "-sink", sink.Addr, "-key", key, "-queue", queue}, roleExtra...), extra...)
 		cmd := exec.Command(self)
 		cmd.Env = append(os.Environ(), roleEnv+"="+role, argsEnv+"="+strings.Join(args, " "))
 		out, _ := cmd.StdoutPipe()
@@ -354,28 +306,28 @@ func runVariant(cfg config, mode string, w io.Writer) (res result, err error) {
 			// The replica becomes the primary; the old primary dies and
 			// comes back as its replica, so that writes can wait for one.
 			restarted = true
-			rc := redis.NewClient(&redis.Options{Addr: replica.addr()})
+			rc := redis.NewClient(&redis.Options{Addr: replica.Addr})
 			err := rc.ReplicaOf(context.Background(), "NO", "ONE").Err()
 			rc.Close()
 			if err != nil {
 				return res, err
 			}
-			px.SetTarget(replica.addr())
+			px.SetTarget(replica.Addr)
 			px.SetDown(true)
-			main.crash()
+			main.Kill()
 			px.SetDown(false)
 			primary = replica
-			main.args = append(main.args, "--replicaof", "127.0.0.1", strconv.Itoa(replica.port))
-			if err := main.start(); err != nil {
+			main.Args = append(main.Args, "--replicaof", "127.0.0.1", strconv.Itoa(replica.Port))
+			if err := main.Restart(); err != nil {
 				return res, err
 			}
 			res.restarts++
 			fmt.Fprintf(w, "%6.1fs  failover: replica promoted, old primary killed and restarted as its replica\n", time.Since(t0).Seconds())
 		case !restarted && el > restartAt:
 			restarted = true
-			main.crash()
+			main.Kill()
 			time.Sleep(300 * time.Millisecond)
-			if err := main.start(); err != nil {
+			if err := main.Restart(); err != nil {
 				return res, err
 			}
 			res.restarts++
@@ -410,9 +362,9 @@ func runVariant(cfg config, mode string, w io.Writer) (res result, err error) {
 		return res, err
 	}
 	res.jobs = len(ids)
-	direct := redis.NewClient(&redis.Options{Addr: primary.addr()})
+	direct := redis.NewClient(&redis.Options{Addr: primary.Addr})
 	defer direct.Close()
-	sinkc := redis.NewClient(&redis.Options{Addr: sink.addr()})
+	sinkc := redis.NewClient(&redis.Options{Addr: sink.Addr})
 	defer sinkc.Close()
 	b, _ := zclaim.NewBroker(direct, zclaim.BrokerOptions{Key: key})
 	ctx := context.Background()
@@ -468,22 +420,6 @@ func runVariant(cfg config, mode string, w io.Writer) (res result, err error) {
 	mu.Unlock()
 	res.took = time.Since(began)
 	return res, nil
-}
-
-// waitLink waits until replica's link to its primary is up.
-func waitLink(replica *server) error {
-	c := redis.NewClient(&redis.Options{Addr: replica.addr()})
-	defer c.Close()
-	for i := 0; ; i++ {
-		info, _ := c.Info(context.Background(), "replication").Result()
-		if strings.Contains(info, "master_link_status:up") {
-			return nil
-		}
-		if i > 1000 {
-			return fmt.Errorf("replica on %s did not link up", replica.addr())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // readLog reads the producer's log: one "id due_µs" line per scheduled job.
