@@ -1,6 +1,7 @@
 package zclaim
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,19 +9,23 @@ import (
 	"testing"
 )
 
-// Every whole program in the README (a go block that starts with "package
-// main", such as the quick start) builds as it stands.
+// Every go block in the README is a whole program (the quick start) and
+// builds as it stands.
 func TestReadmePrograms(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds programs")
 	}
 	readme, err := os.ReadFile("README.md")
 	must(t, err)
-	blocks := regexp.MustCompile("(?s)```go\n(package main\n.*?)```").FindAllSubmatch(readme, -1)
+	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllSubmatch(readme, -1)
 	if len(blocks) == 0 {
-		t.Fatal("the README has no whole program (the quick start)")
+		t.Fatal("the README has no go block (the quick start)")
 	}
 	for i, b := range blocks {
+		if !bytes.HasPrefix(b[1], []byte("package main\n")) {
+			t.Errorf("README go block %d is not a whole program:\n%s", i+1, b[1])
+			continue
+		}
 		// Inside the module, so that it builds against this code; the
 		// leading underscore keeps ./... from seeing it meanwhile.
 		dir, err := os.MkdirTemp(".", "_readme")
