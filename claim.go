@@ -75,41 +75,9 @@ func (b *Broker) claim(ctx context.Context, max int, mode claimMode) (claimResul
 	if err != nil {
 		return claimResult{}, wrap(ctx, "claim", err, b.keys.types)
 	}
-	// The claimed jobs, from either form of reply.
-	type claimed struct{ id, score, rec string }
-	var jobs []claimed
-	switch {
-	case len(raw) == 4:
-	case len(raw) == 6 && batch:
-		blob, _ := raw[4].(string)
-		scores, _ := raw[5].(string) // false (nil) for leaseBatchIDs
-		jobs = make([]claimed, 0, max)
-		for blob != "" {
-			var j claimed
-			var err error
-			if j.id, blob, err = lenPrefixed(blob); err == nil {
-				j.rec, blob, err = lenPrefixed(blob)
-			}
-			if err != nil {
-				return claimResult{}, fmt.Errorf("zclaim: claim: %w: batch reply: %v", ErrCorrupt, err)
-			}
-			j.score, scores, _ = strings.Cut(scores, " ")
-			jobs = append(jobs, j)
-		}
-	case len(raw) == 6:
-		due, _ := raw[4].([]any)
-		recs, _ := raw[5].([]any)
-		if len(due) != 2*len(recs) {
-			return claimResult{}, fmt.Errorf("zclaim: claim: %w: %d ids and scores for %d records", ErrCorrupt, len(due), len(recs))
-		}
-		jobs = make([]claimed, len(recs))
-		for i := range jobs {
-			jobs[i].id, _ = due[2*i].(string)
-			jobs[i].score, _ = due[2*i+1].(string)
-			jobs[i].rec, _ = recs[i].(string) // "" for none: a record is never empty
-		}
-	default:
-		return claimResult{}, fmt.Errorf("zclaim: claim: %w: reply of %d values", ErrCorrupt, len(raw))
+	jobs, err := claimedJobs(raw, batch, max)
+	if err != nil {
+		return claimResult{}, err
 	}
 	deadline, _ := raw[0].(int64)
 	first, _ := raw[1].(int64)
@@ -232,4 +200,44 @@ func (b *Broker) buryCorrupt(ctx context.Context, c Claim, cause error) {
 		b.log.LogAttrs(ctx, slog.LevelError, "zclaim: could not move a corrupt job to the dead set",
 			slog.String("id", c.ID), slog.String("error", err.Error()))
 	}
+}
+
+// claimed is one job of a claim script's reply.
+type claimed struct{ id, score, rec string }
+
+// claimedJobs reads the jobs of a claim script's reply, in either form.
+func claimedJobs(raw []any, batch bool, max int) (jobs []claimed, err error) {
+	switch {
+	case len(raw) == 4:
+	case len(raw) == 6 && batch:
+		blob, _ := raw[4].(string)
+		scores, _ := raw[5].(string) // false (nil) for leaseBatchIDs
+		jobs = make([]claimed, 0, max)
+		for blob != "" {
+			var j claimed
+			if j.id, blob, err = lenPrefixed(blob); err == nil {
+				j.rec, blob, err = lenPrefixed(blob)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("zclaim: claim: %w: batch reply: %v", ErrCorrupt, err)
+			}
+			j.score, scores, _ = strings.Cut(scores, " ")
+			jobs = append(jobs, j)
+		}
+	case len(raw) == 6:
+		due, _ := raw[4].([]any)
+		recs, _ := raw[5].([]any)
+		if len(due) != 2*len(recs) {
+			return nil, fmt.Errorf("zclaim: claim: %w: %d ids and scores for %d records", ErrCorrupt, len(due), len(recs))
+		}
+		jobs = make([]claimed, len(recs))
+		for i := range jobs {
+			jobs[i].id, _ = due[2*i].(string)
+			jobs[i].score, _ = due[2*i+1].(string)
+			jobs[i].rec, _ = recs[i].(string) // "" for none: a record is never empty
+		}
+	default:
+		return nil, fmt.Errorf("zclaim: claim: %w: reply of %d values", ErrCorrupt, len(raw))
+	}
+	return jobs, nil
 }

@@ -170,128 +170,201 @@ func (d *Dispatcher) Stats() DispatcherStats {
 // returns nil. Claims it could not settle come back through recovery after
 // their lease. Errors from Redis are logged and retried with backoff.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	var bg sync.WaitGroup
-	defer bg.Wait()
-	rctx, stopBg := context.WithCancel(ctx)
-	defer stopBg()
+	bg := d.startBackground(ctx) // the recovery loop, and what wakes the claims
+	p := d.newPipeline(bg.wake)
+	p.startSettle()
+	p.startEnqueue()
+	p.claimUntil(ctx) // until ctx is done; then, in this order:
+	p.stopEnqueue()   // the workers finish the enqueues queued and under way,
+	p.stopSettle()    // their batches are settled,
+	bg.stop()         // and recovery and the wake-ups end.
+	return nil
+}
+
+// background is what runs beside a dispatcher's pipeline: the broker's
+// recovery loop and the listener that wakes the claim stage.
+type background struct {
+	wake chan struct{}
+	stop func()
+}
+
+func (d *Dispatcher) startBackground(ctx context.Context) background {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	bg := background{wake: make(chan struct{}, 1), stop: func() { cancel(); wg.Wait() }}
 	if d.opts.RecoveryInterval > 0 {
-		bg.Add(1)
-		go func() { defer bg.Done(); d.b.RunRecovery(rctx, d.opts.RecoveryInterval) }()
+		wg.Add(1)
+		go func() { defer wg.Done(); d.b.RunRecovery(ctx, d.opts.RecoveryInterval) }()
 	}
-	wake := make(chan struct{}, 1)
-	bg.Add(1)
-	go func() { defer bg.Done(); d.listen(rctx, wake) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); d.listen(ctx, bg.wake) }()
+	return bg
+}
 
-	// Batches whose every job has been dispatched are settled by one
-	// goroutine: whatever has queued up while the previous call ran goes
-	// in the next.
-	acks := make(chan *batchRun, MaxBatchSize)
-	ackDone := make(chan struct{})
-	go func() { defer close(ackDone); d.acker(acks) }()
-	defer func() { <-ackDone }()
-	defer close(acks)
+// pipeline is one Run of a dispatcher: three stages joined by channels.
+//
+//	claim ──queue──▶ enqueue (Concurrency workers) ──acks──▶ settle
+//
+// The claim stage takes due jobs a batch at a time, as many as the queue
+// has room for; each worker enqueues one job at a time into asynq; the
+// settle stage settles every batch whose jobs are all enqueued (or given
+// back, or dead), gathering those that finish together into one round trip.
+type pipeline struct {
+	d       *Dispatcher
+	wake    <-chan struct{}
+	queue   chan queued    // claimed jobs waiting for a worker
+	freed   chan struct{}  // a worker made room in the queue
+	acks    chan *batchRun // batches whose every job is dispatched
+	workers sync.WaitGroup // the enqueue stage
+	settled chan struct{}  // closed when the settle stage has ended
+	mode    claimMode      // whether claims read due times
+	timer   *time.Timer    // the claim stage's next look at the schedule
+}
 
-	// Concurrency workers enqueue claims from a queue of up to
-	// 4×Concurrency more (at most BatchSize): the workers seldom wait for a
-	// claim round trip, and a slow asynq holds few claims waiting (one
-	// enqueue under way and four queued per worker, of EnqueueTimeout
-	// each, fit in the default lease).
-	type item struct {
-		c                   Claim
-		run                 *batchRun
-		index               int
-		redisNow, claimedAt time.Time
+// queued is one claimed job on its way to a worker.
+type queued struct {
+	c                   Claim
+	run                 *batchRun
+	index               int
+	redisNow, claimedAt time.Time
+}
+
+func (d *Dispatcher) newPipeline(wake <-chan struct{}) *pipeline {
+	// A queue of up to 4×Concurrency jobs (at most BatchSize): the workers
+	// seldom wait for a claim round trip, and a slow asynq holds few
+	// claims waiting (one enqueue under way and four queued per worker,
+	// of EnqueueTimeout each, fit in the default lease).
+	p := &pipeline{d: d, wake: wake,
+		queue:   make(chan queued, max(d.opts.Concurrency, min(4*d.opts.Concurrency, d.b.opts.BatchSize))),
+		freed:   make(chan struct{}, 1),
+		acks:    make(chan *batchRun, MaxBatchSize),
+		settled: make(chan struct{}),
+		mode:    leaseBatchIDs,
 	}
-	queue := make(chan item, max(d.opts.Concurrency, min(4*d.opts.Concurrency, d.b.opts.BatchSize)))
-	freed := make(chan struct{}, 1)
-	var workers sync.WaitGroup
-	for range d.opts.Concurrency {
-		workers.Add(1)
+	// Due times cost Redis a formatted number per job: read them only for
+	// a hook that can see them.
+	if d.opts.OnDispatch != nil || d.opts.TaskOptions != nil {
+		p.mode = leaseBatch
+	}
+	return p
+}
+
+// startSettle starts the settle stage: one goroutine, so that the batches
+// that finish while one settle call is under way go in the next.
+func (p *pipeline) startSettle() {
+	go func() { defer close(p.settled); p.d.acker(p.acks) }()
+}
+
+func (p *pipeline) stopSettle() {
+	close(p.acks)
+	<-p.settled
+}
+
+// startEnqueue starts the enqueue stage: Concurrency workers.
+func (p *pipeline) startEnqueue() {
+	for range p.d.opts.Concurrency {
+		p.workers.Add(1)
 		go func() {
-			defer workers.Done()
-			for it := range queue {
-				// The claim loop waits for half the queue free at most:
-				// wake it only then, not for every claim taken.
-				if len(queue) <= cap(queue)/2 {
+			defer p.workers.Done()
+			for it := range p.queue {
+				// The claim stage waits for half the queue free at most:
+				// wake it only then, not for every job taken.
+				if len(p.queue) <= cap(p.queue)/2 {
 					select {
-					case freed <- struct{}{}:
+					case p.freed <- struct{}{}:
 					default:
 					}
 				}
-				it.run.settled(it.index, d.dispatch(it.c, it.redisNow, it.claimedAt), acks)
+				it.run.settled(it.index, p.d.dispatch(it.c, it.redisNow, it.claimedAt), p.acks)
 			}
 		}()
 	}
-	// On return: stop claiming, let the workers finish what is queued.
-	defer workers.Wait()
-	defer close(queue)
+}
 
-	// Due times cost Redis a formatted number per job: read them only for
-	// a hook that can see them.
-	mode := leaseBatchIDs
-	if d.opts.OnDispatch != nil || d.opts.TaskOptions != nil {
-		mode = leaseBatch
-	}
-	timer := time.NewTimer(0)
-	defer timer.Stop()
+func (p *pipeline) stopEnqueue() {
+	close(p.queue)
+	p.workers.Wait()
+}
+
+// claimUntil is the claim stage: it sleeps until the earliest due job (or
+// a wake-up), waits for room in the queue, claims, and queues the claims,
+// until ctx is done.
+func (p *pipeline) claimUntil(ctx context.Context) {
+	d := p.d
+	p.timer = time.NewTimer(0)
+	defer p.timer.Stop()
 	backoff := time.Duration(0)
 	need := 1 // free queue places to wait for before claiming
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-timer.C:
-		case <-wake:
+			return
+		case <-p.timer.C:
+		case <-p.wake:
 		}
-		for cap(queue)-len(queue) < need {
+		for cap(p.queue)-len(p.queue) < need {
 			select {
 			case <-ctx.Done():
-				return nil
-			case <-freed:
+				return
+			case <-p.freed:
 			}
 		}
-		want := min(cap(queue)-len(queue), d.b.opts.BatchSize)
-		res, err := d.b.claim(ctx, want, mode)
+		want := min(cap(p.queue)-len(p.queue), d.b.opts.BatchSize)
+		res, err := d.b.claim(ctx, want, p.mode)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return
 			}
 			backoff = min(max(2*backoff, 10*time.Millisecond), d.opts.MaxWait)
 			d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: dispatcher claim failed; backing off",
 				slog.String("key", d.b.keys.schedule), slog.Duration("backoff", backoff), slog.String("error", err.Error()))
-			resetTimer(timer, backoff)
+			resetTimer(p.timer, backoff)
 			continue
 		}
 		backoff = 0
-		claimedAt := time.Now()
-		d.claimed.Add(int64(res.lease.n))
-		if res.lease.n > 0 {
-			run := &batchRun{end: batchEnd{lease: res.lease}}
-			run.left.Store(int64(res.lease.n))
-			for _, bad := range res.corrupt {
-				d.dead.Add(1)
-				d.log.LogAttrs(ctx, slog.LevelError, "zclaim: job record is corrupt; moved to the dead set",
-					slog.String("key", d.b.keys.schedule), slog.String("id", bad.c.ID), slog.String("error", bad.err.Error()))
-				run.settled(bad.index, outcome{dead: "corrupt record: " + bad.err.Error()}, acks)
-			}
-			for k, c := range res.claims {
-				queue <- item{c, run, res.index[k], res.now, claimedAt} // fits: only this loop adds
-			}
-		}
-		need = 1
-		switch {
-		case len(res.claims) == want:
-			// A full batch: more may be due. Claim again once half the
-			// queue is free, so that claims stay batched under load.
-			need = max(1, cap(queue)/2)
-			resetTimer(timer, 0)
-		case !res.next:
-			resetTimer(timer, d.opts.MaxWait)
-		case res.wait == 0 && len(res.claims) == 0:
-			// Due by a hair less than the clock's resolution: do not spin.
-			resetTimer(timer, 500*time.Microsecond)
-		default:
-			resetTimer(timer, min(res.wait, d.opts.MaxWait))
-		}
+		p.enqueueClaims(ctx, res)
+		need = p.nextLook(res, want)
 	}
+}
+
+// enqueueClaims hands a claim's jobs to the workers (the queue has room:
+// only the claim stage adds to it) and settles its corrupt records as dead.
+func (p *pipeline) enqueueClaims(ctx context.Context, res claimResult) {
+	d := p.d
+	d.claimed.Add(int64(res.lease.n))
+	if res.lease.n == 0 {
+		return
+	}
+	claimedAt := time.Now()
+	run := &batchRun{end: batchEnd{lease: res.lease}}
+	run.left.Store(int64(res.lease.n))
+	for _, bad := range res.corrupt {
+		d.dead.Add(1)
+		d.log.LogAttrs(ctx, slog.LevelError, "zclaim: job record is corrupt; moved to the dead set",
+			slog.String("key", d.b.keys.schedule), slog.String("id", bad.c.ID), slog.String("error", bad.err.Error()))
+		run.settled(bad.index, outcome{dead: "corrupt record: " + bad.err.Error()}, p.acks)
+	}
+	for k, c := range res.claims {
+		p.queue <- queued{c, run, res.index[k], res.now, claimedAt}
+	}
+}
+
+// nextLook sets when the claim stage looks at the schedule again, and
+// returns how many free queue places it waits for first.
+func (p *pipeline) nextLook(res claimResult, want int) (need int) {
+	switch {
+	case len(res.claims) == want:
+		// A full batch: more may be due. Claim again once half the queue
+		// is free, so that claims stay batched under load.
+		resetTimer(p.timer, 0)
+		return max(1, cap(p.queue)/2)
+	case !res.next:
+		resetTimer(p.timer, p.d.opts.MaxWait)
+	case res.wait == 0 && len(res.claims) == 0:
+		// Due by a hair less than the clock's resolution: do not spin.
+		resetTimer(p.timer, 500*time.Microsecond)
+	default:
+		resetTimer(p.timer, min(res.wait, p.d.opts.MaxWait))
+	}
+	return 1
 }
