@@ -7,17 +7,12 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim/internal/redisproc"
 	"github.com/zclaim/zclaim/internal/tcpproxy"
 )
 
 // quietLogger keeps asynq servers silent in tests.
-type quietLogger struct{}
-
-func (quietLogger) Debug(...any) {}
-func (quietLogger) Info(...any)  {}
-func (quietLogger) Warn(...any)  {}
-func (quietLogger) Error(...any) {}
-func (quietLogger) Fatal(...any) {}
+type quietLogger = redisproc.QuietAsynq
 
 // testQueue returns an asynq queue name of the test's own; asynq's keys
 // for it ("asynq:{name}:...") are deleted when the test ends.

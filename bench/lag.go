@@ -11,17 +11,12 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim"
+	"github.com/zclaim/zclaim/internal/redisproc"
 )
 
 // Scenario 2: dispatch lag by Redis TIME, and dispatch throughput.
 
-type quietLog struct{}
-
-func (quietLog) Debug(...any) {}
-func (quietLog) Info(...any)  {}
-func (quietLog) Warn(...any)  {}
-func (quietLog) Error(...any) {}
-func (quietLog) Fatal(...any) {}
+type quietLog = redisproc.QuietAsynq
 
 type lagResult struct {
 	enq     durs // due -> enqueued (zclaim only)

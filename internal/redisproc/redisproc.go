@@ -134,3 +134,13 @@ func (s *Server) Close() {
 	s.Kill()
 	os.RemoveAll(s.Dir)
 }
+
+// QuietAsynq is an asynq.Logger that drops everything: asynq servers in
+// the tests and benchmarks log through it.
+type QuietAsynq struct{}
+
+func (QuietAsynq) Debug(...any) {}
+func (QuietAsynq) Info(...any)  {}
+func (QuietAsynq) Warn(...any)  {}
+func (QuietAsynq) Error(...any) {}
+func (QuietAsynq) Fatal(...any) {}
