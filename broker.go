@@ -338,10 +338,10 @@ func checkID(ctx context.Context, op, id string) error {
 		return wrap(ctx, op, err, nil)
 	}
 	if id == "" {
-		return fmt.Errorf("zclaim: %s: %w", op, ErrEmptyID)
+		return zerr("zclaim: %s: %w", op, ErrEmptyID)
 	}
 	if len(id) > MaxIDLen {
-		return fmt.Errorf("zclaim: %s: %w", op, ErrIDTooLong)
+		return zerr("zclaim: %s: %w", op, ErrIDTooLong)
 	}
 	return nil
 }

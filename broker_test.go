@@ -819,3 +819,30 @@ func TestCorruptRecord(t *testing.T) {
 		t.Fatalf("%+v", dead)
 	}
 }
+
+// Errors name the operation once and say "zclaim:" once, and still match
+// with errors.Is.
+func TestErrorsSayItOnce(t *testing.T) {
+	b := newBroker(t, BrokerOptions{})
+	_, err := b.Cancel(ctx, "")
+	if err == nil || err.Error() != "zclaim: cancel: empty id" || !errors.Is(err, ErrEmptyID) {
+		t.Errorf("Cancel(\"\"): %v", err)
+	}
+	_, err = b.Claim(ctx, 0)
+	if err == nil || err.Error() != "zclaim: claim: invalid argument: max must be positive, not 0" || !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("Claim(0): %v", err)
+	}
+	must(t, b.Schedule(ctx, Job{ID: "order-731", RunAt: time.Now().Add(-time.Second)}))
+	cs, err := b.Claim(ctx, 1)
+	must(t, err)
+	must(t, b.Ack(ctx, cs[0]))
+	err = b.Ack(ctx, cs[0])
+	if err == nil || err.Error() != "zclaim: ack order-731: lease lost" || !errors.Is(err, ErrLeaseLost) {
+		t.Errorf("a second Ack: %v", err)
+	}
+	for _, e := range []error{err} {
+		if strings.Count(e.Error(), "zclaim:") != 1 {
+			t.Errorf("%q says zclaim more than once", e)
+		}
+	}
+}

@@ -5,7 +5,6 @@ package zclaim
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -66,7 +65,7 @@ func (b *Broker) claim(ctx context.Context, max int, mode claimMode) (claimResul
 		return claimResult{}, wrap(ctx, "claim", err, nil)
 	}
 	if max <= 0 {
-		return claimResult{}, fmt.Errorf("zclaim: claim: %w: max must be positive, not %d", ErrInvalidArgument, max)
+		return claimResult{}, zerr("zclaim: claim: %w: max must be positive, not %d", ErrInvalidArgument, max)
 	}
 	max = min(max, MaxBatchSize)
 	raw, err := b.repl.run(ctx, b.rdb, claimScript,
@@ -219,7 +218,7 @@ func claimedJobs(raw []any, batch bool, max int) (jobs []claimed, err error) {
 				j.rec, blob, err = lenPrefixed(blob)
 			}
 			if err != nil {
-				return nil, fmt.Errorf("zclaim: claim: %w: batch reply: %v", ErrCorrupt, err)
+				return nil, zerr("zclaim: claim: %w: batch reply: %v", ErrCorrupt, err)
 			}
 			j.score, scores, _ = strings.Cut(scores, " ")
 			jobs = append(jobs, j)
@@ -228,7 +227,7 @@ func claimedJobs(raw []any, batch bool, max int) (jobs []claimed, err error) {
 		due, _ := raw[4].([]any)
 		recs, _ := raw[5].([]any)
 		if len(due) != 2*len(recs) {
-			return nil, fmt.Errorf("zclaim: claim: %w: %d ids and scores for %d records", ErrCorrupt, len(due), len(recs))
+			return nil, zerr("zclaim: claim: %w: %d ids and scores for %d records", ErrCorrupt, len(due), len(recs))
 		}
 		jobs = make([]claimed, len(recs))
 		for i := range jobs {
@@ -237,7 +236,7 @@ func claimedJobs(raw []any, batch bool, max int) (jobs []claimed, err error) {
 			jobs[i].rec, _ = recs[i].(string) // "" for none: a record is never empty
 		}
 	default:
-		return nil, fmt.Errorf("zclaim: claim: %w: reply of %d values", ErrCorrupt, len(raw))
+		return nil, zerr("zclaim: claim: %w: reply of %d values", ErrCorrupt, len(raw))
 	}
 	return jobs, nil
 }

@@ -4,7 +4,6 @@ package zclaim
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 )
@@ -25,7 +24,7 @@ func (b *Broker) Dead(ctx context.Context, max int) ([]DeadJob, error) {
 		return nil, wrap(ctx, "dead", err, nil)
 	}
 	if max <= 0 {
-		return nil, fmt.Errorf("zclaim: dead: %w: max must be positive, not %d", ErrInvalidArgument, max)
+		return nil, zerr("zclaim: dead: %w: max must be positive, not %d", ErrInvalidArgument, max)
 	}
 	raw, err := deadScript.Run(ctx, b.rdb, []string{b.keys.schedule, b.keys.pending, b.keys.dead, b.keys.deadInfo},
 		"list", b.ups, b.keys.notice, max).Slice()

@@ -79,7 +79,7 @@ func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time) outcome {
 		d.conflicts.Add(1)
 		d.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: asynq already has a task of this occurrence; not enqueued again",
 			slog.String("task_id", info.Occurrence()), slog.String("queue", c.Queue))
-		err = fmt.Errorf("zclaim: dispatch %q: %w", info.Occurrence(), err)
+		err = zerr("zclaim: dispatch %q: %w", info.Occurrence(), err)
 	default:
 		d.failed.Add(1)
 		d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: enqueue failed; the job goes back with backoff",

@@ -126,7 +126,7 @@ func wrap(ctx context.Context, op string, err error, want map[string]string) err
 	if errors.As(err, &rerr) {
 		msg := rerr.Error()
 		if key, ok := strings.CutPrefix(msg, "ZCLAIM_CORRUPT "); ok {
-			return fmt.Errorf("zclaim: %s: %w: key %q", op, ErrCorrupt, key)
+			return zerr("zclaim: %s: %w: key %q", op, ErrCorrupt, key)
 		}
 		if rest, ok := strings.CutPrefix(msg, "ZCLAIM_WRONGTYPE "); ok {
 			i := strings.LastIndexByte(rest, ' ')
@@ -141,6 +141,17 @@ func wrap(ctx context.Context, op string, err error, want map[string]string) err
 	}
 	// One prefix: an error of zclaim's own already carries it.
 	return &opError{msg: "zclaim: " + op + ": " + strings.TrimPrefix(err.Error(), "zclaim: "), err: err}
+}
+
+// zerr is fmt.Errorf for zclaim's own messages: the errors it wraps keep
+// matching with errors.Is, and their "zclaim: " prefixes are said once.
+func zerr(format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	msg := err.Error()
+	if rest, ok := strings.CutPrefix(msg, "zclaim: "); ok {
+		msg = "zclaim: " + strings.ReplaceAll(rest, "zclaim: ", "")
+	}
+	return &opError{msg: msg, err: err}
 }
 
 // opError is an error with the operation's name before it.

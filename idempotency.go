@@ -230,7 +230,7 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 	}
 	raw, ok := int64s(reply)
 	if !ok || len(raw) != 3 {
-		return nil, fmt.Errorf("zclaim: begin: %w: reply %v", ErrCorrupt, reply)
+		return nil, zerr("zclaim: begin: %w: reply %v", ErrCorrupt, reply)
 	}
 	switch raw[0] {
 	case 1:
@@ -264,7 +264,7 @@ func (i *Idempotency) wrap(ctx context.Context, op, rk string, err error) error 
 		msg := rerr.Error()
 		switch {
 		case msg == "ZCLAIM_CORRUPT "+rk:
-			return fmt.Errorf("zclaim: %s: %w: run record %q", op, ErrCorrupt, rk)
+			return zerr("zclaim: %s: %w: run record %q", op, ErrCorrupt, rk)
 		case strings.HasPrefix(msg, "WRONGTYPE"):
 			typ, _ := i.rdb.Type(context.WithoutCancel(ctx), rk).Result()
 			return &WrongTypeError{Key: rk, Want: "string", Got: typ}
@@ -285,7 +285,7 @@ func (e *Execution) settle(ctx context.Context, op string, ttl time.Duration) (i
 	}
 	n, ok := reply.(int64)
 	if !ok {
-		return 0, fmt.Errorf("zclaim: %s: %w: reply %v", op, ErrCorrupt, reply)
+		return 0, zerr("zclaim: %s: %w: reply %v", op, ErrCorrupt, reply)
 	}
 	if n == 0 {
 		e.i.state.check(context.WithoutCancel(ctx))

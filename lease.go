@@ -4,7 +4,6 @@ package zclaim
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
@@ -15,7 +14,7 @@ func checkClaim(ctx context.Context, op string, c Claim) error {
 		return err
 	}
 	if c.Token <= 0 {
-		return fmt.Errorf("zclaim: %s: %w: claim without a token", op, ErrInvalidArgument)
+		return zerr("zclaim: %s: %w: claim without a token", op, ErrInvalidArgument)
 	}
 	return nil
 }
@@ -72,7 +71,7 @@ func (b *Broker) Extend(ctx context.Context, c Claim, d time.Duration) (Claim, e
 		return c, err
 	}
 	if d <= 0 {
-		return c, fmt.Errorf("zclaim: extend: %w: duration must be positive, not %v", ErrInvalidArgument, d)
+		return c, zerr("zclaim: extend: %w: duration must be positive, not %v", ErrInvalidArgument, d)
 	}
 	deadline, err := b.repl.run(ctx, b.rdb, extendScript, []string{b.keys.inflight}, c.member(), ms(d)).Int64()
 	if err != nil {
@@ -96,7 +95,7 @@ func (b *Broker) Retry(ctx context.Context, c Claim, at time.Time) error {
 		return err
 	}
 	if !at.IsZero() && !inScoreRange(at) {
-		return fmt.Errorf("zclaim: retry %s: %w: %w", c.ID, ErrInvalidArgument, ErrRunAtRange)
+		return zerr("zclaim: retry %s: %w: %w", c.ID, ErrInvalidArgument, ErrRunAtRange)
 	}
 	mode, when := "at", ""
 	if at.IsZero() {

@@ -84,7 +84,7 @@ func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 				return err
 			}
 			if key == "" {
-				return fmt.Errorf("zclaim: middleware: %w: the Key function returned an empty key for a task of type %q (%w)", ErrEmptyID, t.Type(), asynq.SkipRetry)
+				return zerr("zclaim: middleware: %w: the Key function returned an empty key for a task of type %q (%w)", ErrEmptyID, t.Type(), asynq.SkipRetry)
 			}
 			e, err := i.beginOrWait(ctx, key)
 			switch {
@@ -174,7 +174,7 @@ func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler,
 			if cerr != nil {
 				i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not complete a run",
 					slog.String("key", e.Key), slog.Int64("token", e.Token), slog.String("error", cerr.Error()))
-				return fmt.Errorf("zclaim: complete %q: %w", e.Key, cerr)
+				return zerr("zclaim: complete %q: %w", e.Key, cerr)
 			}
 			return nil
 		}

@@ -4,7 +4,6 @@ package zclaim
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -33,7 +32,7 @@ func (b *Broker) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, wrap(ctx, "stats", err, b.keys.types)
 	}
 	if len(raw) != 7 {
-		return Stats{}, fmt.Errorf("zclaim: stats: %w: reply of %d values", ErrCorrupt, len(raw))
+		return Stats{}, zerr("zclaim: stats: %w: reply of %d values", ErrCorrupt, len(raw))
 	}
 	if _, err := b.state.check(ctx); err != nil {
 		return Stats{}, wrap(ctx, "stats", err, nil)
