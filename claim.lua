@@ -9,8 +9,7 @@
 -- ARGV[4] "batch" for one lease over the whole batch (a dispatcher's claim,
 --   settled with finish.lua) instead of one in-flight member per job;
 --   "batch-ids" for the same without the jobs' due times (Redis formats
---   each score it answers: with them, a dispatched job's claim and settle
---   cost about 40% more)
+--   each score it answers, which costs it more than the claim's own work)
 -- Returns {deadline_ms, first_token, now, next, {id1, score1, id2, ...},
 --   {record1|false, record2|false, ...}} where tokens run first_token,
 --   first_token+1, ... in reply order, now is Redis TIME in score units and

@@ -67,8 +67,8 @@ type DispatcherOptions struct {
 	// first; options given here come after them and win.
 	// Setting TaskOptions or OnDispatch, the two places a dispatched job
 	// can be seen, makes the dispatcher's claims read each job's due time
-	// (Job.RunAt): Redis then formats a number per job, and a claim and
-	// its settling cost it about 40% more per job.
+	// (Job.RunAt): Redis then formats a number per job, which a claim and
+	// its settling pay for (docs/performance.md has the counts).
 	// A panic in it sends the job to the dead set with the panic as its
 	// reason (a *PanicError), logged at Error with its stack.
 	// Default: nil.
