@@ -67,7 +67,7 @@ func deriveKeys(key string, cluster bool) (keys, error) {
 	}
 	k.types = map[string]string{
 		k.schedule: "zset", k.inflight: "zset", k.tokens: "string", k.pending: "hash",
-		k.runs: "hash", k.batches: "zset", k.dead: "zset", k.deadInfo: "hash",
+		k.runs: "hash", k.batches: "zset", k.dead: "zset", k.deadInfo: "hash", k.marker: "string",
 	}
 	return k, nil
 }

@@ -27,15 +27,19 @@ func (b *Broker) Stats(ctx context.Context) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return Stats{}, wrap(ctx, "stats", err, nil)
 	}
-	raw, err := statsScript.Run(ctx, b.rdb, []string{b.keys.schedule, b.keys.inflight, b.keys.dead, b.keys.batches, b.keys.runs}, b.ups).Slice()
+	raw, err := statsScript.Run(ctx, b.rdb, []string{b.keys.schedule, b.keys.inflight, b.keys.dead, b.keys.batches, b.keys.runs, b.keys.marker}, b.ups).Slice()
 	if err != nil {
 		return Stats{}, wrap(ctx, "stats", err, b.keys.types)
 	}
-	if len(raw) != 7 {
+	if len(raw) != 8 {
 		return Stats{}, zerr("zclaim: stats: %w: reply of %d values", ErrCorrupt, len(raw))
 	}
-	if _, err := b.state.check(ctx); err != nil {
-		return Stats{}, wrap(ctx, "stats", err, nil)
+	// The state marker came with the counts; only one that is not the
+	// marker this Broker knows costs another round trip.
+	if marker, _ := raw[7].(string); marker == "" || marker != b.state.current() {
+		if _, err := b.state.check(ctx); err != nil {
+			return Stats{}, wrap(ctx, "stats", err, nil)
+		}
 	}
 	st := Stats{}
 	st.StateLost, _ = b.state.lost()

@@ -1,12 +1,12 @@
 -- stats.lua: counts of a schedule at one instant of Redis time.
 -- KEYS[1] schedule ZSet   KEYS[2] in-flight ZSet   KEYS[3] dead ZSet
--- KEYS[4] batches ZSet   KEYS[5] run records hash
+-- KEYS[4] batches ZSet   KEYS[5] run records hash   KEYS[6] state marker
 -- ARGV[1] score units per second
--- Returns {scheduled, due, inflight, expired, dead, next|false, now}
+-- Returns {scheduled, due, inflight, expired, dead, next|false, now, marker|false}
 -- where next is the earliest scheduled score and now is Redis TIME in score
 -- units. inflight and expired count jobs, those of batch leases included
 -- (the expired ones of at most 1000 batch leases).
-local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5], 'hash'})
+local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5], 'hash', KEYS[6], 'string'})
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 local now_ms, now = clock(tonumber(ARGV[1]))
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -22,4 +22,5 @@ return {
   redis.call('ZCARD', KEYS[3]),
   head[2] or false,
   string.format('%.6f', now),
+  redis.call('GET', KEYS[6]),
 }
