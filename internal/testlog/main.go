@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"strings"
@@ -26,13 +27,16 @@ type event struct {
 
 const marker = "progress: "
 
-func main() {
+func main() { os.Exit(run(os.Stdin, os.Stdout)) }
+
+// run formats the events of in onto w and returns the exit code.
+func run(in io.Reader, w io.Writer) int {
 	start := time.Now()
-	out := bufio.NewWriter(os.Stdout)
+	out := bufio.NewWriter(w)
 	flush := func() { out.Flush() }
 	buf := map[string][]string{} // output per package/test, until it passes or fails
 	passed, failed, failedPkgs := 0, 0, 0
-	sc := bufio.NewScanner(os.Stdin)
+	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
 		var e event
@@ -89,6 +93,7 @@ func main() {
 	fmt.Fprintf(out, "tests: %d passed, %d failed\n", passed, failed)
 	flush()
 	if failed > 0 || failedPkgs > 0 {
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }

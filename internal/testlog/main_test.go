@@ -1,0 +1,55 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// make test's exit code and output come from here: a failed test, a
+// failed build or a crashed package fails the run and shows why; progress
+// lines show as they come; passing tests stay quiet.
+func TestRun(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		code     int
+		want     []string
+		not      []string
+	}{
+		{"pass", `{"Action":"run","Package":"p","Test":"TestA"}
+{"Action":"output","Package":"p","Test":"TestA","Output":"quiet detail\n"}
+{"Action":"output","Package":"p","Test":"TestA","Output":"progress: waiting for the recoverer\n"}
+{"Action":"pass","Package":"p","Test":"TestA"}
+{"Action":"output","Package":"p","Output":"ok  \tp\t1.0s\n"}
+{"Action":"pass","Package":"p"}`, 0,
+			[]string{"  p: waiting for the recoverer", "ok  \tp\t1.0s", "tests: 1 passed, 0 failed"}, []string{"quiet detail"}},
+		{"test fails", `{"Action":"run","Package":"p","Test":"TestB"}
+{"Action":"output","Package":"p","Test":"TestB","Output":"    b_test.go:9: wrong answer\n"}
+{"Action":"fail","Package":"p","Test":"TestB"}
+{"Action":"output","Package":"p","Output":"FAIL\tp\t1.0s\n"}
+{"Action":"fail","Package":"p"}`, 1,
+			[]string{"b_test.go:9: wrong answer", "FAIL\tp", "tests: 0 passed, 1 failed"}, nil},
+		{"build fails", `{"ImportPath":"p","Action":"build-output","Output":"p/x.go:3:1: syntax error\n"}
+{"ImportPath":"p","Action":"build-fail"}
+{"Action":"output","Package":"p","Output":"FAIL\tp [build failed]\n"}
+{"Action":"fail","Package":"p","FailedBuild":"p"}`, 1,
+			[]string{"syntax error", "FAIL\tp [build failed]"}, nil},
+		{"package crashes", `{"Action":"output","Package":"p","Output":"panic: boom\n"}
+{"Action":"fail","Package":"p"}`, 1,
+			[]string{"panic: boom"}, nil},
+	} {
+		var out strings.Builder
+		if code := run(strings.NewReader(tc.in), &out); code != tc.code {
+			t.Errorf("%s: exit %d, want %d\n%s", tc.name, code, tc.code, out.String())
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%s: output lacks %q:\n%s", tc.name, w, out.String())
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(out.String(), n) {
+				t.Errorf("%s: output has %q:\n%s", tc.name, n, out.String())
+			}
+		}
+	}
+}
