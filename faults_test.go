@@ -3,11 +3,13 @@ package zclaim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -428,4 +430,88 @@ func TestScheduleWithoutPublishPermission(t *testing.T) {
 	cs, err := b.Claim(ctx, 10)
 	must(t, err)
 	must(t, b.Retry(ctx, cs[0], time.Time{})) // its notice is skipped too
+}
+
+// Many claimers on connections of their own, every write waiting for a
+// replica: each job (plain ZADD members, whose due rides in the in-flight
+// member, and scheduled jobs with records) goes to exactly one claimer,
+// every Ack lands, and the replica holds the same end state.
+func TestClaimConcurrentWithWait(t *testing.T) {
+	primary := ownRedis(t, "--repl-diskless-sync-delay", "0")
+	replica := ownRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
+	rrdb := serverClient(t, replica)
+	waitFor(t, 5*time.Second, "the replica's link", func() bool {
+		info, _ := rrdb.Info(ctx, "replication").Result()
+		return infoField(info, "master_link_status") == "up"
+	})
+	admin := serverClient(t, primary)
+	opts := BrokerOptions{Key: "delay:jobs", WaitReplicas: 1, Lease: time.Minute, Logger: slog.New(slog.DiscardHandler)}
+	b, err := NewBroker(admin, opts)
+	must(t, err)
+	const n, workers = 2000, 8
+	due := time.Now().Add(-time.Second)
+	var zs []redis.Z
+	for i := range n / 2 {
+		zs = append(zs, redis.Z{Score: float64(due.Unix()), Member: "plain-" + strconv.Itoa(i)})
+	}
+	must(t, admin.ZAdd(ctx, "delay:jobs", zs...).Err())
+	must(t, b.Schedule(ctx, jobsDue(n/2, "job-", due)...))
+
+	var mu sync.Mutex
+	seen := map[string]int{}
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := redis.NewClient(&redis.Options{Addr: primary.Addr, PoolSize: 1})
+			defer c.Close()
+			wb, err := NewBroker(c, opts)
+			if err != nil {
+				errs <- err
+				return
+			}
+			for {
+				cs, err := wb.Claim(ctx, 50)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(cs) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, cl := range cs {
+					seen[cl.ID]++
+				}
+				mu.Unlock()
+				if lost, err := wb.AckMany(ctx, cs...); err != nil || len(lost) > 0 {
+					errs <- fmt.Errorf("ack: %d lost, %v", len(lost), err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(seen) != n {
+		t.Fatalf("%d distinct jobs claimed, want %d", len(seen), n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Fatalf("%s claimed %d times", id, k)
+		}
+	}
+	for _, c := range []*redis.Client{admin, rrdb} {
+		if s, _ := c.ZCard(ctx, "delay:jobs").Result(); s != 0 {
+			t.Fatalf("%d left scheduled", s)
+		}
+		if f, _ := c.ZCard(ctx, b.keys.inflight).Result(); f != 0 {
+			t.Fatalf("%d left in flight", f)
+		}
+	}
 }
