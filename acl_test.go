@@ -182,3 +182,76 @@ func TestACLMissingPermissions(t *testing.T) {
 		t.Fatalf("Begin without the prefix: %v", err)
 	}
 }
+
+// Each role as a user of its own, with the lines of docs/operations.md: a
+// producer that schedules, a dispatcher, and a worker with the middleware.
+func TestACLPerRole(t *testing.T) {
+	doc, err := os.ReadFile("docs/operations.md")
+	must(t, err)
+	srv := ownRedis(t)
+	admin := serverClient(t, srv)
+	login := func(role string) *redis.Client {
+		line := regexp.MustCompile(`(?m)^ACL SETUSER ` + role + ` .*$`).Find(doc)
+		if line == nil {
+			t.Fatalf("docs/operations.md has no line for %s", role)
+		}
+		var args []any
+		for _, w := range strings.Fields(string(line)) {
+			args = append(args, w)
+		}
+		must(t, admin.Do(ctx, args...).Err())
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: role, Password: "s3cret"})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	producer, dispatcher, worker := login("producer"), login("dispatcher"), login("worker")
+
+	idem, err := NewIdempotency(worker, IdempotencyOptions{Logger: quiet})
+	must(t, err)
+	var mu sync.Mutex
+	runs := map[string]int{}
+	srvA := asynq.NewServerFromRedisClient(worker, asynq.Config{Concurrency: 4, TaskCheckInterval: 10 * time.Millisecond,
+		Logger: quietLogger{}, LogLevel: asynq.FatalLevel})
+	must(t, srvA.Start(idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		j, _ := JobFromContext(ctx)
+		mu.Lock()
+		runs[j.ID]++
+		mu.Unlock()
+		return nil
+	}))))
+	t.Cleanup(srvA.Shutdown)
+	db, err := NewBroker(dispatcher, BrokerOptions{Key: "delay:jobs", Logger: quiet})
+	must(t, err)
+	d, err := NewDispatcher(db, asynq.NewClientFromRedisClient(dispatcher), DispatcherOptions{DefaultType: "t", RecoveryInterval: 20 * time.Millisecond})
+	must(t, err)
+	runDispatcher(t, d)
+
+	pb, err := NewBroker(producer, BrokerOptions{Key: "delay:jobs", Logger: quiet})
+	must(t, err)
+	for i := range 20 {
+		must(t, pb.Schedule(ctx, Job{ID: "order-" + strconv.Itoa(i), RunAt: time.Now().Add(20 * time.Millisecond), Type: "t"}))
+	}
+	if _, err := pb.Stats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "every job run", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(runs) == 20
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range runs {
+		if n != 1 {
+			t.Errorf("%s ran %d times", id, n)
+		}
+	}
+	// Each role is kept to its own keys.
+	if err := producer.Get(ctx, "asynq:queues").Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("the producer may read asynq's keys: %v", err)
+	}
+	if err := worker.ZCard(ctx, "delay:jobs").Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("the worker may read the schedule: %v", err)
+	}
+}
