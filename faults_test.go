@@ -515,3 +515,32 @@ func TestClaimConcurrentWithWait(t *testing.T) {
 		}
 	}
 }
+
+// Checks racing after a loss count it once, and a second process's
+// broker notices the same loss on its own.
+func TestStateLossCountedOnce(t *testing.T) {
+	srv := ownRedis(t)
+	rdb := serverClient(t, srv)
+	quiet := slog.New(slog.DiscardHandler)
+	a, err := NewBroker(rdb, BrokerOptions{Key: "delay:jobs", Logger: quiet})
+	must(t, err)
+	b, err := NewBroker(serverClient(t, srv), BrokerOptions{Key: "delay:jobs", Logger: quiet})
+	must(t, err)
+	must(t, rdb.FlushAll(ctx).Err())
+	var wg sync.WaitGroup
+	for range 16 {
+		for _, br := range []*Broker{a, b} {
+			wg.Add(1)
+			go func() { defer wg.Done(); br.state.check(ctx) }()
+		}
+	}
+	wg.Wait()
+	for i, br := range []*Broker{a, b} {
+		if _, n := br.state.lost(); n != 1 {
+			t.Errorf("broker %d counted %d losses, want 1", i, n)
+		}
+	}
+	if a.state.current() != b.state.current() || a.state.current() == "" {
+		t.Errorf("the brokers hold markers %q and %q", a.state.current(), b.state.current())
+	}
+}

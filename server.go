@@ -160,8 +160,12 @@ func (m *stateMarker) check(ctx context.Context) (lost bool, err error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.value == cur {
+		return false, nil // another check of this process saw it first
+	}
+	prev := m.value
 	m.value = cur
-	if known == "" {
+	if prev == "" {
 		return false, nil // first use
 	}
 	m.lostAt = time.Now()
