@@ -344,3 +344,29 @@ func TestDamagedBatchRecord(t *testing.T) {
 		t.Fatal("the job before the damage is not back on the schedule")
 	}
 }
+
+// A pending record that cannot be read is not overwritten by the claim:
+// the job goes to the dead set with the reason, in both claim forms.
+func TestCorruptPendingRecordKept(t *testing.T) {
+	for _, mode := range []claimMode{leasePerJob, leaseBatchIDs} {
+		b := newBroker(t, BrokerOptions{})
+		must(t, b.rdb.ZAdd(ctx, b.Key(), redis.Z{Score: 1, Member: "bad"}).Err())
+		must(t, b.rdb.HSet(ctx, b.keys.pending, "bad", "garbage-record").Err())
+		res, err := b.claim(ctx, 10, mode)
+		must(t, err)
+		if mode == leasePerJob {
+			if len(res.claims) != 0 {
+				t.Fatalf("per-job claim handed out %+v", res.claims)
+			}
+			dead, err := b.Dead(ctx, 10)
+			must(t, err)
+			if len(dead) != 1 || !strings.Contains(dead[0].Reason, "corrupt record") {
+				t.Fatalf("dead set %+v", dead)
+			}
+			continue
+		}
+		if len(res.corrupt) != 1 || res.corrupt[0].c.ID != "bad" {
+			t.Fatalf("batch claim: corrupt %+v, claims %+v", res.corrupt, res.claims)
+		}
+	}
+}

@@ -66,8 +66,16 @@ if err then return err end
 -- member instead ("id|token@due"): no run record to write.
 local had, missing = false, {}
 for i = 1, n do
-  if recs[i] then had = true end
-  if not (recs[i] and string.find(recs[i], '^%d+@[^:]')) and (batch or recs[i]) then missing[#missing + 1] = i end
+  local rec = recs[i]
+  if rec then
+    had = true
+    -- A one-digit attempt, "@" and a due (what Schedule writes) is
+    -- recognised by two bytes; the pattern is for the rest.
+    local b2, b3 = string.byte(rec, 2, 3)
+    if not (b2 == 64 and b3 ~= 58) and not string.find(rec, '^%d+@[^:]') then missing[#missing + 1] = i end
+  elseif batch then
+    missing[#missing + 1] = i
+  end
 end
 if #missing > 0 then
   local sc
@@ -78,8 +86,14 @@ if #missing > 0 then
   end
   for j, i in ipairs(missing) do
     local score = scored and due[2 * i] or sc[j]
-    local a, rest = string.match(recs[i] or '', '^(%d+)@?:(.*)$')
-    recs[i] = record(a or '0', score, rest or '')
+    if recs[i] then
+      -- A record that cannot be read is left as it is: the claimer
+      -- reports it and sends the job to the dead set.
+      local a, rest = string.match(recs[i], '^(%d+)@?:(.*)$')
+      if a then recs[i] = record(a, score, rest) end
+    else
+      recs[i] = record('0', score, '')
+    end
   end
 end
 
