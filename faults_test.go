@@ -544,3 +544,21 @@ func TestStateLossCountedOnce(t *testing.T) {
 		t.Errorf("the brokers hold markers %q and %q", a.state.current(), b.state.current())
 	}
 }
+
+// The recovery loop notices a lost state from the marker its pass reads.
+func TestRecoveryLoopNoticesLoss(t *testing.T) {
+	srv := ownRedis(t)
+	rdb := serverClient(t, srv)
+	b, err := NewBroker(rdb, BrokerOptions{Key: "delay:jobs", Logger: slog.New(slog.DiscardHandler)})
+	must(t, err)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); b.RunRecovery(rctx, 5*time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(20 * time.Millisecond)
+	if _, n := b.state.lost(); n != 0 {
+		t.Fatalf("%d losses before any", n)
+	}
+	must(t, rdb.FlushAll(ctx).Err())
+	waitFor(t, 2*time.Second, "the loss noticed", func() bool { _, n := b.state.lost(); return n == 1 })
+}

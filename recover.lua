@@ -1,7 +1,7 @@
 -- recover.lua: one bounded recovery pass over expired leases.
 -- KEYS[1] schedule ZSet   KEYS[2] in-flight ZSet   KEYS[3] pending records
 -- KEYS[4] run records   KEYS[5] dead ZSet   KEYS[6] dead info hash
--- KEYS[7] batches ZSet (batch leases, see prelude.lua)
+-- KEYS[7] batches ZSet (batch leases, see prelude.lua)   KEYS[8] state marker
 -- ARGV[1] batch   ARGV[2] score units per second   ARGV[3] max attempts
 -- ARGV[4] notice channel   ARGV[5] dead set size kept (-1: no limit)
 -- ARGV[6] ms a death is kept (-1: no limit)
@@ -16,9 +16,10 @@
 -- than batch jobs.
 -- Then up to batch jobs leave the dead set: deaths older than ARGV[6] ms,
 -- then the oldest beyond ARGV[5] jobs.
--- Returns {requeued, dead, scanned, trimmed} where scanned counts the jobs
--- touched and trimmed those removed from the dead set.
-local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'zset', KEYS[6], 'hash', KEYS[7], 'zset'})
+-- Returns {requeued, dead, scanned, trimmed, marker|false} where scanned
+-- counts the jobs touched, trimmed those removed from the dead set, and
+-- marker is the state marker's value (see stateMarker in server.go).
+local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'zset', KEYS[6], 'hash', KEYS[7], 'zset', KEYS[8], 'string'})
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 local batch, ups, max = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local now_ms, now = clock(ups)
@@ -76,4 +77,4 @@ if keep_n >= 0 and trimmed < batch then
   local over = math.min(redis.call('ZCARD', KEYS[5]) - keep_n, batch - trimmed)
   if over > 0 then drop(redis.call('ZRANGE', KEYS[5], 0, over - 1)) end
 end
-return {requeued, dead, scanned, trimmed}
+return {requeued, dead, scanned, trimmed, redis.call('GET', KEYS[8])}

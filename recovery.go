@@ -23,6 +23,7 @@ type Recovered struct {
 	Dead     int // expired runs that had spent their attempts, now in the dead set
 	Trimmed  int // jobs removed from the dead set: dead longer than DeadRetention, or the oldest beyond DeadMax
 	scanned  int
+	marker   string // the schedule's state marker, read with the pass
 }
 
 // Recover runs one bounded recovery pass: up to BatchSize in-flight runs
@@ -59,11 +60,19 @@ func (b *Broker) Recover(ctx context.Context) (Recovered, error) {
 		}
 		args = append(args, strconv.FormatInt(lo.Milliseconds(), 10), strconv.FormatInt(hi.Milliseconds(), 10))
 	}
-	raw, err := b.repl.run(ctx, b.rdb, recoverScript, append(b.settleKeys(), b.keys.batches), args...).Int64Slice()
+	raw, err := b.repl.run(ctx, b.rdb, recoverScript, append(b.settleKeys(), b.keys.batches, b.keys.marker), args...).Slice()
 	if err != nil {
 		return Recovered{}, wrap(ctx, "recover", err, b.keys.types)
 	}
-	r := Recovered{Requeued: int(raw[0]), Dead: int(raw[1]), scanned: int(raw[2]), Trimmed: int(raw[3])}
+	if len(raw) != 5 {
+		return Recovered{}, zerr("zclaim: recover: %w: reply of %d values", ErrCorrupt, len(raw))
+	}
+	n4 := make([]int64, 4)
+	for i := range n4 {
+		n4[i], _ = raw[i].(int64)
+	}
+	r := Recovered{Requeued: int(n4[0]), Dead: int(n4[1]), scanned: int(n4[2]), Trimmed: int(n4[3])}
+	r.marker, _ = raw[4].(string)
 	if r.scanned > 0 {
 		b.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: recovered expired leases",
 			slog.String("key", b.keys.schedule), slog.Int("requeued", r.Requeued), slog.Int("dead", r.Dead))
@@ -100,9 +109,7 @@ func (b *Broker) RunRecovery(ctx context.Context, every time.Duration) error {
 			return nil
 		case <-t.C:
 		}
-		// The server's state and settings can change while it runs: a
-		// restart without persistence, a failover, CONFIG SET.
-		b.state.check(ctx)
+		// The server's settings can change while it runs (CONFIG SET).
 		if time.Since(checked) >= serverCheckInterval {
 			checked = time.Now()
 			if err := checkServer(ctx, b.rdb, b.keys.schedule, b.opts.AllowEviction, false, b.log); err != nil {
@@ -110,6 +117,11 @@ func (b *Broker) RunRecovery(ctx context.Context, every time.Duration) error {
 			}
 		}
 		r, err := b.Recover(ctx)
+		// So can its state (a restart without persistence, a failover):
+		// the pass read the marker; only another one costs a round trip.
+		if err == nil && (r.marker == "" || r.marker != b.state.current()) {
+			b.state.check(ctx)
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			b.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: recovery pass failed",
