@@ -1,14 +1,12 @@
 package zclaim
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -75,18 +73,7 @@ func TestACLDocumentedUser(t *testing.T) {
 	must(t, err)
 	idem, err := NewIdempotency(rdb, IdempotencyOptions{Logger: log})
 	must(t, err)
-	var mu sync.Mutex
-	runs := map[string]int{}
-	srvA := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: 4, TaskCheckInterval: 10 * time.Millisecond,
-		Logger: quietLogger{}, LogLevel: asynq.FatalLevel})
-	must(t, srvA.Start(idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
-		j, _ := JobFromContext(ctx)
-		mu.Lock()
-		runs[j.ID]++
-		mu.Unlock()
-		return nil
-	}))))
-	t.Cleanup(srvA.Shutdown)
+	runs := serveRuns(t, rdb, idem)
 	d, err := NewDispatcher(b, asynq.NewClientFromRedisClient(rdb), DispatcherOptions{DefaultType: "order:reminder", RecoveryInterval: 20 * time.Millisecond})
 	must(t, err)
 	runDispatcher(t, d)
@@ -98,11 +85,7 @@ func TestACLDocumentedUser(t *testing.T) {
 	must(t, rdb.ZAdd(ctx, "delay:jobs", redis.Z{Score: float64(due.Unix()), Member: "plain-1"}).Err())
 	cs, err := b.Claim(ctx, 1) // a direct claimer that dies: recovery brings it back
 	must(t, err)
-	waitFor(t, 10*time.Second, "every job run", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(runs) == 21
-	})
+	waitFor(t, 10*time.Second, "every job run", func() bool { return len(runs.counts()) == 21 })
 	// The same ZADD again: the dispatcher logs the conflict (Info).
 	must(t, rdb.ZAdd(ctx, "delay:jobs", redis.Z{Score: float64(due.Unix()), Member: "plain-1"}).Err())
 	waitFor(t, 5*time.Second, "the repeat settled", func() bool { return d.Stats().Conflicts == 1 })
@@ -116,13 +99,7 @@ func TestACLDocumentedUser(t *testing.T) {
 	if _, err := b.Dead(ctx, 10); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	for id, n := range runs {
-		if n != 1 {
-			t.Errorf("%s ran %d times", id, n)
-		}
-	}
-	mu.Unlock()
+	eachOnce(t, runs.counts(), 21, "ran")
 	if !strings.Contains(logs.String(), "asynq already has a task of this occurrence") {
 		t.Fatalf("the run logged nothing to look at:\n%s", logs.String())
 	}
@@ -209,18 +186,7 @@ func TestACLPerRole(t *testing.T) {
 
 	idem, err := NewIdempotency(worker, IdempotencyOptions{Logger: quiet})
 	must(t, err)
-	var mu sync.Mutex
-	runs := map[string]int{}
-	srvA := asynq.NewServerFromRedisClient(worker, asynq.Config{Concurrency: 4, TaskCheckInterval: 10 * time.Millisecond,
-		Logger: quietLogger{}, LogLevel: asynq.FatalLevel})
-	must(t, srvA.Start(idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
-		j, _ := JobFromContext(ctx)
-		mu.Lock()
-		runs[j.ID]++
-		mu.Unlock()
-		return nil
-	}))))
-	t.Cleanup(srvA.Shutdown)
+	runs := serveRuns(t, worker, idem)
 	db, err := NewBroker(dispatcher, BrokerOptions{Key: "delay:jobs", Logger: quiet})
 	must(t, err)
 	d, err := NewDispatcher(db, asynq.NewClientFromRedisClient(dispatcher), DispatcherOptions{DefaultType: "t", RecoveryInterval: 20 * time.Millisecond})
@@ -235,18 +201,8 @@ func TestACLPerRole(t *testing.T) {
 	if _, err := pb.Stats(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "every job run", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(runs) == 20
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	for id, n := range runs {
-		if n != 1 {
-			t.Errorf("%s ran %d times", id, n)
-		}
-	}
+	waitFor(t, 10*time.Second, "every job run", func() bool { return len(runs.counts()) == 20 })
+	eachOnce(t, runs.counts(), 20, "ran")
 	// Each role is kept to its own keys.
 	if err := producer.Get(ctx, "asynq:queues").Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("the producer may read asynq's keys: %v", err)

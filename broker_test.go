@@ -68,14 +68,7 @@ func TestClaimConcurrentExactlyOnce(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if len(seen) != n {
-		t.Fatalf("claimed %d distinct ids, want %d", len(seen), n)
-	}
-	for id, k := range seen {
-		if k != 1 {
-			t.Fatalf("%s claimed %d times", id, k)
-		}
-	}
+	eachOnce(t, seen, n, "claimed")
 	st, err := b.Stats(ctx)
 	must(t, err)
 	if st.Scheduled != 0 || st.Inflight != n {

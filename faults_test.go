@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -212,15 +211,9 @@ func TestRestartWithoutPersistence(t *testing.T) {
 func TestFailoverToReplica(t *testing.T) {
 	for _, wait := range []bool{true, false} {
 		t.Run(map[bool]string{true: "WaitReplicas 1", false: "no wait (control)"}[wait], func(t *testing.T) {
-			primary := ownRedis(t, "--repl-diskless-sync-delay", "0")
-			link := newProxy(t, primary.Addr)
-			host, port, _ := net.SplitHostPort(link.Addr)
-			replica := ownRedis(t, "--replicaof", host, port)
+			var link *proxy
+			primary, replica := ownReplicaPair(t, func(addr string) string { link = newProxy(t, addr); return link.Addr })
 			prdb, rrdb := serverClient(t, primary), serverClient(t, replica)
-			waitFor(t, 5*time.Second, "the replica's link", func() bool {
-				info, _ := rrdb.Info(ctx, "replication").Result()
-				return infoField(info, "master_link_status") == "up"
-			})
 			opts := BrokerOptions{Key: "delay:jobs", Logger: slog.New(slog.DiscardHandler)}
 			if wait {
 				opts.WaitReplicas, opts.WaitTimeout = 1, 5*time.Second
@@ -381,13 +374,8 @@ func TestTimesOutOfRange(t *testing.T) {
 // The middleware works as it did with WaitReplicas on a server with a
 // replica: a smoke test of the idempotency store's waits.
 func TestIdempotencyWaitsForReplica(t *testing.T) {
-	primary := ownRedis(t, "--repl-diskless-sync-delay", "0")
-	replica := ownRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
+	primary, replica := ownReplicaPair(t, nil)
 	rrdb := serverClient(t, replica)
-	waitFor(t, 5*time.Second, "the replica's link", func() bool {
-		info, _ := rrdb.Info(ctx, "replication").Result()
-		return infoField(info, "master_link_status") == "up"
-	})
 	prdb := serverClient(t, primary)
 	i, err := NewIdempotency(prdb, IdempotencyOptions{WaitReplicas: 1, Logger: slog.New(slog.DiscardHandler)})
 	must(t, err)
@@ -437,13 +425,8 @@ func TestScheduleWithoutPublishPermission(t *testing.T) {
 // member, and scheduled jobs with records) goes to exactly one claimer,
 // every Ack lands, and the replica holds the same end state.
 func TestClaimConcurrentWithWait(t *testing.T) {
-	primary := ownRedis(t, "--repl-diskless-sync-delay", "0")
-	replica := ownRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
+	primary, replica := ownReplicaPair(t, nil)
 	rrdb := serverClient(t, replica)
-	waitFor(t, 5*time.Second, "the replica's link", func() bool {
-		info, _ := rrdb.Info(ctx, "replication").Result()
-		return infoField(info, "master_link_status") == "up"
-	})
 	admin := serverClient(t, primary)
 	opts := BrokerOptions{Key: "delay:jobs", WaitReplicas: 1, Lease: time.Minute, Logger: slog.New(slog.DiscardHandler)}
 	b, err := NewBroker(admin, opts)
@@ -460,52 +443,32 @@ func TestClaimConcurrentWithWait(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]int{}
 	errs := make(chan error, workers)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := redis.NewClient(&redis.Options{Addr: primary.Addr, PoolSize: 1})
-			defer c.Close()
-			wb, err := NewBroker(c, opts)
+	onOwnConnsAt(t, primary.Addr, workers, opts, func(_ int, wb *Broker) {
+		for {
+			cs, err := wb.Claim(ctx, 50)
 			if err != nil {
 				errs <- err
 				return
 			}
-			for {
-				cs, err := wb.Claim(ctx, 50)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if len(cs) == 0 {
-					return
-				}
-				mu.Lock()
-				for _, cl := range cs {
-					seen[cl.ID]++
-				}
-				mu.Unlock()
-				if lost, err := wb.AckMany(ctx, cs...); err != nil || len(lost) > 0 {
-					errs <- fmt.Errorf("ack: %d lost, %v", len(lost), err)
-					return
-				}
+			if len(cs) == 0 {
+				return
 			}
-		}()
-	}
-	wg.Wait()
+			mu.Lock()
+			for _, cl := range cs {
+				seen[cl.ID]++
+			}
+			mu.Unlock()
+			if lost, err := wb.AckMany(ctx, cs...); err != nil || len(lost) > 0 {
+				errs <- fmt.Errorf("ack: %d lost, %v", len(lost), err)
+				return
+			}
+		}
+	})
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if len(seen) != n {
-		t.Fatalf("%d distinct jobs claimed, want %d", len(seen), n)
-	}
-	for id, k := range seen {
-		if k != 1 {
-			t.Fatalf("%s claimed %d times", id, k)
-		}
-	}
+	eachOnce(t, seen, n, "claimed")
 	for _, c := range []*redis.Client{admin, rrdb} {
 		if s, _ := c.ZCard(ctx, "delay:jobs").Result(); s != 0 {
 			t.Fatalf("%d left scheduled", s)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -72,6 +73,37 @@ func ownRedis(t testing.TB, extra ...string) *redisServer {
 	}
 	t.Cleanup(s.Close)
 	return s
+}
+
+// ownReplicaPair starts a primary and a replica of it (through the
+// address replicaOf gives, the primary's own when nil) and waits until the
+// replica is linked.
+func ownReplicaPair(t testing.TB, replicaOf func(primary string) string) (primary, replica *redisServer) {
+	t.Helper()
+	primary = ownRedis(t, "--repl-diskless-sync-delay", "0")
+	addr := primary.Addr
+	if replicaOf != nil {
+		addr = replicaOf(addr)
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	replica = ownRedis(t, "--replicaof", host, port)
+	if err := redisproc.WaitLink(replica.Addr, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return primary, replica
+}
+
+// eachOnce fails the test unless seen counts n keys, each once.
+func eachOnce(t testing.TB, seen map[string]int, n int, what string) {
+	t.Helper()
+	if len(seen) != n {
+		t.Fatalf("%d distinct ids %s, want %d", len(seen), what, n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Fatalf("%s %s %d times", id, what, k)
+		}
+	}
 }
 
 // newClient returns a client of the test server, closed at the end of the test.
@@ -203,12 +235,19 @@ func deleteExampleKeys() {
 // onOwnConns runs f(w, b) for w = 0..n-1, each on a goroutine of its own
 // with a Broker of opts on a connection of its own, and waits for them.
 func onOwnConns(t *testing.T, n int, opts BrokerOptions, f func(w int, b *Broker)) {
+	onOwnConnsAt(t, testAddr, n, opts, f)
+}
+
+// onOwnConnsAt is onOwnConns on the server at addr.
+func onOwnConnsAt(t *testing.T, addr string, n int, opts BrokerOptions, f func(w int, b *Broker)) {
 	var wg sync.WaitGroup
 	for w := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			b, err := NewBroker(ownConn(t), opts)
+			c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})
+			t.Cleanup(func() { c.Close() })
+			b, err := NewBroker(c, opts)
 			if err != nil {
 				t.Error(err)
 				return

@@ -45,6 +45,28 @@ func (l *runsLog) get(id string) []JobInfo {
 	return append([]JobInfo(nil), l.runs[id]...)
 }
 
+// counts returns how many times each job ran.
+func (l *runsLog) counts() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]int, len(l.runs))
+	for id, r := range l.runs {
+		out[id] = len(r)
+	}
+	return out
+}
+
+// serveRuns runs an asynq server on rdb (its default queue) whose handler,
+// wrapped in idem's middleware, logs each run; stopped when the test ends.
+func serveRuns(t *testing.T, rdb redis.UniversalClient, idem *Idempotency) *runsLog {
+	log := &runsLog{runs: map[string][]JobInfo{}}
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: 4, TaskCheckInterval: 10 * time.Millisecond,
+		Logger: quietLogger{}, LogLevel: asynq.FatalLevel})
+	must(t, srv.Start(idem.Middleware()(log.handler())))
+	t.Cleanup(srv.Shutdown)
+	return log
+}
+
 func (l *runsLog) total() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
