@@ -323,14 +323,8 @@ func (b *Broker) Schedule(ctx context.Context, jobs ...Job) error {
 // Cancel removes a scheduled job. It reports whether the id was scheduled.
 // A run of the id that is already in flight is not affected.
 func (b *Broker) Cancel(ctx context.Context, id string) (bool, error) {
-	if err := checkID(ctx, "cancel", id); err != nil {
-		return false, err
-	}
-	n, err := b.repl.run(ctx, b.rdb, cancelScript, []string{b.keys.schedule, b.keys.pending}, id).Int()
-	if err != nil {
-		return false, wrap(ctx, "cancel", err, b.keys.types)
-	}
-	return n == 1, nil
+	n, err := b.move(ctx, "cancel", "", []string{id})
+	return n == 1, err
 }
 
 func checkID(ctx context.Context, op, id string) error {

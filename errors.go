@@ -32,6 +32,8 @@ var (
 	// ErrInvalidArgument: an argument is out of range (a claim max <= 0, an
 	// extension <= 0, a claim with no id or token).
 	ErrInvalidArgument = errors.New("zclaim: invalid argument")
+	// ErrNotFound: Broker.Job found no entry of the id.
+	ErrNotFound = errors.New("zclaim: job not found")
 	// ErrInvalidOptions: an options struct holds a value out of range.
 	ErrInvalidOptions = errors.New("zclaim: invalid options")
 	// ErrWrongType is matched by a *WrongTypeError.

@@ -19,10 +19,24 @@ import (
 // ZADD repeated with the same score) runs at most once. A retry's backoff
 // moves the job on the schedule but keeps its occurrence; rescheduling a
 // job that has not run yet moves it to a new occurrence.
+//
+// Broker.Job and Broker.List fill in the rest: where the job is and what
+// it carries. Fields that do not apply to its State are zero.
 type JobInfo struct {
 	ID      string    // the job id: the member of the schedule set
 	Due     time.Time // the occurrence's due time, to the millisecond
-	Attempt int       // 1 on the first claim of the occurrence, 2 after one retry, ...
+	Attempt int       // 1 on the first claim of the occurrence, 2 after one retry, ...; for a scheduled job, the attempt its next claim makes
+
+	State       JobState  `json:",omitzero"` // scheduled, in flight or dead; unknown from JobFromContext
+	RunAt       time.Time `json:",omitzero"` // scheduled: when it is next due (after a retry's backoff, later than Due)
+	Type        string    `json:",omitzero"` // asynq task type; "" for a member written by another program
+	Queue       string    `json:",omitzero"` // asynq queue; "" means "default"
+	PayloadSize int       `json:",omitzero"` // bytes of payload
+	LeaseUntil  time.Time `json:",omitzero"` // in flight: the lease deadline by Redis' clock
+	Token       int64     `json:",omitzero"` // in flight: the claim's fencing token
+	DiedAt      time.Time `json:",omitzero"` // dead: when, by Redis' clock
+	Reason      string    `json:",omitzero"` // dead: why ("lease expired", "attempts exhausted", Kill's reason)
+	Err         error     `json:"-"`         // set when the stored record could not be decoded
 }
 
 // Occurrence returns the occurrence's name, OccurrenceID(j.ID, j.Due).

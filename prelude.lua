@@ -96,19 +96,11 @@ end
 -- "<len>:<id><len>:<record>" (an empty record for a job that had none),
 -- and the count of jobs held in batch leases under "batched".
 
--- take_batch removes batch lease m ("first:n") and its jobs' records, and
--- returns its jobs as two arrays, ids and records (empty unless jobs is
--- true); nil when m is not held (its lease was lost). A damaged record
--- ends the list early: the part that cannot be read comes back third,
--- with the lease's first token fourth, for the dead set (bury_damaged).
-local function take_batch(B, R, m, jobs)
-  if redis.call('ZREM', B, m) == 0 then return nil end
-  local first, n = string.match(m, '^(%d+):(%d+)$')
+-- parse_batch splits a batch lease's jobs blob into two arrays, ids and
+-- records. A damaged blob ends the list early; the part that cannot be
+-- read comes back third (nil when the whole blob was read).
+local function parse_batch(blob)
   local ids, recs = {}, {}
-  if not first then return ids, recs, m, '0' end
-  local blob = jobs and redis.call('HGET', R, 'b' .. first) or ''
-  redis.call('HDEL', R, 'b' .. first)
-  redis.call('HINCRBY', R, 'batched', -tonumber(n))
   local pos = 1
   while pos <= #blob do
     local l1 = string.match(blob, '^(%d+):', pos)
@@ -124,7 +116,24 @@ local function take_batch(B, R, m, jobs)
     recs[#recs + 1] = string.sub(blob, s2, e2)
     pos = e2 + 1
   end
-  if pos <= #blob then return ids, recs, string.sub(blob, pos), first end
+  if pos <= #blob then return ids, recs, string.sub(blob, pos) end
+  return ids, recs, nil
+end
+
+-- take_batch removes batch lease m ("first:n") and its jobs' records, and
+-- returns its jobs as two arrays, ids and records (empty unless jobs is
+-- true); nil when m is not held (its lease was lost). A damaged record
+-- ends the list early: the part that cannot be read comes back third,
+-- with the lease's first token fourth, for the dead set (bury_damaged).
+local function take_batch(B, R, m, jobs)
+  if redis.call('ZREM', B, m) == 0 then return nil end
+  local first, n = string.match(m, '^(%d+):(%d+)$')
+  if not first then return {}, {}, m, '0' end
+  local blob = jobs and redis.call('HGET', R, 'b' .. first) or ''
+  redis.call('HDEL', R, 'b' .. first)
+  redis.call('HINCRBY', R, 'batched', -tonumber(n))
+  local ids, recs, damaged = parse_batch(blob)
+  if damaged then return ids, recs, damaged, first end
   return ids, recs
 end
 

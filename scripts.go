@@ -30,8 +30,10 @@ var (
 	finishLua string
 	//go:embed stats.lua
 	statsLua string
-	//go:embed cancel.lua
-	cancelLua string
+	//go:embed move.lua
+	moveLua string
+	//go:embed inspect.lua
+	inspectLua string
 	//go:embed dead.lua
 	deadLua string
 
@@ -44,7 +46,8 @@ var (
 	recoverScript  = newScript(recoverLua)
 	finishScript   = newScript(finishLua)
 	statsScript    = newScript(statsLua)
-	cancelScript   = newScript(cancelLua)
+	moveScript     = newScript(moveLua)
+	inspectScript  = newScript(inspectLua)
 	deadScript     = newScript(deadLua)
 )
 

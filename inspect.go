@@ -1,0 +1,311 @@
+package zclaim
+
+// Looking up a job, listing the schedule page by page, and steering
+// scheduled jobs: run now, reschedule, cancel.
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// JobState is where a job is.
+type JobState int
+
+// The states of a job. The zero value is StateUnknown: a JobInfo from
+// JobFromContext does not say, since the task a handler runs has left
+// the schedule.
+const (
+	StateUnknown   JobState = iota
+	StateScheduled          // on the schedule, waiting for its due time (or due and not yet claimed)
+	StateInFlight           // claimed, under a lease
+	StateDead               // in the dead set
+)
+
+// String returns "scheduled", "in flight", "dead" or "unknown".
+func (s JobState) String() string {
+	switch s {
+	case StateScheduled:
+		return "scheduled"
+	case StateInFlight:
+		return "in flight"
+	case StateDead:
+		return "dead"
+	}
+	return "unknown"
+}
+
+// MarshalText writes the state as String does, for JSON.
+func (s JobState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// MaxListLimit bounds one page of Broker.List.
+const MaxListLimit = MaxBatchSize
+
+// ListOptions select one page of Broker.List.
+type ListOptions struct {
+	// After is the cursor a previous page returned in JobList.Next; ""
+	// starts from the beginning.
+	After string
+	// Limit is the most jobs on the page, 1 to MaxListLimit. Default: 100.
+	Limit int
+}
+
+// JobList is one page of a listing.
+type JobList struct {
+	Jobs []JobInfo
+	// Next is the cursor of the page after this one, for ListOptions.After;
+	// "" when this page is the last.
+	Next string
+}
+
+// Job looks up a job by id. It returns an error matching ErrNotFound when
+// the id is not scheduled, in flight or dead. An id can be in several
+// places at once (a run in flight and a newer one scheduled, say): Job
+// returns the run in flight first, then the scheduled one, then the dead
+// entry; Jobs returns them all. Looking up scheduled and dead jobs costs
+// O(log n); in-flight runs are found by a scan of the claims held at that
+// instant.
+func (b *Broker) Job(ctx context.Context, id string) (JobInfo, error) {
+	all, err := b.Jobs(ctx, id)
+	if err != nil {
+		return JobInfo{}, err
+	}
+	if len(all) == 0 {
+		return JobInfo{}, zerr("zclaim: job %q: %w", id, ErrNotFound)
+	}
+	return all[0], nil
+}
+
+// Jobs returns every entry of id, read at one instant: its runs in
+// flight (lease deadline order), its scheduled run, its dead entry. None is
+// not an error.
+func (b *Broker) Jobs(ctx context.Context, id string) ([]JobInfo, error) {
+	if err := checkID(ctx, "job", id); err != nil {
+		return nil, err
+	}
+	raw, err := inspectScript.Run(ctx, b.rdb, b.inspectKeys(), "job", id).Slice()
+	if err != nil {
+		return nil, wrap(ctx, "job", err, b.keys.types)
+	}
+	jobs, _, err := b.decodeEntries(raw, false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]JobInfo, 0, len(jobs))
+	for _, st := range []JobState{StateInFlight, StateScheduled, StateDead} {
+		for _, j := range jobs {
+			if j.State == st {
+				out = append(out, j)
+			}
+		}
+	}
+	return out, nil
+}
+
+// List returns one page of the jobs in state: scheduled jobs by due time,
+// in-flight runs by lease deadline (per-job claims, then the jobs of
+// dispatchers' batch leases), dead jobs by time of death. Each page costs
+// O(log n + page) at one instant; pages read at different instants may
+// miss or repeat a job that moved between them.
+func (b *Broker) List(ctx context.Context, state JobState, opts ListOptions) (JobList, error) {
+	if err := ctx.Err(); err != nil {
+		return JobList{}, wrap(ctx, "list", err, nil)
+	}
+	if opts.Limit == 0 {
+		opts.Limit = 100
+	}
+	if opts.Limit < 1 || opts.Limit > MaxListLimit {
+		return JobList{}, zerr("zclaim: list: %w: Limit must be between 1 and %d, not %d", ErrInvalidArgument, MaxListLimit, opts.Limit)
+	}
+	what := map[JobState]string{StateScheduled: "scheduled", StateInFlight: "inflight", StateDead: "dead"}[state]
+	if what == "" {
+		return JobList{}, zerr("zclaim: list: %w: no listing of state %v", ErrInvalidArgument, state)
+	}
+	c, err := parseCursor(opts.After, what)
+	if err != nil {
+		return JobList{}, err
+	}
+	raw, err := inspectScript.Run(ctx, b.rdb, b.inspectKeys(), what, c.score, c.member, opts.Limit, c.phase, c.listed).Slice()
+	if err != nil {
+		return JobList{}, wrap(ctx, "list", err, b.keys.types)
+	}
+	jobs, next, err := b.decodeEntries(raw, true)
+	if err != nil {
+		return JobList{}, err
+	}
+	return JobList{Jobs: jobs, Next: next.String(what)}, nil
+}
+
+func (b *Broker) inspectKeys() []string {
+	return []string{b.keys.schedule, b.keys.pending, b.keys.inflight, b.keys.runs, b.keys.batches, b.keys.dead, b.keys.deadInfo}
+}
+
+// decodeEntries turns inspect.lua's entries into JobInfos; a listing's
+// reply ends with the next cursor.
+func (b *Broker) decodeEntries(raw []any, listing bool) ([]JobInfo, cursor, error) {
+	next := cursor{}
+	if listing {
+		if len(raw) == 0 {
+			return nil, next, zerr("zclaim: list: %w: empty reply", ErrCorrupt)
+		}
+		if c, ok := raw[len(raw)-1].([]any); ok && len(c) == 4 {
+			for i, p := range []*string{&next.score, &next.member, &next.phase, &next.listed} {
+				*p, _ = c[i].(string)
+			}
+		}
+		raw = raw[:len(raw)-1]
+	}
+	if len(raw)%5 != 0 {
+		return nil, next, zerr("zclaim: inspect: %w: reply of %d values", ErrCorrupt, len(raw))
+	}
+	jobs := make([]JobInfo, 0, len(raw)/5)
+	for i := 0; i < len(raw); i += 5 {
+		kind, _ := raw[i].(string)
+		id, _ := raw[i+1].(string)
+		score, _ := raw[i+2].(string)
+		data, hasData := raw[i+3].(string)
+		ref, _ := raw[i+4].(string)
+		j := JobInfo{ID: id}
+		var job Job
+		var due string
+		var err error
+		switch kind {
+		case "s":
+			j.State, j.RunAt = StateScheduled, b.scoreTime(score)
+			a := 0
+			if hasData && data != "" {
+				a, due, err = decodeRecord(data, &job)
+			}
+			j.Attempt = a + 1 // the attempt its next claim makes
+			if due == "" {
+				due = score
+			}
+		case "i", "b":
+			j.State, j.LeaseUntil = StateInFlight, msTime(score)
+			tok, mdue := ref, ""
+			if kind == "b" {
+				// "<first>:<n>#<index>": tokens run first, first+1, ...
+				lease, idx, _ := strings.Cut(ref, "#")
+				first, _, _ := strings.Cut(lease, ":")
+				f, _ := strconv.ParseInt(first, 10, 64)
+				k, _ := strconv.ParseInt(idx, 10, 64)
+				j.Token = f + k - 1
+			} else {
+				_, tok, _ = strings.Cut(ref[len(id):], "|")
+				tok, mdue, _ = strings.Cut(tok, "@")
+				j.Token, _ = strconv.ParseInt(tok, 10, 64)
+			}
+			a := 0
+			if hasData && data != "" {
+				a, due, err = decodeRecord(data, &job)
+			}
+			j.Attempt = a + 1
+			if due == "" {
+				due = mdue
+			}
+		case "d":
+			j.State, j.DiedAt = StateDead, msTime(score)
+			if hasData {
+				j.Reason, j.Attempt, due, err = decodeDeadInfo(data, &job)
+			}
+		default:
+			return nil, next, zerr("zclaim: inspect: %w: entry kind %q", ErrCorrupt, kind)
+		}
+		if err != nil {
+			j.Err = fmt.Errorf("zclaim: job %q: %w", id, err)
+		}
+		if due != "" {
+			j.Due = b.dueTime(due)
+		}
+		j.Type, j.Queue, j.PayloadSize = job.Type, job.Queue, len(job.Payload)
+		jobs = append(jobs, j)
+	}
+	return jobs, next, nil
+}
+
+// msTime reads a score in Unix ms.
+func msTime(s string) time.Time {
+	f, _ := strconv.ParseFloat(s, 64)
+	return time.UnixMilli(int64(f))
+}
+
+// cursor is a position in a listing: the last job listed, by its score
+// and member, and for in-flight runs the phase ("i" per-job claims, "b"
+// batch leases) and how many jobs of the cursor's lease were listed. As
+// text: "<what>:<phase>:<listed>:<score>:<member>".
+type cursor struct{ score, member, phase, listed string }
+
+func (c cursor) String(what string) string {
+	if c.score == "" && c.phase != "b" {
+		return ""
+	}
+	return strings.Join([]string{what, c.phase, c.listed, c.score, c.member}, ":")
+}
+
+func parseCursor(s, what string) (cursor, error) {
+	c := cursor{phase: "i", listed: "0"}
+	if s == "" {
+		return c, nil
+	}
+	p := strings.SplitN(s, ":", 5)
+	if len(p) != 5 || p[0] != what {
+		return cursor{}, zerr("zclaim: list: %w: %q is not a cursor of a %s listing", ErrInvalidArgument, s, what)
+	}
+	if _, err := strconv.ParseFloat(p[3], 64); err != nil && !(p[1] == "b" && p[3] == "") {
+		return cursor{}, zerr("zclaim: list: %w: cursor %q", ErrInvalidArgument, s)
+	}
+	c.phase, c.listed, c.score, c.member = p[1], p[2], p[3], p[4]
+	if c.phase == "" {
+		c.phase = "i"
+	}
+	return c, nil
+}
+
+// RunNow makes scheduled jobs due at once, by Redis' clock, keeping
+// their occurrences. It returns how many of ids were scheduled; the
+// others are passed over. The call is atomic.
+func (b *Broker) RunNow(ctx context.Context, ids ...string) (int, error) {
+	return b.move(ctx, "now", "", ids)
+}
+
+// Reschedule moves scheduled jobs to at. A job not claimed yet becomes a
+// new occurrence (as Schedule makes it); one waiting for a retry keeps
+// its occurrence and only moves its retry. It returns how many of ids were
+// scheduled; the others are passed over. The call is atomic.
+func (b *Broker) Reschedule(ctx context.Context, at time.Time, ids ...string) (int, error) {
+	if at.IsZero() || !inScoreRange(at) {
+		return 0, zerr("zclaim: reschedule: %w", ErrRunAtRange)
+	}
+	return b.move(ctx, "at", b.score(at), ids)
+}
+
+// CancelMany removes scheduled jobs, as Cancel does, atomically. It
+// returns how many of ids were scheduled.
+func (b *Broker) CancelMany(ctx context.Context, ids ...string) (int, error) {
+	return b.move(ctx, "cancel", "", ids)
+}
+
+func (b *Broker) move(ctx context.Context, mode, score string, ids []string) (int, error) {
+	op := map[string]string{"now": "run now", "at": "reschedule", "cancel": "cancel"}[mode]
+	args := make([]any, 0, 4+len(ids))
+	args = append(args, mode, b.ups, b.keys.notice, score)
+	for _, id := range ids {
+		if err := checkID(ctx, op, id); err != nil {
+			return 0, err
+		}
+		args = append(args, id)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, wrap(ctx, op, err, nil)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	n, err := b.repl.run(ctx, b.rdb, moveScript, []string{b.keys.schedule, b.keys.pending}, args...).Int()
+	if err != nil {
+		return 0, wrap(ctx, op, err, b.keys.types)
+	}
+	return n, nil
+}
