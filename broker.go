@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -161,6 +162,7 @@ type Broker struct {
 	state *stateMarker
 
 	noticeDenied sync.Once // a refused notice is logged once
+	recovered    struct{ requeued, dead, trimmed atomic.Int64 }
 }
 
 // Job is one piece of work on the schedule. Its ID is the member of the

@@ -98,6 +98,11 @@ type DispatcherStats struct {
 	Conflicts int64 // claims whose task id asynq already had (settled, not enqueued)
 	Failed    int64 // enqueues that failed; their claims went back with backoff
 	Dead      int64 // claims that could not become tasks (no type, one asynq refuses, or a corrupt record), sent to the dead set
+	// Lag is the distribution of the time from a job's due time to the end
+	// of its enqueue, reckoned from Redis' clock at the claim, over the
+	// first attempts enqueued (a retry's due time is its backoff's end,
+	// which claims do not read).
+	Lag LagHistogram
 }
 
 // Dispatcher moves due jobs from a Broker's schedule into asynq the moment
@@ -121,6 +126,7 @@ type Dispatcher struct {
 	log  *slog.Logger
 
 	claimed, enqueued, conflicts, failed, dead atomic.Int64
+	lag                                        lagHistogram
 }
 
 // NewDispatcher returns a dispatcher of b's jobs into c. It never closes c.
@@ -162,8 +168,11 @@ func NewDispatcher(b *Broker, c *asynq.Client, opts DispatcherOptions) (*Dispatc
 // Stats returns the dispatcher's counts.
 func (d *Dispatcher) Stats() DispatcherStats {
 	return DispatcherStats{Claimed: d.claimed.Load(), Enqueued: d.enqueued.Load(),
-		Conflicts: d.conflicts.Load(), Failed: d.failed.Load(), Dead: d.dead.Load()}
+		Conflicts: d.conflicts.Load(), Failed: d.failed.Load(), Dead: d.dead.Load(), Lag: d.lag.snapshot()}
 }
+
+// Broker returns the Broker whose schedule the dispatcher moves.
+func (d *Dispatcher) Broker() *Broker { return d.b }
 
 // Run dispatches until ctx is done, with the broker's recovery loop beside
 // it. Then it stops claiming, finishes and acks the enqueues under way, and

@@ -71,6 +71,9 @@ func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time) outcome {
 	switch {
 	case err == nil:
 		d.enqueued.Add(1)
+		if c.Attempt == 1 { // a retry's due time is its backoff's end, which claims do not read
+			d.lag.observe(redisNow.Sub(c.Due) + time.Since(claimedAt))
+		}
 	case errors.Is(err, asynq.ErrTaskIDConflict):
 		// asynq holds a task of this occurrence: pending, active,
 		// retrying, archived, or completed and retained. It is this

@@ -125,6 +125,9 @@ func (i *Idempotency) Stats() MiddlewareStats {
 		Completed: i.completed.Load(), Released: i.released.Load(), LeaseLost: i.leaseLost.Load(), StateLost: i.stateLosses()}
 }
 
+// Prefix returns the prefix of the store's keys.
+func (i *Idempotency) Prefix() string { return i.opts.Prefix }
+
 // NewIdempotency returns a store on rdb, which it never closes.
 func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempotency, error) {
 	if rdb == nil {

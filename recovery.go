@@ -72,6 +72,9 @@ func (b *Broker) Recover(ctx context.Context) (Recovered, error) {
 		n4[i], _ = raw[i].(int64)
 	}
 	r := Recovered{Requeued: int(n4[0]), Dead: int(n4[1]), scanned: int(n4[2]), Trimmed: int(n4[3])}
+	b.recovered.requeued.Add(n4[0])
+	b.recovered.dead.Add(n4[1])
+	b.recovered.trimmed.Add(n4[3])
 	r.marker, _ = raw[4].(string)
 	if r.scanned > 0 {
 		b.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: recovered expired leases",
@@ -82,6 +85,12 @@ func (b *Broker) Recover(ctx context.Context) (Recovered, error) {
 			slog.String("key", b.keys.dead), slog.Int("removed", r.Trimmed))
 	}
 	return r, nil
+}
+
+// RecoveryStats returns what this Broker's recovery passes (Recover and
+// RunRecovery) did since it was made, summed.
+func (b *Broker) RecoveryStats() Recovered {
+	return Recovered{Requeued: int(b.recovered.requeued.Load()), Dead: int(b.recovered.dead.Load()), Trimmed: int(b.recovered.trimmed.Load())}
 }
 
 // serverCheckInterval is how often RunRecovery checks the server's

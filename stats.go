@@ -4,6 +4,8 @@ package zclaim
 
 import (
 	"context"
+	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,6 +17,9 @@ type Stats struct {
 	Expired   int64     // of those, past their lease and waiting for recovery
 	Dead      int64     // jobs in the dead set
 	Next      time.Time // due time of the earliest scheduled job; zero if none
+	// OldestDue is how long the earliest scheduled job has been due, by
+	// Redis' clock; zero when none is due.
+	OldestDue time.Duration
 	// StateLost is when this Broker last noticed that the server lost the
 	// schedule's keys (restarted without persistence, flushed, failed over
 	// to a replica that lacked them); zero if never. Counts read after a
@@ -48,6 +53,54 @@ func (b *Broker) Stats(ctx context.Context) (Stats, error) {
 	}
 	if next, ok := raw[5].(string); ok {
 		st.Next = b.scoreTime(next)
+		now, _ := raw[6].(string)
+		nf, _ := strconv.ParseFloat(next, 64)
+		if f, _ := strconv.ParseFloat(now, 64); f > nf {
+			st.OldestDue = seconds((f - nf) / float64(b.ups))
+		}
 	}
 	return st, nil
+}
+
+// LagBuckets are the upper bounds of the buckets of DispatcherStats.Lag.
+var LagBuckets = []time.Duration{
+	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond,
+	50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond,
+	time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute,
+}
+
+// LagHistogram is a distribution of durations over LagBuckets.
+type LagHistogram struct {
+	// Counts[i] is how many durations were at most LagBuckets[i]
+	// (cumulative, as Prometheus counts them).
+	Counts []uint64
+	Count  uint64        // durations observed, those beyond the last bucket included
+	Sum    time.Duration // their sum
+}
+
+// lagHistogram counts durations into LagBuckets without a lock.
+type lagHistogram struct {
+	counts [16]atomic.Uint64 // per bucket, the last one past every bound
+	sum    atomic.Int64
+}
+
+func (h *lagHistogram) observe(d time.Duration) {
+	d = max(d, 0)
+	i := 0
+	for i < len(LagBuckets) && d > LagBuckets[i] {
+		i++
+	}
+	h.counts[i].Add(1)
+	h.sum.Add(int64(d))
+}
+
+func (h *lagHistogram) snapshot() LagHistogram {
+	out := LagHistogram{Counts: make([]uint64, len(LagBuckets)), Sum: time.Duration(h.sum.Load())}
+	for i := range h.counts {
+		out.Count += h.counts[i].Load()
+		if i < len(LagBuckets) {
+			out.Counts[i] = out.Count
+		}
+	}
+	return out
 }

@@ -1,0 +1,205 @@
+// Package zclaimprom exports zclaim's counts to Prometheus: the counts of
+// each schedule (read from Redis at each scrape, one round trip per
+// schedule), and what dispatchers, recovery and the idempotency
+// middleware did in this process.
+//
+//	reg.MustRegister(zclaimprom.NewCollector(zclaimprom.Options{
+//		Brokers:     []*zclaim.Broker{broker},
+//		Dispatchers: []*zclaim.Dispatcher{dispatcher},
+//		Idempotency: []*zclaim.Idempotency{store},
+//	}))
+//
+// Schedules are labelled by their key, middleware stores by their prefix.
+// Several Brokers or Dispatchers of one key in a process are summed (the
+// schedule's counts are read once).
+package zclaimprom
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/zclaim/zclaim"
+)
+
+// DefaultTimeout bounds the Redis calls of one scrape when Options.Timeout is zero.
+const DefaultTimeout = 5 * time.Second
+
+// Options say what a Collector reports. Every field may be empty.
+type Options struct {
+	// Brokers whose schedules are counted (Broker.Stats) and whose
+	// recovery passes are summed (Broker.RecoveryStats).
+	Brokers []*zclaim.Broker
+	// Dispatchers whose counts and lag are reported (Dispatcher.Stats).
+	Dispatchers []*zclaim.Dispatcher
+	// Idempotency stores whose middleware counts are reported.
+	Idempotency []*zclaim.Idempotency
+	// Timeout bounds the Redis calls of one scrape. Default: DefaultTimeout (5s).
+	Timeout time.Duration
+}
+
+// NewCollector returns a prometheus.Collector of what opts name. A
+// schedule that cannot be read at a scrape reports zclaim_up 0 and no
+// counts.
+func NewCollector(opts Options) prometheus.Collector {
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	return &collector{opts: opts}
+}
+
+type collector struct{ opts Options }
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
+}
+
+var (
+	upDesc        = desc("zclaim_up", "Whether the last scrape read the schedule's counts from Redis (1) or not (0).", "key")
+	scheduledDesc = desc("zclaim_scheduled_jobs", "Jobs on the schedule.", "key")
+	dueDesc       = desc("zclaim_due_jobs", "Scheduled jobs that are due now, by Redis' clock.", "key")
+	inflightDesc  = desc("zclaim_inflight_jobs", "Jobs claimed and not yet settled.", "key")
+	expiredDesc   = desc("zclaim_expired_jobs", "In-flight jobs past their lease, waiting for recovery.", "key")
+	deadDesc      = desc("zclaim_dead_jobs", "Jobs in the dead set.", "key")
+	oldestDesc    = desc("zclaim_oldest_due_seconds", "How long the earliest scheduled job has been due (0 when none is).", "key")
+	lostDesc      = desc("zclaim_state_lost_timestamp_seconds", "When a Broker of this process last noticed that Redis lost the schedule's keys (absent if never).", "key")
+
+	claimedDesc   = desc("zclaim_dispatcher_claimed_total", "Jobs the dispatchers claimed off the schedule.", "key")
+	enqueuedDesc  = desc("zclaim_dispatcher_enqueued_total", "Tasks the dispatchers enqueued into asynq.", "key")
+	conflictsDesc = desc("zclaim_dispatcher_conflicts_total", "Claims whose occurrence asynq already had (settled, not enqueued again).", "key")
+	failedDesc    = desc("zclaim_dispatcher_errors_total", "Enqueues that failed; their jobs went back with backoff.", "key")
+	dispDeadDesc  = desc("zclaim_dispatcher_dead_total", "Claims that could not become tasks, sent to the dead set.", "key")
+	lagDesc       = desc("zclaim_dispatch_lag_seconds", "Time from a job's due time to the end of its enqueue (first attempts), by Redis' clock.", "key")
+
+	requeuedDesc = desc("zclaim_recovery_requeued_total", "Expired runs that recovery put back on the schedule.", "key")
+	recDeadDesc  = desc("zclaim_recovery_dead_total", "Expired runs on their last attempt that recovery sent to the dead set.", "key")
+	trimmedDesc  = desc("zclaim_recovery_trimmed_total", "Jobs removed from the dead set by DeadRetention or DeadMax.", "key")
+
+	runsDesc      = desc("zclaim_middleware_tasks_total", "Tasks the idempotency middleware handled, by outcome: skipped (finished before), in_progress (running elsewhere), completed, released (failed), lease_lost.", "prefix", "outcome")
+	stateLostDesc = desc("zclaim_middleware_state_lost_total", "Times the idempotency store noticed that Redis lost its records.", "prefix")
+)
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{upDesc, scheduledDesc, dueDesc, inflightDesc, expiredDesc, deadDesc, oldestDesc, lostDesc,
+		claimedDesc, enqueuedDesc, conflictsDesc, failedDesc, dispDeadDesc, lagDesc,
+		requeuedDesc, recDeadDesc, trimmedDesc, runsDesc, stateLostDesc} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
+	defer cancel()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+
+	// Schedules: counts read once per key; recovery summed per key.
+	read := map[string]bool{}
+	recovered := map[string]*zclaim.Recovered{}
+	var keys []string
+	for _, b := range c.opts.Brokers {
+		key := b.Key()
+		r := b.RecoveryStats()
+		if sum := recovered[key]; sum != nil {
+			sum.Requeued += r.Requeued
+			sum.Dead += r.Dead
+			sum.Trimmed += r.Trimmed
+			continue
+		}
+		recovered[key] = &r
+		keys = append(keys, key)
+		if read[key] {
+			continue
+		}
+		read[key] = true
+		st, err := b.Stats(ctx)
+		if err != nil {
+			gauge(upDesc, 0, key)
+			continue
+		}
+		gauge(upDesc, 1, key)
+		gauge(scheduledDesc, float64(st.Scheduled), key)
+		gauge(dueDesc, float64(st.Due), key)
+		gauge(inflightDesc, float64(st.Inflight), key)
+		gauge(expiredDesc, float64(st.Expired), key)
+		gauge(deadDesc, float64(st.Dead), key)
+		gauge(oldestDesc, st.OldestDue.Seconds(), key)
+		if !st.StateLost.IsZero() {
+			gauge(lostDesc, float64(st.StateLost.UnixMilli())/1000, key)
+		}
+	}
+	for _, key := range keys {
+		r := recovered[key]
+		counter(requeuedDesc, int64(r.Requeued), key)
+		counter(recDeadDesc, int64(r.Dead), key)
+		counter(trimmedDesc, int64(r.Trimmed), key)
+	}
+
+	// Dispatchers, summed per key.
+	disp := map[string]*zclaim.DispatcherStats{}
+	keys = keys[:0]
+	for _, d := range c.opts.Dispatchers {
+		key, st := d.Broker().Key(), d.Stats()
+		sum := disp[key]
+		if sum == nil {
+			disp[key] = &st
+			keys = append(keys, key)
+			continue
+		}
+		sum.Claimed += st.Claimed
+		sum.Enqueued += st.Enqueued
+		sum.Conflicts += st.Conflicts
+		sum.Failed += st.Failed
+		sum.Dead += st.Dead
+		sum.Lag.Count += st.Lag.Count
+		sum.Lag.Sum += st.Lag.Sum
+		for i := range sum.Lag.Counts {
+			sum.Lag.Counts[i] += st.Lag.Counts[i]
+		}
+	}
+	for _, key := range keys {
+		st := disp[key]
+		counter(claimedDesc, st.Claimed, key)
+		counter(enqueuedDesc, st.Enqueued, key)
+		counter(conflictsDesc, st.Conflicts, key)
+		counter(failedDesc, st.Failed, key)
+		counter(dispDeadDesc, st.Dead, key)
+		buckets := make(map[float64]uint64, len(zclaim.LagBuckets))
+		for i, b := range zclaim.LagBuckets {
+			buckets[b.Seconds()] = st.Lag.Counts[i]
+		}
+		ch <- prometheus.MustNewConstHistogram(lagDesc, st.Lag.Count, st.Lag.Sum.Seconds(), buckets, key)
+	}
+
+	// Middleware stores, summed per prefix.
+	mw := map[string]*zclaim.MiddlewareStats{}
+	var prefixes []string
+	for _, s := range c.opts.Idempotency {
+		p, st := s.Prefix(), s.Stats()
+		sum := mw[p]
+		if sum == nil {
+			mw[p] = &st
+			prefixes = append(prefixes, p)
+			continue
+		}
+		sum.Skipped += st.Skipped
+		sum.InProgress += st.InProgress
+		sum.Completed += st.Completed
+		sum.Released += st.Released
+		sum.LeaseLost += st.LeaseLost
+		sum.StateLost += st.StateLost
+	}
+	for _, p := range prefixes {
+		st := mw[p]
+		counter(runsDesc, st.Skipped, p, "skipped")
+		counter(runsDesc, st.InProgress, p, "in_progress")
+		counter(runsDesc, st.Completed, p, "completed")
+		counter(runsDesc, st.Released, p, "released")
+		counter(runsDesc, st.LeaseLost, p, "lease_lost")
+		counter(stateLostDesc, st.StateLost, p)
+	}
+}

@@ -1,0 +1,197 @@
+package zclaimprom_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim"
+	"github.com/zclaim/zclaim/internal/redisproc"
+	"github.com/zclaim/zclaim/zclaimprom"
+)
+
+var addr string
+
+func TestMain(m *testing.M) {
+	slog.SetDefault(slog.New(slog.DiscardHandler))
+	redis.SetLogger(quiet{})
+	addr = os.Getenv("ZCLAIM_TEST_REDIS")
+	var srv *redisproc.Server
+	if addr == "" {
+		var err error
+		if srv, err = redisproc.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "zclaimprom tests need a Redis 7 server:", err)
+			os.Exit(2)
+		}
+		addr = srv.Addr
+	}
+	code := m.Run()
+	if srv != nil {
+		srv.Close()
+	}
+	os.Exit(code)
+}
+
+// The collector's values equal what Stats, RecoveryStats, the
+// dispatcher's and the middleware's counts say, and its metrics pass
+// Prometheus' lint.
+func TestCollector(t *testing.T) {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	key := fmt.Sprintf("zp:{%d}", time.Now().UnixNano())
+	defer func() {
+		keys, _ := rdb.Keys(ctx, "*"+strings.TrimPrefix(key, "zp:")+"*").Result()
+		if len(keys) > 0 {
+			rdb.Del(ctx, keys...)
+		}
+	}()
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: key, Lease: 20 * time.Millisecond, Backoff: func(int) time.Duration { return time.Hour }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	past, future := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	var jobs []zclaim.Job
+	for i := range 5 {
+		jobs = append(jobs, zclaim.Job{ID: fmt.Sprint("f", i), RunAt: future, Type: "t"})
+	}
+	jobs = append(jobs, zclaim.Job{ID: "expire", RunAt: past, Type: "t"}, zclaim.Job{ID: "kill", RunAt: past, Type: "t"})
+	must(t, b.Schedule(ctx, jobs...))
+	cs, err := b.Claim(ctx, 2)
+	must(t, err)
+	for _, c := range cs {
+		if c.ID == "kill" {
+			must(t, b.Kill(ctx, c, "test"))
+		}
+	}
+	time.Sleep(30 * time.Millisecond)
+	if r, err := b.Recover(ctx); err != nil || r.Requeued != 1 {
+		t.Fatalf("recover: %+v %v", r, err)
+	}
+
+	// A dispatcher of three due jobs on a second schedule.
+	key2 := key + ":d"
+	b2, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: key2})
+	must(t, err)
+	must(t, b2.Schedule(ctx, zclaim.Job{ID: "a", RunAt: past, Type: "t"}, zclaim.Job{ID: "b", RunAt: past, Type: "t"}, zclaim.Job{ID: "c", RunAt: past, Type: "t"}))
+	ac := asynq.NewClientFromRedisClient(rdb)
+	d, err := zclaim.NewDispatcher(b2, ac, zclaim.DispatcherOptions{RecoveryInterval: -1})
+	must(t, err)
+	dctx, stop := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- d.Run(dctx) }()
+	for deadline := time.Now().Add(5 * time.Second); d.Stats().Enqueued < 3 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	must(t, <-done)
+	defer rdb.Del(ctx, "asynq:{default}:pending")
+
+	// A middleware that completes one run and skips its repeat.
+	store, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: key + ":run:",
+		Key: func(context.Context, *asynq.Task) (string, error) { return "k", nil }})
+	must(t, err)
+	h := store.Middleware()(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }))
+	must(t, h.ProcessTask(ctx, asynq.NewTask("t", nil)))
+	must(t, h.ProcessTask(ctx, asynq.NewTask("t", nil)))
+
+	c := zclaimprom.NewCollector(zclaimprom.Options{Brokers: []*zclaim.Broker{b, b2}, Dispatchers: []*zclaim.Dispatcher{d},
+		Idempotency: []*zclaim.Idempotency{store}})
+	problems, err := testutil.CollectAndLint(c)
+	must(t, err)
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if st.Scheduled != 6 || st.Dead != 1 || st.Due != 0 {
+		t.Fatalf("stats: %+v", st)
+	}
+	ds := d.Stats()
+	ms := store.Stats()
+	if ds.Enqueued != 3 || ds.Lag.Count != 3 || ms.Completed != 1 || ms.Skipped != 1 {
+		t.Fatalf("dispatcher %+v, middleware %+v", ds, ms)
+	}
+	want := fmt.Sprintf(`
+# HELP zclaim_scheduled_jobs Jobs on the schedule.
+# TYPE zclaim_scheduled_jobs gauge
+zclaim_scheduled_jobs{key=%[1]q} %[3]d
+zclaim_scheduled_jobs{key=%[2]q} 0
+# HELP zclaim_dead_jobs Jobs in the dead set.
+# TYPE zclaim_dead_jobs gauge
+zclaim_dead_jobs{key=%[1]q} %[4]d
+zclaim_dead_jobs{key=%[2]q} 0
+# HELP zclaim_up Whether the last scrape read the schedule's counts from Redis (1) or not (0).
+# TYPE zclaim_up gauge
+zclaim_up{key=%[1]q} 1
+zclaim_up{key=%[2]q} 1
+# HELP zclaim_recovery_requeued_total Expired runs that recovery put back on the schedule.
+# TYPE zclaim_recovery_requeued_total counter
+zclaim_recovery_requeued_total{key=%[1]q} 1
+zclaim_recovery_requeued_total{key=%[2]q} 0
+# HELP zclaim_dispatcher_enqueued_total Tasks the dispatchers enqueued into asynq.
+# TYPE zclaim_dispatcher_enqueued_total counter
+zclaim_dispatcher_enqueued_total{key=%[2]q} %[5]d
+# HELP zclaim_middleware_tasks_total Tasks the idempotency middleware handled, by outcome: skipped (finished before), in_progress (running elsewhere), completed, released (failed), lease_lost.
+# TYPE zclaim_middleware_tasks_total counter
+zclaim_middleware_tasks_total{outcome="completed",prefix=%[6]q} 1
+zclaim_middleware_tasks_total{outcome="in_progress",prefix=%[6]q} 0
+zclaim_middleware_tasks_total{outcome="lease_lost",prefix=%[6]q} 0
+zclaim_middleware_tasks_total{outcome="released",prefix=%[6]q} 0
+zclaim_middleware_tasks_total{outcome="skipped",prefix=%[6]q} 1
+`, key, key2, st.Scheduled, st.Dead, ds.Enqueued, key+":run:")
+	must(t, testutil.CollectAndCompare(c, strings.NewReader(want), "zclaim_scheduled_jobs", "zclaim_dead_jobs", "zclaim_up",
+		"zclaim_recovery_requeued_total", "zclaim_dispatcher_enqueued_total", "zclaim_middleware_tasks_total"))
+
+	// The lag histogram counts the three first attempts.
+	reg := prometheus.NewPedanticRegistry()
+	must(t, reg.Register(c))
+	mfs, err := reg.Gather()
+	must(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "zclaim_dispatch_lag_seconds" {
+			if n := mf.GetMetric()[0].GetHistogram().GetSampleCount(); n != 3 {
+				t.Fatalf("lag histogram has %d samples, want 3", n)
+			}
+			return
+		}
+	}
+	t.Fatal("no zclaim_dispatch_lag_seconds")
+}
+
+// A schedule that cannot be read reports zclaim_up 0, and the scrape goes on.
+func TestCollectorRedisDown(t *testing.T) {
+	srv, err := redisproc.Start()
+	must(t, err)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	defer rdb.Close()
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: "zp:{down}"})
+	must(t, err)
+	srv.Close()
+	c := zclaimprom.NewCollector(zclaimprom.Options{Brokers: []*zclaim.Broker{b}, Timeout: time.Second})
+	must(t, testutil.CollectAndCompare(c, strings.NewReader(`
+# HELP zclaim_up Whether the last scrape read the schedule's counts from Redis (1) or not (0).
+# TYPE zclaim_up gauge
+zclaim_up{key="zp:{down}"} 0
+`), "zclaim_up", "zclaim_scheduled_jobs"))
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
