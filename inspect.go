@@ -40,6 +40,17 @@ func (s JobState) String() string {
 // MarshalText writes the state as String does, for JSON.
 func (s JobState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
+// UnmarshalText reads what MarshalText writes.
+func (s *JobState) UnmarshalText(b []byte) error {
+	for _, st := range []JobState{StateUnknown, StateScheduled, StateInFlight, StateDead} {
+		if st.String() == string(b) {
+			*s = st
+			return nil
+		}
+	}
+	return zerr("zclaim: %w: job state %q", ErrInvalidArgument, b)
+}
+
 // MaxListLimit bounds one page of Broker.List.
 const MaxListLimit = MaxBatchSize
 

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/zclaim/zclaim"
+)
+
+func cmdStats(ctx context.Context, c *cli, args []string) int {
+	if len(args) > 0 {
+		fmt.Fprintf(c.errw, "zclaim stats: unexpected arguments %q\n", args)
+		return exitUsage
+	}
+	st, err := c.b.Stats(ctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		c.printJSON(struct {
+			Key string
+			zclaim.Stats
+			OldestDueSeconds float64
+		}{c.key, st, st.OldestDue.Seconds()})
+		return exitOK
+	}
+	rows := [][]string{
+		{"key", c.key},
+		{"scheduled", strconv.FormatInt(st.Scheduled, 10)},
+		{"due", strconv.FormatInt(st.Due, 10)},
+		{"in flight", strconv.FormatInt(st.Inflight, 10)},
+		{"expired", strconv.FormatInt(st.Expired, 10)},
+		{"dead", strconv.FormatInt(st.Dead, 10)},
+		{"next due", when(st.Next, time.Now())},
+		{"oldest due", st.OldestDue.Round(time.Millisecond).String()},
+	}
+	table(c.out, rows)
+	return exitOK
+}
+
+var listLimit *int
+var listAfter *string
+
+func listFlags(fs *flag.FlagSet) {
+	listLimit = fs.Int("limit", 50, "jobs per page, 1 to 1000")
+	listAfter = fs.String("after", "", "the cursor a previous page printed")
+}
+
+func cmdList(ctx context.Context, c *cli, args []string) int {
+	states := map[string]zclaim.JobState{"scheduled": zclaim.StateScheduled, "inflight": zclaim.StateInFlight, "dead": zclaim.StateDead}
+	if len(args) != 1 || states[args[0]] == zclaim.StateUnknown {
+		fmt.Fprintln(c.errw, "usage: zclaim ls scheduled|inflight|dead [--limit N] [--after CURSOR] [--json]")
+		return exitUsage
+	}
+	l, err := c.b.List(ctx, states[args[0]], zclaim.ListOptions{After: *listAfter, Limit: *listLimit})
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		if l.Jobs == nil {
+			l.Jobs = []zclaim.JobInfo{}
+		}
+		c.printJSON(l)
+		return exitOK
+	}
+	now := time.Now()
+	var rows [][]string
+	switch args[0] {
+	case "scheduled":
+		rows = append(rows, []string{"ID", "RUN AT", "DUE", "ATTEMPT", "TYPE", "QUEUE", "BYTES"})
+	case "inflight":
+		rows = append(rows, []string{"ID", "LEASE UNTIL", "DUE", "ATTEMPT", "TOKEN", "TYPE", "QUEUE"})
+	case "dead":
+		rows = append(rows, []string{"ID", "DIED", "DUE", "ATTEMPTS", "TYPE", "REASON"})
+	}
+	for _, j := range l.Jobs {
+		due := j.Due.UTC().Format("2006-01-02T15:04:05.000Z")
+		switch args[0] {
+		case "scheduled":
+			rows = append(rows, []string{j.ID, when(j.RunAt, now), due, strconv.Itoa(j.Attempt), orDash(j.Type), orDash(j.Queue), strconv.Itoa(j.PayloadSize)})
+		case "inflight":
+			rows = append(rows, []string{j.ID, when(j.LeaseUntil, now), due, strconv.Itoa(j.Attempt), strconv.FormatInt(j.Token, 10), orDash(j.Type), orDash(j.Queue)})
+		case "dead":
+			rows = append(rows, []string{j.ID, when(j.DiedAt, now), due, strconv.Itoa(j.Attempt), orDash(j.Type), j.Reason})
+		}
+	}
+	table(c.out, rows)
+	if l.Next != "" {
+		fmt.Fprintf(c.errw, "more: zclaim ls %s --key %q --after %q\n", args[0], c.key, l.Next)
+	}
+	return exitOK
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func cmdShow(ctx context.Context, c *cli, args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintln(c.errw, "usage: zclaim show ID")
+		return exitUsage
+	}
+	all, err := c.b.Jobs(ctx, args[0])
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		if all == nil {
+			all = []zclaim.JobInfo{}
+		}
+		c.printJSON(all)
+	}
+	if len(all) == 0 {
+		fmt.Fprintf(c.errw, "zclaim: job %q is not scheduled, in flight or dead (key %s)\n", args[0], c.key)
+		return exitPartial
+	}
+	if c.json {
+		return exitOK
+	}
+	now := time.Now()
+	for i, j := range all {
+		if i > 0 {
+			fmt.Fprintln(c.out)
+		}
+		rows := [][]string{{"id", j.ID}, {"state", j.State.String()}, {"occurrence", j.Occurrence()}, {"due", when(j.Due, now)}}
+		switch j.State {
+		case zclaim.StateScheduled:
+			rows = append(rows, []string{"run at", when(j.RunAt, now)}, []string{"next attempt", strconv.Itoa(j.Attempt)})
+		case zclaim.StateInFlight:
+			rows = append(rows, []string{"attempt", strconv.Itoa(j.Attempt)}, []string{"lease until", when(j.LeaseUntil, now)},
+				[]string{"token", strconv.FormatInt(j.Token, 10)})
+		case zclaim.StateDead:
+			rows = append(rows, []string{"attempts", strconv.Itoa(j.Attempt)}, []string{"died", when(j.DiedAt, now)}, []string{"reason", j.Reason})
+		}
+		rows = append(rows, []string{"type", orDash(j.Type)}, []string{"queue", orDash(j.Queue)}, []string{"payload", strconv.Itoa(j.PayloadSize) + " bytes"})
+		if j.Err != nil {
+			rows = append(rows, []string{"error", j.Err.Error()})
+		}
+		table(c.out, rows)
+	}
+	return exitOK
+}
+
+var all *bool
+
+func allFlag(fs *flag.FlagSet) { all = fs.Bool("all", false, "every job of the dead set") }
+
+// steer runs a command that acts on ids: cancel, run-now, revive,
+// delete-dead. It prints how many of the ids it acted on, and exits 1 when
+// some were not in the state it acts on.
+func steer(name, did, not string) func(ctx context.Context, c *cli, args []string) int {
+	return func(ctx context.Context, c *cli, args []string) int {
+		every := all != nil && *all
+		if every == (len(args) > 0) {
+			if all != nil {
+				fmt.Fprintf(c.errw, "usage: zclaim %s ID... | --all\n", name)
+			} else {
+				fmt.Fprintf(c.errw, "usage: zclaim %s ID...\n", name)
+			}
+			return exitUsage
+		}
+		act := map[string]func(context.Context, ...string) (int, error){
+			"cancel": c.b.CancelMany, "run-now": c.b.RunNow, "revive": c.b.Revive, "delete-dead": c.b.DeleteDead,
+		}[name]
+		if every {
+			// A page of the dead set at a time, until it is empty (or a
+			// page finds nothing left to take: jobs that died since).
+			n := 0
+			for {
+				l, err := c.b.List(ctx, zclaim.StateDead, zclaim.ListOptions{Limit: zclaim.MaxListLimit})
+				if err != nil {
+					return c.fail(err)
+				}
+				ids := make([]string, len(l.Jobs))
+				for i, j := range l.Jobs {
+					ids[i] = j.ID
+				}
+				k, err := act(ctx, ids...)
+				n += k
+				if err != nil {
+					return c.fail(err)
+				}
+				if l.Next == "" || k == 0 {
+					break
+				}
+			}
+			c.report(name, did, n, n, []string{})
+			return exitOK
+		}
+		// Which ids are not where the command acts: looked up first, to
+		// name them (the command itself is atomic).
+		want := zclaim.StateScheduled
+		if name == "revive" || name == "delete-dead" {
+			want = zclaim.StateDead
+		}
+		missing := []string{}
+		for _, id := range args {
+			js, err := c.b.Jobs(ctx, id)
+			if err != nil {
+				return c.fail(err)
+			}
+			if !slices.ContainsFunc(js, func(j zclaim.JobInfo) bool { return j.State == want }) {
+				missing = append(missing, id)
+			}
+		}
+		n, err := act(ctx, args...)
+		if err != nil {
+			return c.fail(err)
+		}
+		c.report(name, did, n, len(args), missing)
+		if n < len(args) {
+			fmt.Fprintf(c.errw, "zclaim %s: %d of %d ids %s: %s\n", name, len(args)-n, len(args), not, strings.Join(missing, " "))
+			return exitPartial
+		}
+		return exitOK
+	}
+}
+
+func (c *cli) report(name, did string, n, of int, missing []string) {
+	if c.json {
+		c.printJSON(map[string]any{"command": name, "done": n, "of": of, "missing": missing})
+		return
+	}
+	fmt.Fprintf(c.out, "%s %d of %d\n", did, n, of)
+}

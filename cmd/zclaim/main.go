@@ -1,0 +1,262 @@
+// Command zclaim shows and steers a zclaim schedule in Redis.
+//
+//	go install github.com/zclaim/zclaim/cmd/zclaim@latest
+//	zclaim stats --key delay:jobs
+//	zclaim ls scheduled --limit 20
+//	zclaim show order-731
+//	zclaim doctor
+//
+// Every command takes --redis (a redis:// URL; default $REDIS_URL, else
+// redis://127.0.0.1:6379), --cluster (the URL names Redis Cluster nodes),
+// --key (the schedule key; default zclaim:{default}) and --unit (s or ms:
+// the schedule's score unit), before its own arguments. --json prints
+// JSON for scripts. Flags may come before or after the arguments; "--"
+// ends them (for an id that starts with "-").
+//
+// Exit codes: 0 done; 1 done, but not everything asked for was there (an
+// unknown id, an id not in the state the command acts on) or doctor found
+// a problem; 2 a usage error; 3 Redis could not be used (unreachable, a
+// key of the wrong type, a refused command).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitPartial = 1
+	exitUsage   = 2
+	exitRedis   = 3
+)
+
+const usage = `usage: zclaim <command> [flags] [args]
+
+commands:
+  stats                          counts of the schedule
+  ls scheduled|inflight|dead     list jobs, a page at a time (--limit, --after)
+  show ID                        where a job is, and what it carries
+  cancel ID...                   remove scheduled jobs
+  run-now ID...                  make scheduled jobs due at once
+  revive ID...|--all             put dead jobs back on the schedule, due at once
+  delete-dead ID...|--all        remove dead jobs for good
+  watch                          counts and lag, refreshed (--interval, --count)
+  doctor                         check what the schedule needs from its server
+
+flags of every command (anywhere; "--" ends them):
+  --redis URL   redis:// URL (default $REDIS_URL, else redis://127.0.0.1:6379)
+  --cluster     the URL names Redis Cluster nodes
+  --key KEY     the schedule key (default zclaim:{default})
+  --unit s|ms   the schedule's score unit (default s)
+  --json        JSON output
+
+exit codes: 0 done, 1 not all there or doctor found problems, 2 usage, 3 Redis error
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv("REDIS_URL")))
+}
+
+// cli is one invocation: its flags, its broker and where it writes.
+type cli struct {
+	out, errw io.Writer
+	fs        *flag.FlagSet
+	url       string
+	cluster   bool
+	key       string
+	unit      string
+	json      bool
+
+	rdb redis.UniversalClient
+	b   *zclaim.Broker
+}
+
+type command struct {
+	run   func(ctx context.Context, c *cli, args []string) int
+	flags func(fs *flag.FlagSet) // the command's own flags
+}
+
+var commands map[string]command
+
+func init() {
+	commands = map[string]command{
+		"stats":       {run: cmdStats},
+		"ls":          {run: cmdList, flags: listFlags},
+		"show":        {run: cmdShow},
+		"cancel":      {run: steer("cancel", "cancelled", "not scheduled")},
+		"run-now":     {run: steer("run-now", "made due now", "not scheduled")},
+		"revive":      {run: steer("revive", "revived", "not dead"), flags: allFlag},
+		"delete-dead": {run: steer("delete-dead", "deleted", "not dead"), flags: allFlag},
+		"watch":       {run: cmdWatch, flags: watchFlags},
+		"doctor":      {run: cmdDoctor, flags: doctorFlags},
+	}
+}
+
+func run(ctx context.Context, args []string, out, errw io.Writer, envURL string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(errw, usage)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	// The command is the first argument that names one: flags may come
+	// before it too.
+	name := args[0]
+	for i, a := range args {
+		if _, ok := commands[a]; ok {
+			name = a
+			args = append([]string{a}, slices.Delete(slices.Clone(args), i, i+1)...)
+			break
+		}
+	}
+	cmd, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(errw, "zclaim: unknown command %q\n\n%s", name, usage)
+		return exitUsage
+	}
+	c := &cli{out: out, errw: errw, fs: flag.NewFlagSet("zclaim "+args[0], flag.ContinueOnError)}
+	c.fs.SetOutput(errw)
+	if envURL == "" {
+		envURL = "redis://127.0.0.1:6379"
+	}
+	c.fs.StringVar(&c.url, "redis", envURL, "redis:// URL")
+	c.fs.BoolVar(&c.cluster, "cluster", false, "the URL names Redis Cluster nodes")
+	c.fs.StringVar(&c.key, "key", zclaim.DefaultKey, "the schedule key")
+	c.fs.StringVar(&c.unit, "unit", "s", "the schedule's score unit: s or ms")
+	c.fs.BoolVar(&c.json, "json", false, "JSON output")
+	if cmd.flags != nil {
+		cmd.flags(c.fs)
+	}
+	// Flags may come before, between or after the arguments ("--" ends them).
+	var pos []string
+	rest := args[1:]
+	for {
+		if err := c.fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return exitOK
+			}
+			return exitUsage
+		}
+		rest = c.fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(args[1:]) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos = append(pos, rest[0])
+		rest = rest[1:]
+	}
+	if c.unit != "s" && c.unit != "ms" {
+		fmt.Fprintf(errw, "zclaim: --unit must be s or ms, not %q\n", c.unit)
+		return exitUsage
+	}
+	if code := c.connect(); code != exitOK {
+		return code
+	}
+	defer c.rdb.Close()
+	return cmd.run(ctx, c, pos)
+}
+
+// connect opens the client and the broker. The broker accepts any server
+// (AllowEviction) and logs nothing: doctor reports what it would warn about.
+func (c *cli) connect() int {
+	if c.cluster {
+		o, err := redis.ParseClusterURL(c.url)
+		if err != nil {
+			fmt.Fprintf(c.errw, "zclaim: --redis: %v\n", err)
+			return exitUsage
+		}
+		c.rdb = redis.NewClusterClient(o)
+	} else {
+		o, err := redis.ParseURL(c.url)
+		if err != nil {
+			fmt.Fprintf(c.errw, "zclaim: --redis: %v\n", err)
+			return exitUsage
+		}
+		o.MaxRetries = 1
+		c.rdb = redis.NewClient(o)
+	}
+	unit := time.Second
+	if c.unit == "ms" {
+		unit = time.Millisecond
+	}
+	b, err := zclaim.NewBroker(c.rdb, zclaim.BrokerOptions{Key: c.key, ScoreUnit: unit, AllowEviction: true,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		c.rdb.Close()
+		fmt.Fprintf(c.errw, "%v\n", err)
+		return exitUsage
+	}
+	c.b = b
+	return exitOK
+}
+
+// fail reports a Redis error and returns its exit code.
+func (c *cli) fail(err error) int {
+	fmt.Fprintf(c.errw, "%v\n", err)
+	if errors.Is(err, zclaim.ErrInvalidArgument) {
+		return exitUsage
+	}
+	return exitRedis
+}
+
+func (c *cli) printJSON(v any) {
+	e := json.NewEncoder(c.out)
+	e.SetIndent("", "  ")
+	e.Encode(v)
+}
+
+// when formats a time for a table: UTC to the millisecond, and how far
+// from now.
+func when(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := t.Sub(now).Round(time.Millisecond)
+	rel := "in " + d.String()
+	if d < 0 {
+		rel = (-d).String() + " ago"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z") + " (" + rel + ")"
+}
+
+// table writes rows in aligned columns.
+func table(w io.Writer, rows [][]string) {
+	width := map[int]int{}
+	for _, r := range rows {
+		for i, cell := range r {
+			width[i] = max(width[i], len(cell))
+		}
+	}
+	for _, r := range rows {
+		var b strings.Builder
+		for i, cell := range r {
+			if i == len(r)-1 {
+				b.WriteString(cell)
+				break
+			}
+			b.WriteString(cell + strings.Repeat(" ", width[i]-len(cell)+2))
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+}

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim"
+	"github.com/zclaim/zclaim/internal/redisproc"
+)
+
+// The tests run the command as a built binary against a redis-server of
+// their own: one with AOF (a healthy server), and one per problem doctor
+// must catch.
+var (
+	bin string
+	srv *redisproc.Server
+	ctx = context.Background()
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "zclaim-cli-")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "zclaim")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.Exit(2)
+	}
+	if srv, err = redisproc.Start("--appendonly", "yes"); err != nil {
+		fmt.Fprintln(os.Stderr, "the zclaim command's tests need redis-server:", err)
+		os.Exit(2)
+	}
+	code := m.Run()
+	srv.Close()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// runCLI runs the binary with args on server s and returns its stdout,
+// stderr and exit code.
+func runCLI(t *testing.T, s *redisproc.Server, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "REDIS_URL=redis://"+s.Addr+"/0")
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), code
+}
+
+func want(t *testing.T, what string, got, want int, out, errOut string) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("%s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", what, got, want, out, errOut)
+	}
+}
+
+// setup schedules jobs on a key of the test's own: three later, two due,
+// one in flight, one dead.
+func setup(t *testing.T) (*zclaim.Broker, string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	key := "cli:{" + t.Name() + "}"
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: key, Lease: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	later, past := time.Now().Add(time.Hour), time.Now().Add(-time.Second)
+	err = b.Schedule(ctx,
+		zclaim.Job{ID: "a-claimed", RunAt: past.Add(-time.Minute), Type: "email"},
+		zclaim.Job{ID: "b-killed", RunAt: past.Add(-time.Minute), Type: "email", Payload: []byte("{}")},
+		zclaim.Job{ID: "due-1", RunAt: past, Type: "email", Queue: "mail"},
+		zclaim.Job{ID: "due-2", RunAt: past, Type: "email"},
+		zclaim.Job{ID: "later-1", RunAt: later, Type: "sms"},
+		zclaim.Job{ID: "later-2", RunAt: later, Type: "sms"},
+		zclaim.Job{ID: "later-3", RunAt: later, Type: "sms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := b.Claim(ctx, 2)
+	if err != nil || len(cs) != 2 {
+		t.Fatalf("claim: %v %v", cs, err)
+	}
+	for _, c := range cs {
+		if c.ID == "b-killed" {
+			if err := b.Kill(ctx, c, "bad address"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return b, key
+}
+
+func TestStatsAndList(t *testing.T) {
+	_, key := setup(t)
+	out, errOut, code := runCLI(t, srv, "stats", "--key", key)
+	want(t, "stats", code, 0, out, errOut)
+	for _, line := range []string{"scheduled   5", "due         2", "in flight   1", "dead        1"} {
+		if !strings.Contains(out, line) {
+			t.Fatalf("stats lacks %q:\n%s", line, out)
+		}
+	}
+	out, errOut, code = runCLI(t, srv, "stats", "--key", key, "--json")
+	want(t, "stats --json", code, 0, out, errOut)
+	var st struct{ Scheduled, Due, Inflight, Dead int }
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Scheduled != 5 || st.Due != 2 || st.Inflight != 1 || st.Dead != 1 {
+		t.Fatalf("stats --json: %+v %v\n%s", st, err, out)
+	}
+
+	// Paged: two pages of 3 and 2, the cursor printed on stderr.
+	out, errOut, code = runCLI(t, srv, "ls", "scheduled", "--key", key, "--limit", "3")
+	want(t, "ls scheduled", code, 0, out, errOut)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "ID") || !strings.HasPrefix(lines[1], "due-1") || !strings.Contains(lines[1], "mail") {
+		t.Fatalf("ls scheduled page 1:\n%s", out)
+	}
+	_, after, ok := strings.Cut(errOut, "--after ")
+	if !ok {
+		t.Fatalf("no cursor on stderr: %q", errOut)
+	}
+	var cursor string
+	fmt.Sscanf(after, "%q", &cursor)
+	out, errOut, code = runCLI(t, srv, "--key", key, "ls", "scheduled", "--limit", "3", "--after", cursor, "--json")
+	want(t, "ls scheduled page 2", code, 0, out, errOut)
+	var page zclaim.JobList
+	if err := json.Unmarshal([]byte(out), &page); err != nil || len(page.Jobs) != 2 || page.Jobs[0].ID != "later-2" || page.Next != "" {
+		t.Fatalf("page 2: %+v %v\n%s", page, err, out)
+	}
+	out, errOut, code = runCLI(t, srv, "ls", "inflight", "--key", key)
+	want(t, "ls inflight", code, 0, out, errOut)
+	if !strings.Contains(out, "a-claimed") || strings.Count(out, "\n") != 2 {
+		t.Fatalf("ls inflight:\n%s", out)
+	}
+	out, errOut, code = runCLI(t, srv, "ls", "dead", "--key", key)
+	want(t, "ls dead", code, 0, out, errOut)
+	if !strings.Contains(out, "b-killed") || !strings.Contains(out, "bad address") {
+		t.Fatalf("ls dead:\n%s", out)
+	}
+	_, errOut, code = runCLI(t, srv, "ls", "nowhere", "--key", key)
+	want(t, "ls nowhere", code, 2, "", errOut)
+	_, errOut, code = runCLI(t, srv, "ls", "dead", "--limit", "5000", "--key", key)
+	want(t, "ls --limit 5000", code, 2, "", errOut)
+}
+
+func TestShow(t *testing.T) {
+	_, key := setup(t)
+	for id, state := range map[string]string{"later-1": "scheduled", "a-claimed": "in flight", "b-killed": "dead"} {
+		out, errOut, code := runCLI(t, srv, "show", id, "--key", key)
+		want(t, "show "+id, code, 0, out, errOut)
+		if !regexp.MustCompile(`(?m)^state +` + state + `$`).MatchString(out) || !regexp.MustCompile(`(?m)^occurrence +` + id + `@`).MatchString(out) {
+			t.Fatalf("show %s:\n%s", id, out)
+		}
+	}
+	out, errOut, code := runCLI(t, srv, "show", "b-killed", "--key", key, "--json")
+	want(t, "show --json", code, 0, out, errOut)
+	var js []map[string]any
+	if err := json.Unmarshal([]byte(out), &js); err != nil || len(js) != 1 || js[0]["State"] != "dead" || js[0]["Reason"] != "bad address" || js[0]["PayloadSize"] != 2.0 {
+		t.Fatalf("show --json: %v %v\n%s", js, err, out)
+	}
+	_, errOut, code = runCLI(t, srv, "show", "nobody", "--key", key)
+	want(t, "show nobody", code, 1, "", errOut)
+	if !strings.Contains(errOut, "not scheduled, in flight or dead") {
+		t.Fatalf("show nobody: %q", errOut)
+	}
+}
+
+func TestSteer(t *testing.T) {
+	b, key := setup(t)
+	out, errOut, code := runCLI(t, srv, "run-now", "later-1", "--key", key)
+	want(t, "run-now", code, 0, out, errOut)
+	if j, _ := b.Job(ctx, "later-1"); j.RunAt.After(time.Now().Add(time.Second)) {
+		t.Fatalf("run-now left it at %v", j.RunAt)
+	}
+	out, errOut, code = runCLI(t, srv, "cancel", "later-2", "nobody", "--key", key)
+	want(t, "cancel", code, 1, out, errOut)
+	if out != "cancelled 1 of 2\n" || !strings.Contains(errOut, "nobody") || strings.Contains(errOut, "later-2") {
+		t.Fatalf("cancel: %q %q", out, errOut)
+	}
+	if _, err := b.Job(ctx, "later-2"); err == nil {
+		t.Fatal("later-2 still there")
+	}
+	out, errOut, code = runCLI(t, srv, "revive", "b-killed", "--key", key, "--json")
+	want(t, "revive", code, 0, out, errOut)
+	if !strings.Contains(out, `"done": 1`) {
+		t.Fatalf("revive --json: %s", out)
+	}
+	if j, _ := b.Job(ctx, "b-killed"); j.State != zclaim.StateScheduled {
+		t.Fatalf("revived: %+v", j)
+	}
+	// Kill three, revive one by name and delete the rest with --all.
+	cs, err := b.Claim(ctx, 10)
+	if err != nil || len(cs) < 3 {
+		t.Fatalf("claim: %d %v", len(cs), err)
+	}
+	for _, c := range cs {
+		b.Kill(ctx, c, "test")
+	}
+	_, errOut, code = runCLI(t, srv, "delete-dead", "--key", key)
+	want(t, "delete-dead with nothing", code, 2, "", errOut)
+	out, errOut, code = runCLI(t, srv, "delete-dead", "--all", "--key", key)
+	want(t, "delete-dead --all", code, 0, out, errOut)
+	if out != fmt.Sprintf("deleted %d of %d\n", len(cs), len(cs)) {
+		t.Fatalf("delete-dead --all: %q", out)
+	}
+	if st, _ := b.Stats(ctx); st.Dead != 0 {
+		t.Fatalf("%d dead left", st.Dead)
+	}
+	out, errOut, code = runCLI(t, srv, "revive", "--all", "--key", key)
+	want(t, "revive --all of none", code, 0, out, errOut)
+}
+
+func TestWatch(t *testing.T) {
+	_, key := setup(t)
+	out, errOut, code := runCLI(t, srv, "watch", "--key", key, "--interval", "10ms", "--count", "3")
+	want(t, "watch", code, 0, out, errOut)
+	if strings.Count(out, "zclaim watch "+key) != 3 || !strings.Contains(out, "+0.0/s") || !strings.Contains(out, "oldest due") {
+		t.Fatalf("watch:\n%s", out)
+	}
+	out, errOut, code = runCLI(t, srv, "watch", "--key", key, "--interval", "10ms", "--count", "2", "--json")
+	want(t, "watch --json", code, 0, out, errOut)
+	if strings.Count(out, "\n") != 2 || !strings.Contains(out, `"scheduled":5`) {
+		t.Fatalf("watch --json:\n%s", out)
+	}
+}
+
+func TestDoctor(t *testing.T) {
+	_, key := setup(t)
+	out, errOut, code := runCLI(t, srv, "doctor", "--key", key)
+	want(t, "doctor on a healthy server", code, 0, out, errOut)
+	if strings.Count(out, "ok ") != 6 {
+		t.Fatalf("doctor:\n%s", out)
+	}
+
+	// An evicting server without persistence, members without a type, and
+	// a key of the wrong type: each a problem with its fix.
+	bad, err := redisproc.Start("--maxmemory-policy", "allkeys-lru")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: bad.Addr})
+	defer rdb.Close()
+	rdb.ZAdd(ctx, "delay:jobs", redis.Z{Score: 1, Member: "order-731"})
+	out, errOut, code = runCLI(t, bad, "doctor", "--key", "delay:jobs")
+	want(t, "doctor on allkeys-lru", code, 1, out, errOut)
+	for _, s := range []string{"PROBLEM  eviction", "maxmemory-policy allkeys-lru", "fix: CONFIG SET maxmemory-policy noeviction",
+		"PROBLEM  persistence", "PROBLEM  typeless members", "fix: set DispatcherOptions.DefaultType", "3 problem(s)"} {
+		if !strings.Contains(out, s) {
+			t.Fatalf("doctor lacks %q:\n%s", s, out)
+		}
+	}
+	out, errOut, code = runCLI(t, bad, "doctor", "--key", "delay:jobs", "--default-type", "order", "--json")
+	want(t, "doctor --json", code, 1, out, errOut)
+	var rep struct{ Problems int }
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Problems != 2 {
+		t.Fatalf("doctor --json: %+v %v\n%s", rep, err, out)
+	}
+	rdb.Set(ctx, "{delay:jobs}:inflight", "x", 0)
+	out, errOut, code = runCLI(t, bad, "doctor", "--key", "delay:jobs")
+	want(t, "doctor with a wrong type", code, 1, out, errOut)
+	if !strings.Contains(out, "{delay:jobs}:inflight is a string, not a zset") {
+		t.Fatalf("doctor with a wrong type:\n%s", out)
+	}
+}
+
+// Usage errors exit 2; a Redis that is not there exits 3; a key of the
+// wrong type exits 3 and names it.
+func TestExitCodes(t *testing.T) {
+	_, errOut, code := runCLI(t, srv)
+	want(t, "no command", code, 2, "", errOut)
+	_, errOut, code = runCLI(t, srv, "frobnicate")
+	want(t, "unknown command", code, 2, "", errOut)
+	_, errOut, code = runCLI(t, srv, "stats", "--unit", "h")
+	want(t, "bad unit", code, 2, "", errOut)
+	_, errOut, code = runCLI(t, srv, "show")
+	want(t, "show without id", code, 2, "", errOut)
+	_, errOut, code = runCLI(t, srv, "stats", "--redis", "redis://127.0.0.1:1")
+	want(t, "no server", code, 3, "", errOut)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	rdb.Set(ctx, "cli:{wrongtype}", "x", 0)
+	defer rdb.Del(ctx, "cli:{wrongtype}")
+	_, errOut, code = runCLI(t, srv, "stats", "--key", "cli:{wrongtype}")
+	want(t, "wrong type", code, 3, "", errOut)
+	if !strings.Contains(errOut, "zclaim:") || !strings.Contains(errOut, "cli:{wrongtype}") {
+		t.Fatalf("wrong type: %q", errOut)
+	}
+}

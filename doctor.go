@@ -1,0 +1,177 @@
+package zclaim
+
+// What a schedule needs from its server, checked on demand (zclaim doctor).
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DoctorOptions tune Broker.Doctor. The zero value is valid.
+type DoctorOptions struct {
+	// DefaultType is the dispatchers' DispatcherOptions.DefaultType: with
+	// one, members without a type are fine. Default: "" (they are a problem).
+	DefaultType string
+	// MaxClockSkew is how far the server's clock may be from this
+	// machine's before it is a problem: RunAt times come from the
+	// producers' clocks, claims go by Redis' clock, so a skew makes jobs
+	// run that much early or late. Default: DefaultMaxClockSkew (500ms).
+	MaxClockSkew time.Duration
+}
+
+// DefaultMaxClockSkew is DoctorOptions.MaxClockSkew when it is zero.
+const DefaultMaxClockSkew = 500 * time.Millisecond
+
+// Problem is something Broker.Doctor found wrong, with its fix.
+type Problem struct {
+	Check  string // "version", "eviction", "persistence", "clock", "key types" or "typeless members"
+	Detail string // what is wrong
+	Fix    string // what to do about it
+}
+
+// Checked is one check that Broker.Doctor ran, and what it found.
+type Checked struct {
+	Check  string
+	Result string   // what the server said, for people
+	Issue  *Problem // nil when the check passed
+}
+
+// doctorNow is the local clock the clock check compares with (a variable
+// for the tests).
+var doctorNow = time.Now
+
+// Doctor checks what the schedule needs from the server that holds it:
+// Redis 7 or newer, an eviction policy that keeps keys (noeviction),
+// persistence (AOF or RDB save points), a clock within MaxClockSkew of
+// this machine's, keys of the right Redis types, and (unless DefaultType
+// is set) no members without a task type. It returns every check it ran;
+// a check that could not run (an ACL without CONFIG, say) says so in its
+// Result and is not a problem. It fails only when the server cannot be
+// asked at all.
+func (b *Broker) Doctor(ctx context.Context, opts DoctorOptions) ([]Checked, error) {
+	if opts.MaxClockSkew <= 0 {
+		opts.MaxClockSkew = DefaultMaxClockSkew
+	}
+	node, err := serverNode(ctx, b.rdb, b.keys.schedule)
+	if err != nil {
+		return nil, wrap(ctx, "doctor", err, nil)
+	}
+	info, err := node.Info(ctx, "server", "memory", "persistence").Result()
+	if err != nil {
+		return nil, wrap(ctx, "doctor", err, nil)
+	}
+	var out []Checked
+	add := func(check, result string, p *Problem) {
+		if p != nil {
+			p.Check = check
+		}
+		out = append(out, Checked{Check: check, Result: result, Issue: p})
+	}
+
+	version := infoField(info, "redis_version")
+	if major, _ := strconv.Atoi(strings.Split(version, ".")[0]); major < 7 {
+		add("version", "redis "+version, &Problem{Detail: "zclaim needs Redis 7 or newer, the server runs " + version,
+			Fix: "upgrade the server to Redis 7"})
+	} else {
+		add("version", "redis "+version, nil)
+	}
+
+	policy := infoField(info, "maxmemory_policy")
+	if policy != "" && policy != "noeviction" {
+		add("eviction", "maxmemory-policy "+policy, &Problem{
+			Detail: "under " + policy + " Redis deletes keys when memory runs short, and jobs or run records vanish without an error",
+			Fix:    "CONFIG SET maxmemory-policy noeviction, and set it in redis.conf"})
+	} else {
+		add("eviction", "maxmemory-policy "+policy, nil)
+	}
+
+	if infoField(info, "aof_enabled") == "1" {
+		add("persistence", "appendonly yes", nil)
+	} else if save, err := node.ConfigGet(ctx, "save").Result(); err != nil {
+		add("persistence", "appendonly no; save points unknown (CONFIG GET refused: "+err.Error()+")", nil)
+	} else if s := strings.TrimSpace(save["save"]); s == "" {
+		add("persistence", "appendonly no, no save points", &Problem{
+			Detail: "the server persists nothing: a restart loses every job",
+			Fix:    "CONFIG SET appendonly yes (appendfsync everysec or always), and set it in redis.conf"})
+	} else {
+		add("persistence", "appendonly no, RDB save points "+strconv.Quote(s)+" (a crash loses the writes since the last save)", nil)
+	}
+
+	t0 := doctorNow()
+	srv, err := node.Time(ctx).Result()
+	if err != nil {
+		return nil, wrap(ctx, "doctor", err, nil)
+	}
+	rtt := doctorNow().Sub(t0)
+	skew := srv.Sub(t0.Add(rtt / 2))
+	res := fmt.Sprintf("server clock %s from this machine's (round trip %s)", signed(skew), rtt.Round(time.Microsecond))
+	if math.Abs(float64(skew)) > float64(opts.MaxClockSkew) {
+		add("clock", res, &Problem{
+			Detail: fmt.Sprintf("the server's clock is %s from this machine's, more than %v: jobs scheduled here run that much early or late", signed(skew), opts.MaxClockSkew),
+			Fix:    "run NTP (chrony, systemd-timesyncd) on the server and on the producers' machines"})
+	} else {
+		add("clock", res, nil)
+	}
+
+	pipe := b.rdb.Pipeline()
+	names := make([]string, 0, len(b.keys.types))
+	types := map[string]*redis.StatusCmd{}
+	for k := range b.keys.types {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		types[k] = pipe.Type(ctx, k)
+	}
+	card := pipe.ZCard(ctx, b.keys.schedule)
+	hlen := pipe.HLen(ctx, b.keys.pending)
+	pipe.Exec(ctx) // each command's error is read below
+	var wrong []string
+	for _, k := range names {
+		got, err := types[k].Result()
+		if err != nil {
+			return nil, wrap(ctx, "doctor", err, nil)
+		}
+		if got != "none" && got != b.keys.types[k] {
+			wrong = append(wrong, fmt.Sprintf("%s is a %s, not a %s", k, got, b.keys.types[k]))
+		}
+	}
+	if len(wrong) > 0 {
+		add("key types", strings.Join(wrong, "; "), &Problem{
+			Detail: "keys of the schedule hold another Redis type: another program uses these names",
+			Fix:    "give the schedule another Key, or delete those keys if nothing needs them"})
+		return out, nil
+	}
+	add("key types", fmt.Sprintf("%d keys checked", len(names)), nil)
+
+	n, _ := card.Result()
+	records, _ := hlen.Result()
+	typeless := max(0, n-records)
+	switch {
+	case typeless == 0:
+		add("typeless members", "every scheduled member has a record", nil)
+	case opts.DefaultType != "":
+		add("typeless members", fmt.Sprintf("about %d members without a type become %q tasks", typeless, opts.DefaultType), nil)
+	default:
+		add("typeless members", fmt.Sprintf("about %d of %d scheduled members have no task type", typeless, n), &Problem{
+			Detail: "members written by another program (a plain ZADD) carry no task type, and with no default they go to the dead set when due",
+			Fix:    "set DispatcherOptions.DefaultType (and pass --default-type to doctor), or schedule them with Broker.Schedule and a Type"})
+	}
+	return out, nil
+}
+
+// signed formats d with its sign ("+1.2s", "-300ms").
+func signed(d time.Duration) string {
+	d = d.Round(100 * time.Microsecond)
+	if d >= 0 {
+		return "+" + d.String()
+	}
+	return d.String()
+}
