@@ -164,7 +164,7 @@ func TestShow(t *testing.T) {
 	for id, state := range map[string]string{"later-1": "scheduled", "a-claimed": "in flight", "b-killed": "dead"} {
 		out, errOut, code := runCLI(t, srv, "show", id, "--key", key)
 		want(t, "show "+id, code, 0, out, errOut)
-		if !regexp.MustCompile(`(?m)^state +` + state + `$`).MatchString(out) || !regexp.MustCompile(`(?m)^occurrence +` + id + `@`).MatchString(out) {
+		if !regexp.MustCompile(`(?m)^state +`+state+`$`).MatchString(out) || !regexp.MustCompile(`(?m)^occurrence +`+id+`@`).MatchString(out) {
 			t.Fatalf("show %s:\n%s", id, out)
 		}
 	}
