@@ -9,6 +9,7 @@
 //	go run ./example                 # in-process Redis, nothing to set up
 //	REDIS_URL=redis://localhost:6379 go run ./example
 //	go run ./example -naive          # the racy ZRANGEBYSCORE+ZREM poller, for contrast
+//	go run ./example -metrics localhost:2112   # and curl localhost:2112/metrics
 package main
 
 import (
@@ -39,6 +40,8 @@ type config struct {
 	spread   time.Duration
 	naive    bool
 	deadline time.Duration
+	metrics  string        // serve /metrics here while it runs
+	hold     time.Duration // and this long after (0: until interrupted)
 }
 
 func main() { os.Exit(realMain(os.Args[1:], os.Stdout, os.Getenv("REDIS_URL"))) }
@@ -52,6 +55,8 @@ func realMain(args []string, w io.Writer, redisURL string) int {
 	fs.DurationVar(&cfg.spread, "over", 3*time.Second, "the reminders fall due evenly over this time")
 	fs.BoolVar(&cfg.naive, "naive", false, "run the racy ZRANGEBYSCORE-then-ZREM poller instead")
 	fs.DurationVar(&cfg.deadline, "timeout", 15*time.Second, "give up after this long")
+	fs.StringVar(&cfg.metrics, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics while it runs (ADDR such as localhost:2112)")
+	fs.DurationVar(&cfg.hold, "hold", 0, "with -metrics: keep serving this long after the run (0: until Ctrl-C)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -264,6 +269,14 @@ func run(w io.Writer, rdb *redis.Client, ns string, cfg config) (bool, error) {
 		dispatchers[i] = d
 		wg.Add(1)
 		go func() { defer wg.Done(); d.Run(ctx) }()
+	}
+
+	if cfg.metrics != "" {
+		stop, err := serveMetrics(w, cfg, broker, dispatchers, idem)
+		if err != nil {
+			return false, err
+		}
+		defer stop()
 	}
 
 	// Duplicates: a second producer schedules 20 reminders again after they

@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The example program runs in CI, short: every job handled once, none
@@ -41,5 +45,42 @@ func TestExampleNaive(t *testing.T) {
 	t.Log(out.String())
 	if !strings.Contains(out.String(), "ran more than once") {
 		t.Fatalf("%s", out.String())
+	}
+}
+
+// -metrics serves the collector's metrics while the example runs.
+func TestExampleMetrics(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	done := make(chan int)
+	go func() {
+		done <- realMain([]string{"-jobs", "100", "-over", "500ms", "-metrics", addr, "-hold", "3s"}, io.Discard, os.Getenv("ZCLAIM_EXAMPLE_REDIS_URL"))
+	}()
+	var body string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		// The run is over once the middleware completed every job.
+		if regexp.MustCompile(`zclaim_middleware_tasks_total\{outcome="completed",prefix="[^"]+"\} 105\n`).MatchString(body) {
+			break
+		}
+	}
+	for _, want := range []string{`zclaim_up{key="zclaim:{zclaim-example-`, "zclaim_dispatcher_enqueued_total", "zclaim_dispatch_lag_seconds_bucket",
+		"zclaim_scheduled_jobs", `outcome="completed"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("exit code %d", code)
 	}
 }

@@ -303,3 +303,58 @@ func TestExitCodes(t *testing.T) {
 		t.Fatalf("wrong type: %q", errOut)
 	}
 }
+
+// The operator's ACL line of docs/operations.md is enough for every
+// subcommand.
+func TestACLOperator(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := regexp.MustCompile(`(?m)^ACL SETUSER operator .*$`).Find(doc)
+	if line == nil {
+		t.Fatal("docs/operations.md has no line for the operator")
+	}
+	s, err := redisproc.Start("--appendonly", "yes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer admin.Close()
+	var args []any
+	for _, w := range strings.Fields(string(line)) {
+		args = append(args, w)
+	}
+	if err := admin.Do(ctx, args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := zclaim.NewBroker(admin, zclaim.BrokerOptions{Key: "delay:jobs", Lease: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Schedule(ctx, zclaim.Job{ID: "a", RunAt: time.Now().Add(-time.Second), Type: "t"},
+		zclaim.Job{ID: "b", RunAt: time.Now().Add(time.Hour), Type: "t"}, zclaim.Job{ID: "c", RunAt: time.Now().Add(time.Hour), Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := b.Claim(ctx, 1)
+	if err != nil || len(cs) != 1 {
+		t.Fatal(cs, err)
+	}
+	b.Kill(ctx, cs[0], "test")
+	url := "redis://operator:s3cret@" + s.Addr
+	for _, cmd := range [][]string{{"stats"}, {"ls", "scheduled"}, {"ls", "inflight"}, {"ls", "dead"}, {"show", "a"},
+		{"run-now", "b"}, {"cancel", "c"}, {"revive", "a"}, {"delete-dead", "--all"}, {"watch", "--count", "1"}, {"doctor"}} {
+		out, errOut, code := runCLI(t, s, append(cmd, "--key", "delay:jobs", "--redis", url)...)
+		want(t, strings.Join(cmd, " ")+" as the operator", code, 0, out, errOut)
+		if cmd[0] == "doctor" && strings.Contains(out, "unknown") {
+			t.Fatalf("doctor as the operator could not read everything:\n%s", out)
+		}
+	}
+	// And no more: asynq's keys are not the operator's.
+	op := redis.NewClient(&redis.Options{Addr: s.Addr, Username: "operator", Password: "s3cret"})
+	defer op.Close()
+	if err := op.Get(ctx, "asynq:queues").Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("the operator may read asynq's keys: %v", err)
+	}
+}
