@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -297,5 +298,31 @@ func TestRunNowRacesClaims(t *testing.T) {
 	eachOnce(t, seen, n, "claimed")
 	if l, err := b.List(ctx, StateInFlight, ListOptions{Limit: MaxListLimit}); err != nil || len(l.Jobs) != n {
 		t.Fatalf("in flight: %d, %v", len(l.Jobs), err)
+	}
+}
+
+// Doctor flags a server clock far from this machine's (here: this
+// machine's clock made two seconds slow).
+func TestDoctorClockSkew(t *testing.T) {
+	b := newBroker(t, BrokerOptions{})
+	check := func() *Problem {
+		cs, err := b.Doctor(ctx, DoctorOptions{})
+		must(t, err)
+		for _, c := range cs {
+			if c.Check == "clock" {
+				return c.Issue
+			}
+		}
+		t.Fatal("no clock check")
+		return nil
+	}
+	if p := check(); p != nil {
+		t.Fatalf("clock problem on this machine: %+v", p)
+	}
+	doctorNow = func() time.Time { return time.Now().Add(-2 * time.Second) }
+	defer func() { doctorNow = time.Now }()
+	p := check()
+	if p == nil || !strings.Contains(p.Detail, "+2") || !strings.Contains(p.Fix, "NTP") {
+		t.Fatalf("a 2 s skew: %+v", p)
 	}
 }

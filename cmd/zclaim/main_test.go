@@ -358,3 +358,42 @@ func TestACLOperator(t *testing.T) {
 		t.Fatalf("the operator may read asynq's keys: %v", err)
 	}
 }
+
+// --cluster: the command on a Redis Cluster (one node holding every slot).
+func TestCluster(t *testing.T) {
+	s, err := redisproc.Start("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--appendonly", "yes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer admin.Close()
+	if err := admin.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if info, _ := admin.ClusterInfo(ctx).Result(); strings.Contains(info, "cluster_state:ok") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cluster is not ok")
+		}
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.Addr}})
+	defer cc.Close()
+	b, err := zclaim.NewBroker(cc, zclaim.BrokerOptions{Key: "delay:jobs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Schedule(ctx, zclaim.Job{ID: "order-731", RunAt: time.Now().Add(time.Hour), Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	url := "redis://" + s.Addr
+	for _, cmd := range [][]string{{"stats"}, {"ls", "scheduled"}, {"show", "order-731"}, {"doctor"}, {"run-now", "order-731"}} {
+		out, errOut, code := runCLI(t, s, append(cmd, "--cluster", "--key", "delay:jobs", "--redis", url)...)
+		want(t, strings.Join(cmd, " ")+" --cluster", code, 0, out, errOut)
+		if cmd[0] == "show" && !strings.Contains(out, "order-731@") {
+			t.Fatalf("show on the cluster:\n%s", out)
+		}
+	}
+}
