@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -254,6 +255,8 @@ func validateJob(j *Job) error {
 		return ErrEmptyID
 	case len(j.ID) > MaxIDLen:
 		return ErrIDTooLong
+	case strings.HasPrefix(j.ID, PeriodicPrefix):
+		return ErrReservedID
 	case j.RunAt.IsZero():
 		return ErrNoRunAt
 	case !inScoreRange(j.RunAt):

@@ -21,6 +21,17 @@ import (
 func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time) outcome {
 	ctx, cancel := context.WithTimeout(context.Background(), d.opts.EnqueueTimeout)
 	defer cancel()
+	var advance func() error // a periodic definition's next tick
+	if strings.HasPrefix(c.ID, PeriodicPrefix) {
+		var run bool
+		run, advance = d.tick(ctx, &c, redisNow.Add(time.Since(claimedAt)))
+		if !run {
+			if advance() != nil {
+				return outcome{retry: max(time.Millisecond, d.b.opts.Backoff(c.Attempt))}
+			}
+			return outcome{}
+		}
+	}
 	typ := c.Type
 	if typ == "" {
 		typ = d.opts.DefaultType
@@ -84,9 +95,18 @@ func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time) outcome {
 			slog.String("task_id", info.Occurrence()), slog.String("queue", c.Queue))
 		err = zerr("zclaim: dispatch %q: %w", info.Occurrence(), err)
 	default:
+		if advance != nil && c.Attempt >= d.b.opts.MaxAttempts {
+			advance() // the tick dies; the definition goes on
+		}
 		d.failed.Add(1)
 		d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: enqueue failed; the job goes back with backoff",
 			slog.String("id", c.ID), slog.Int("attempt", c.Attempt), slog.String("error", err.Error()))
+		d.report(c, redisNow, claimedAt, err)
+		return outcome{retry: max(time.Millisecond, d.b.opts.Backoff(c.Attempt))}
+	}
+	if advance != nil && advance() != nil {
+		// Enqueued, but no next tick: the tick goes back, meets its
+		// TaskID (or the middleware) and writes the next tick then.
 		d.report(c, redisNow, claimedAt, err)
 		return outcome{retry: max(time.Millisecond, d.b.opts.Backoff(c.Attempt))}
 	}

@@ -32,6 +32,9 @@ var (
 	// ErrInvalidArgument: an argument is out of range (a claim max <= 0, an
 	// extension <= 0, a claim with no id or token).
 	ErrInvalidArgument = errors.New("zclaim: invalid argument")
+	// ErrReservedID: a job id that begins with PeriodicPrefix, which the
+	// ticks of periodic definitions use.
+	ErrReservedID = errors.New("zclaim: job id begins with \"periodic:\", which is kept for periodic definitions")
 	// ErrNotFound: Broker.Job found no entry of the id.
 	ErrNotFound = errors.New("zclaim: job not found")
 	// ErrInvalidOptions: an options struct holds a value out of range.

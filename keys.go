@@ -21,6 +21,8 @@ type keys struct {
 	deadInfo string // hash: id -> reason and record
 	notice   string // pub/sub channel: an earlier due time was scheduled
 	marker   string // string: the state marker (see stateMarker)
+	periodic string // hash: name -> periodic definition (see periodic.lua)
+	ticks    string // hash: name -> next tick mark of a periodic definition
 	types    map[string]string
 }
 
@@ -57,9 +59,11 @@ func deriveKeys(key string, cluster bool) (keys, error) {
 		deadInfo: base + ":deadinfo",
 		notice:   base + ":notice",
 		marker:   base + ":marker",
+		periodic: base + ":periodic",
+		ticks:    base + ":ticks",
 	}
 	tagSlot := slot(key)
-	for _, d := range []string{k.inflight, k.tokens, k.pending, k.runs, k.batches, k.dead, k.deadInfo, k.marker} {
+	for _, d := range []string{k.inflight, k.tokens, k.pending, k.runs, k.batches, k.dead, k.deadInfo, k.marker, k.periodic, k.ticks} {
 		if cluster && slot(d) != tagSlot {
 			return keys{}, fmt.Errorf("%w: key %q: the keys derived from it (%q) fall in another Redis Cluster slot; give it a hash tag, for example %q",
 				ErrInvalidOptions, key, d, "zclaim:{"+strings.NewReplacer("{", "", "}", "").Replace(key)+"}")
@@ -68,6 +72,7 @@ func deriveKeys(key string, cluster bool) (keys, error) {
 	k.types = map[string]string{
 		k.schedule: "zset", k.inflight: "zset", k.tokens: "string", k.pending: "hash",
 		k.runs: "hash", k.batches: "zset", k.dead: "zset", k.deadInfo: "hash", k.marker: "string",
+		k.periodic: "hash", k.ticks: "hash",
 	}
 	return k, nil
 }

@@ -34,6 +34,8 @@ var (
 	moveLua string
 	//go:embed inspect.lua
 	inspectLua string
+	//go:embed periodic.lua
+	periodicLua string
 	//go:embed dead.lua
 	deadLua string
 
@@ -48,6 +50,7 @@ var (
 	statsScript    = newScript(statsLua)
 	moveScript     = newScript(moveLua)
 	inspectScript  = newScript(inspectLua)
+	periodicScript = newScript(periodicLua)
 	deadScript     = newScript(deadLua)
 )
 

@@ -1,0 +1,23 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+)
+
+// The periodic example runs in CI: three replicas, every tick once.
+func TestPeriodicExample(t *testing.T) {
+	var out bytes.Buffer
+	code := run([]string{"-for", "3s"}, &out, os.Getenv("ZCLAIM_EXAMPLE_REDIS_URL"))
+	t.Log("\n" + out.String())
+	if code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	for _, want := range []string{"heartbeat: ", "report: ", "0 ran twice, 0 missing", "early starts: 0"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}
