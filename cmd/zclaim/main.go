@@ -57,6 +57,7 @@ commands:
   delete-dead ID...|--all        remove dead jobs for good
   watch                          counts and lag, refreshed (--interval, --count)
   doctor                         check what the schedule needs from its server
+  audit                          read an existing sorted set (writes nothing): what it holds, what fits it
 
 flags of every command (anywhere; "--" ends them):
   --redis URL   redis:// URL (default $REDIS_URL, else redis://127.0.0.1:6379)
@@ -91,6 +92,7 @@ type cli struct {
 type command struct {
 	run   func(ctx context.Context, c *cli, args []string) int
 	flags func(fs *flag.FlagSet) // the command's own flags
+	raw   bool                   // needs only the client: writes nothing, not even the Broker's state marker
 }
 
 var commands map[string]command
@@ -106,6 +108,7 @@ func init() {
 		"delete-dead": {run: steer("delete-dead", "deleted", "not dead"), flags: allFlag},
 		"watch":       {run: cmdWatch, flags: watchFlags},
 		"doctor":      {run: cmdDoctor, flags: doctorFlags},
+		"audit":       {run: cmdAudit, raw: true},
 	}
 }
 
@@ -170,7 +173,7 @@ func run(ctx context.Context, args []string, out, errw io.Writer, envURL string)
 		fmt.Fprintf(errw, "zclaim: --unit must be s or ms, not %q\n", c.unit)
 		return exitUsage
 	}
-	if code := c.connect(); code != exitOK {
+	if code := c.connect(cmd.raw); code != exitOK {
 		return code
 	}
 	defer c.rdb.Close()
@@ -179,7 +182,7 @@ func run(ctx context.Context, args []string, out, errw io.Writer, envURL string)
 
 // connect opens the client and the broker. The broker accepts any server
 // (AllowEviction) and logs nothing: doctor reports what it would warn about.
-func (c *cli) connect() int {
+func (c *cli) connect(raw bool) int {
 	if c.cluster {
 		o, err := redis.ParseClusterURL(c.url)
 		if err != nil {
@@ -195,6 +198,9 @@ func (c *cli) connect() int {
 		}
 		o.MaxRetries = 1
 		c.rdb = redis.NewClient(o)
+	}
+	if raw {
+		return exitOK
 	}
 	unit := time.Second
 	if c.unit == "ms" {

@@ -397,3 +397,66 @@ func TestCluster(t *testing.T) {
 		}
 	}
 }
+
+// audit reads sets scored in seconds, in milliseconds and with JSON
+// members, as a user that may only read.
+func TestAudit(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	if err := rdb.Do(ctx, "ACL", "SETUSER", "auditor", "on", ">s3cret", "~audit:*", "~{audit:*", "nocommands", "+@read", "+@connection", "+time").Err(); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	var sec, milli, js []redis.Z
+	for i := range 500 {
+		at := now.Add(time.Duration(i-100) * time.Minute)
+		id := fmt.Sprintf("order-%d", i)
+		sec = append(sec, redis.Z{Score: float64(at.Unix()), Member: id})
+		milli = append(milli, redis.Z{Score: float64(at.UnixMilli()), Member: id})
+		js = append(js, redis.Z{Score: float64(at.UnixMilli()) / 1000, Member: fmt.Sprintf(`{"order":%d,"kind":"reminder"}`, i)})
+	}
+	rdb.ZAdd(ctx, "audit:sec", sec...)
+	rdb.ZAdd(ctx, "audit:ms", milli...)
+	rdb.ZAdd(ctx, "audit:json", js...)
+	rdb.Set(ctx, "audit:str", "x", 0)
+	defer rdb.Del(ctx, "audit:sec", "audit:ms", "audit:json", "audit:str")
+	keysBefore, _ := rdb.DBSize(ctx).Result()
+	url := "redis://auditor:s3cret@" + srv.Addr
+
+	audit := func(key string, code int) audit {
+		out, errOut, got := runCLI(t, srv, "audit", "--key", key, "--json", "--redis", url)
+		want(t, "audit "+key, got, code, out, errOut)
+		var a audit
+		if err := json.Unmarshal([]byte(out), &a); err != nil {
+			t.Fatalf("audit %s: %v\n%s", key, err, out)
+		}
+		return a
+	}
+	a := audit("audit:sec", 0)
+	if a.Unit != "s" || a.Members != 500 || a.Due < 99 || a.Due > 102 || a.OldestDue < 99*60 || a.Payloads != 0 ||
+		!strings.Contains(strings.Join(a.Fits, "\n"), "DefaultType") {
+		t.Fatalf("seconds: %+v", a)
+	}
+	a = audit("audit:ms", 0)
+	if a.Unit != "ms" || a.Due < 99 || a.Due > 102 || !strings.Contains(strings.Join(a.Fits, "\n"), "time.Millisecond") {
+		t.Fatalf("milliseconds: %+v", a)
+	}
+	a = audit("audit:json", 0)
+	if a.Unit != "s with fractions" || a.Payloads != a.Sampled || a.Sampled < 100 || !strings.Contains(strings.Join(a.Fits, "\n"), "docs/migrating.md") {
+		t.Fatalf("JSON members: %+v", a)
+	}
+	if a := audit("audit:str", 1); a.Type != "string" {
+		t.Fatalf("a string: %+v", a)
+	}
+	if a := audit("audit:none", 1); a.Type != "none" {
+		t.Fatalf("no key: %+v", a)
+	}
+	out, errOut, code := runCLI(t, srv, "audit", "--key", "audit:sec", "--redis", url)
+	want(t, "audit as a table", code, 0, out, errOut)
+	if !strings.Contains(out, "score unit  s") && !regexp.MustCompile(`score unit +s\n`).MatchString(out) {
+		t.Fatalf("audit table:\n%s", out)
+	}
+	if keysAfter, _ := rdb.DBSize(ctx).Result(); keysAfter != keysBefore {
+		t.Fatalf("audit wrote: %d keys before, %d after", keysBefore, keysAfter)
+	}
+}

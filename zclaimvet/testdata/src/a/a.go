@@ -1,0 +1,103 @@
+package a
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	redisv8 "github.com/go-redis/redis/v8"
+	redigo "github.com/gomodule/redigo/redis"
+	"github.com/redis/go-redis/v9"
+)
+
+var ctx = context.Background()
+
+// The seed article's poller: read the due members, then remove them.
+func naive(rdb *redis.Client) {
+	now := fmt.Sprint(time.Now().Unix())
+	ids, _ := rdb.ZRangeByScore(ctx, "delay:jobs", &redis.ZRangeBy{Min: "-inf", Max: now}).Result()
+	for _, id := range ids {
+		rdb.ZRem(ctx, "delay:jobs", id) // want `racy poller: ZRANGEBYSCORE reads due members of "delay:jobs" and ZREM removes them`
+		run(id)
+	}
+}
+
+// A real poller: a loop with a ticker, the key in a variable.
+func poller(rdb *redis.Client, stop <-chan struct{}) {
+	key := "queue:delayed"
+	t := time.NewTicker(time.Second)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		ids, err := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "+inf", Count: 100}).Result()
+		if err != nil {
+			continue
+		}
+		for _, id := range ids {
+			go run(id)
+			rdb.ZRem(ctx, key, id) // want `racy poller`
+		}
+	}
+}
+
+// A helper that takes the key as a parameter.
+func takeDue(rdb *redis.Client, key string, max string) []string {
+	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: max}).Val()
+	if len(ids) > 0 {
+		rdb.ZRemRangeByScore(ctx, key, "-inf", max) // want `racy poller: ZRANGEBYSCORE reads due members of key and ZREMRANGEBYSCORE removes them`
+	}
+	return ids
+}
+
+// A checked ZREM: correct, but a round trip per job.
+func checked(rdb *redis.Client, key string) {
+	ids, _ := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "+inf"}).Result()
+	for _, id := range ids {
+		n, err := rdb.ZRem(ctx, key, id).Result() // want `checked ZREM after ZRANGEBYSCORE on key`
+		if err != nil || n == 0 {
+			continue
+		}
+		run(id)
+	}
+}
+
+func checkedInline(rdb *redis.Client, key string) {
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() {
+		if rdb.ZRem(ctx, key, id).Val() == 1 { // want `checked ZREM`
+			run(id)
+		}
+	}
+}
+
+// ZRANGE ... BYSCORE, typed and through Do.
+func zrangeArgs(rdb *redis.Client, key string) {
+	ids := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: key, Start: "-inf", Stop: "+inf", ByScore: true}).Val()
+	rdb.ZRem(ctx, key, ids) // want `racy poller: ZRANGE BYSCORE`
+}
+
+func viaDo(rdb *redis.Client, key string) {
+	res, _ := rdb.Do(ctx, "zrangebyscore", key, "-inf", "+inf").Result()
+	rdb.Do(ctx, "ZREM", key, res) // want `racy poller: ZRANGEBYSCORE reads due members of key and ZREM`
+	rdb.Do(ctx, "ZRANGE", key, "-inf", "+inf", "BYSCORE")
+	rdb.Do(ctx, "ZREM", key, "x") // want `racy poller: ZRANGE BYSCORE`
+}
+
+// go-redis v8 and redigo.
+func v8(rdb *redisv8.Client, key string) {
+	ids, _ := rdb.ZRangeByScore(ctx, key, &redisv8.ZRangeBy{Max: "+inf"}).Result()
+	for _, id := range ids {
+		rdb.ZRem(ctx, key, id) // want `racy poller`
+	}
+}
+
+func withRedigo(c redigo.Conn, key string) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", time.Now().Unix()))
+	for _, id := range ids {
+		c.Do("ZREM", key, id) // want `racy poller`
+	}
+}
+
+func run(string) {}

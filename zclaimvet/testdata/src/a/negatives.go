@@ -1,0 +1,61 @@
+package a
+
+import (
+	"github.com/redis/go-redis/v9"
+)
+
+// A Lua script claims in one request.
+var claim = redis.NewScript(`
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 10)
+if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
+return ids`)
+
+func lua(rdb *redis.Client) {
+	claim.Run(ctx, rdb, []string{"delay:jobs"}, "1700000000")
+}
+
+// An optimistic transaction: WATCH, read, MULTI/EXEC.
+func watched(rdb *redis.Client, key string) {
+	rdb.Watch(ctx, func(tx *redis.Tx) error {
+		ids := tx.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val()
+		tx.ZRem(ctx, key, ids)
+		return nil
+	}, key)
+}
+
+// Another key, a read by rank, a removal before the read, a read alone.
+func otherKey(rdb *redis.Client) {
+	ids := rdb.ZRangeByScore(ctx, "a", &redis.ZRangeBy{Max: "+inf"}).Val()
+	rdb.ZRem(ctx, "b", ids)
+}
+
+func byRank(rdb *redis.Client, key string) {
+	ids := rdb.ZRange(ctx, key, 0, 10).Val()
+	rdb.ZRem(ctx, key, ids)
+	rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: key, Start: 0, Stop: 10})
+	rdb.ZRem(ctx, key, ids)
+}
+
+func removeFirst(rdb *redis.Client, key string) {
+	rdb.ZRem(ctx, key, "x")
+	rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"})
+}
+
+func readOnly(rdb *redis.Client, key string) []string {
+	return rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val()
+}
+
+// A poller the team accepted, silenced.
+func accepted(rdb *redis.Client, key string) {
+	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val()
+	rdb.ZRem(ctx, key, ids) //zclaimvet:ok single worker by design
+}
+
+// Two pollers in one file: each function on its own.
+func readHere(rdb *redis.Client, key string) []string {
+	return rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val()
+}
+
+func removeThere(rdb *redis.Client, key string, ids []string) {
+	rdb.ZRem(ctx, key, ids)
+}
