@@ -21,7 +21,7 @@ func TestBatchFinish(t *testing.T) {
 	must(t, b.Schedule(ctx, jobsDue(4, "job-", past)...))
 	must(t, b.rdb.ZAdd(ctx, b.keys.schedule, redis.Z{Score: 1, Member: "bare"}).Err()) // no record
 
-	res, err := b.claim(ctx, 10, leaseBatch)
+	res, err := b.claim(ctx, b.shards[0], 10, leaseBatch)
 	must(t, err)
 	if len(res.claims) != 5 || res.lease.n != 5 || res.lease.first != res.claims[0].Token {
 		t.Fatalf("claimed %d, lease %+v", len(res.claims), res.lease)
@@ -95,7 +95,7 @@ func TestBatchLeaseRecovered(t *testing.T) {
 		Backoff: func(int) time.Duration { return 0 }})
 	past := time.Now().Add(-time.Second)
 	must(t, b.Schedule(ctx, jobsDue(3, "job-", past)...))
-	res, err := b.claim(ctx, 10, leaseBatch)
+	res, err := b.claim(ctx, b.shards[0], 10, leaseBatch)
 	must(t, err)
 	must(t, b.Schedule(ctx, Job{ID: "job-0", RunAt: past, Payload: []byte("newer")}))
 	time.Sleep(30 * time.Millisecond)
@@ -114,7 +114,7 @@ func TestBatchLeaseRecovered(t *testing.T) {
 	if len(lost) != 1 {
 		t.Fatal("the old holder's finish was not refused")
 	}
-	again, err := b.claim(ctx, 10, leaseBatch)
+	again, err := b.claim(ctx, b.shards[0], 10, leaseBatch)
 	must(t, err)
 	got := map[string]Claim{}
 	for _, c := range again.claims {
@@ -152,7 +152,7 @@ func TestBatchClaimWrongType(t *testing.T) {
 				"runs": b.keys.runs, "batches": b.keys.batches}[which]
 			must(t, b.rdb.Del(ctx, bad).Err())
 			must(t, b.rdb.SAdd(ctx, bad, "x").Err())
-			res, err := b.claim(ctx, 10, mode)
+			res, err := b.claim(ctx, b.shards[0], 10, mode)
 			untouched := (batch && which == "inflight") || (!batch && which == "batches")
 			if untouched {
 				must(t, err)
@@ -228,7 +228,7 @@ func TestBatchClaimsRaceRecovery(t *testing.T) {
 					return
 				default:
 				}
-				res, err := wb.claim(ctx, 1+rand.IntN(100), []claimMode{leasePerJob, leaseBatch, leaseBatchIDs, leaseBatch}[w%4])
+				res, err := wb.claim(ctx, wb.shards[0], 1+rand.IntN(100), []claimMode{leasePerJob, leaseBatch, leaseBatchIDs, leaseBatch}[w%4])
 				if err != nil {
 					errs <- err
 					return
@@ -352,7 +352,7 @@ func TestCorruptPendingRecordKept(t *testing.T) {
 		b := newBroker(t, BrokerOptions{})
 		must(t, b.rdb.ZAdd(ctx, b.Key(), redis.Z{Score: 1, Member: "bad"}).Err())
 		must(t, b.rdb.HSet(ctx, b.keys.pending, "bad", "garbage-record").Err())
-		res, err := b.claim(ctx, 10, mode)
+		res, err := b.claim(ctx, b.shards[0], 10, mode)
 		must(t, err)
 		if mode == leasePerJob {
 			if len(res.claims) != 0 {

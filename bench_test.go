@@ -104,7 +104,7 @@ func BenchmarkBatchClaimFinish32(b *testing.B) {
 			refill()
 			b.ResetTimer()
 			for done := 0; done < b.N; {
-				res, err := br.claim(ctx, 32, mode)
+				res, err := br.claim(ctx, br.shards[0], 32, mode)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -89,6 +89,15 @@ type BrokerOptions struct {
 	// WaitTimeout bounds the wait for WaitReplicas.
 	// Default: DefaultWaitTimeout (1s) when WaitReplicas is set.
 	WaitTimeout time.Duration
+	// Shards spreads the schedule over this many sets of keys, each with
+	// a hash tag of its own derived from Key, so that Redis Cluster puts
+	// them on different masters: memory and claim work divide among them.
+	// A job's shard follows from its id (FNV-1a of the id, modulo Shards),
+	// so one job's calls touch one shard. The count is recorded with the
+	// schedule, and a Broker with another count is refused (ErrShards).
+	// Only 1 adopts an existing set as it is; with more, producers must
+	// use Schedule. 1 to MaxShards. Default: 1.
+	Shards int
 }
 
 // DefaultBackoff waits 1s after the first attempt and doubles with each
@@ -132,6 +141,9 @@ func (o *BrokerOptions) setDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.Shards == 0 {
+		o.Shards = 1
+	}
 }
 
 func (o *BrokerOptions) validate() error {
@@ -144,6 +156,8 @@ func (o *BrokerOptions) validate() error {
 		return fmt.Errorf("%w: MaxAttempts must be at least 1, not %d", ErrInvalidOptions, o.MaxAttempts)
 	case o.BatchSize < 1 || o.BatchSize > MaxBatchSize:
 		return fmt.Errorf("%w: BatchSize must be between 1 and %d, not %d", ErrInvalidOptions, MaxBatchSize, o.BatchSize)
+	case o.Shards < 1 || o.Shards > MaxShards:
+		return fmt.Errorf("%w: Shards must be between 1 and %d, not %d", ErrInvalidOptions, MaxShards, o.Shards)
 	case o.DeadRetention > 0 && o.DeadRetention < time.Millisecond:
 		return fmt.Errorf("%w: DeadRetention must be at least 1ms (or negative: no limit), not %v", ErrInvalidOptions, o.DeadRetention)
 	}
@@ -154,16 +168,18 @@ func (o *BrokerOptions) validate() error {
 // due jobs to exactly one claimer each. It is safe for concurrent use, and
 // any number of Brokers (in any number of processes) may share a schedule.
 type Broker struct {
-	rdb   redis.UniversalClient
-	opts  BrokerOptions
-	keys  keys
-	ups   int // score units per second: 1 or 1000
-	log   *slog.Logger
-	repl  replication
-	state *stateMarker
+	rdb    redis.UniversalClient
+	opts   BrokerOptions
+	keys   keys    // shard 0's: the schedule's own when unsharded
+	shards []*keys // every shard's, by index
+	ups    int     // score units per second: 1 or 1000
+	log    *slog.Logger
+	repl   replication
+	state  *stateMarker
 
 	noticeDenied sync.Once // a refused notice is logged once
 	recovered    struct{ requeued, dead, trimmed atomic.Int64 }
+	nextShard    atomic.Int64 // where Claim starts, with Shards
 }
 
 // Job is one piece of work on the schedule. Its ID is the member of the
@@ -198,6 +214,7 @@ type Claim struct {
 
 	state string // the schedule's state marker when claimed
 	mdue  string // the occurrence's due score when it rides in the in-flight member
+	shard int    // the shard it was claimed from
 }
 
 // member is the claim's entry in the in-flight set (see claim.lua).
@@ -225,25 +242,85 @@ func NewBroker(rdb redis.UniversalClient, opts BrokerOptions) (*Broker, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	k, err := deriveKeys(opts.Key, isCluster(rdb))
+	shards, err := shardKeys(opts.Key, opts.Shards, isCluster(rdb))
 	if err != nil {
 		return nil, err
 	}
+	k := *shards[0]
 	ups := 1
 	if opts.ScoreUnit == time.Millisecond {
 		ups = 1000
 	}
-	b := &Broker{rdb: rdb, opts: opts, keys: k, ups: ups, log: opts.Logger,
+	b := &Broker{rdb: rdb, opts: opts, keys: k, shards: shards, ups: ups, log: opts.Logger,
 		repl:  replication{opts.WaitReplicas, opts.WaitTimeout},
 		state: &stateMarker{rdb: rdb, key: k.marker, log: opts.Logger, what: "the schedule's keys (" + k.schedule + ")"}}
 	if err := startup(rdb, k.schedule, opts.AllowEviction, b.log, b.state); err != nil {
 		return nil, err
 	}
+	if err := b.recordShards(); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
-// Key returns the schedule key.
-func (b *Broker) Key() string { return b.keys.schedule }
+// Key returns the schedule key (BrokerOptions.Key).
+func (b *Broker) Key() string { return b.opts.Key }
+
+// byShard calls f once for each shard that ids fall in, with its ids in
+// their order (with one shard: once, with all of them).
+func (b *Broker) byShard(ids []string, f func(k *keys, ids []string) error) error {
+	if len(b.shards) == 1 {
+		return f(b.shards[0], ids)
+	}
+	groups := make([][]string, len(b.shards))
+	for _, id := range ids {
+		i := shardOf(id, len(b.shards))
+		groups[i] = append(groups[i], id)
+	}
+	for i, g := range groups {
+		if len(g) > 0 {
+			if err := f(b.shards[i], g); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// shardOf returns the keys of id's shard.
+func (b *Broker) shardOf(id string) *keys { return b.shards[shardOf(id, len(b.shards))] }
+
+// recordShards records the shard count with the schedule, or checks it
+// against the one recorded: in a string beside the unsharded schedule's
+// keys ("{delay:jobs}:shards"), written only for more than one shard. A
+// count that differs is refused; so is a sharded schedule on a key that
+// holds a set already (producers writing it would never be read).
+func (b *Broker) recordShards() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	one, _ := deriveKeys(b.opts.Key, false)
+	rec := strings.TrimSuffix(one.marker, ":marker") + ":shards"
+	n := strconv.Itoa(len(b.shards))
+	if len(b.shards) > 1 {
+		if exists, err := b.rdb.Exists(ctx, b.opts.Key).Result(); err == nil && exists == 1 {
+			return zerr("zclaim: %w: key %q holds a set already; only Shards 1 adopts an existing set (README: Redis Cluster)", ErrShards, b.opts.Key)
+		}
+		b.rdb.SetNX(ctx, rec, n, 0)
+	}
+	got, err := b.rdb.Get(ctx, rec).Result()
+	switch {
+	case err == redis.Nil:
+		got = "1"
+	case err != nil:
+		b.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not read the schedule's shard count", slog.String("key", rec), slog.String("error", err.Error()))
+		return nil
+	}
+	if got != n {
+		return zerr("zclaim: %w: the schedule %q has %s shards, not %s; open it with Shards %s (README: Redis Cluster says how to change the count)",
+			ErrShards, b.opts.Key, got, n, got)
+	}
+	return nil
+}
 
 // Lease returns the lease a claim gets.
 func (b *Broker) Lease() time.Duration { return b.opts.Lease }
@@ -289,40 +366,65 @@ func (b *Broker) Schedule(ctx context.Context, jobs ...Job) error {
 		}
 		last[jobs[i].ID] = i
 	}
-	args := make([]any, 0, 1+3*min(len(jobs), MaxBatchSize))
-	written := 0 // jobs[:written] are on the schedule
-	// flush writes the chunk in args, which ends with jobs[upTo-1].
-	flush := func(upTo int) error {
-		if len(args) > 1 {
-			res, err := b.repl.run(ctx, b.rdb, scheduleScript, []string{b.keys.schedule, b.keys.pending}, args...).Int64Slice()
+	// Per shard (one unless Shards), in order, in chunks of MaxBatchSize.
+	written := 0 // jobs on the schedule: with one shard, jobs[:written]
+	for _, k := range b.shards {
+		args := make([]any, 0, 1+3*min(len(jobs), MaxBatchSize))
+		args = append(args, b.notice(k))
+		pending, consumed := 0, 0 // jobs in args; jobs of this shard seen since the last flush
+		flush := func() error {
+			if pending == 0 {
+				written += consumed
+				consumed = 0
+				return nil
+			}
+			res, err := b.repl.run(ctx, b.rdb, scheduleScript, []string{k.schedule, k.pending}, args...).Int64Slice()
 			args = args[:1]
 			if err != nil {
-				return &ScheduleError{Written: written, Total: len(jobs), Err: wrap(ctx, "schedule", err, b.keys.types)}
+				return &ScheduleError{Written: written, Total: len(jobs), Err: wrap(ctx, "schedule", err, k.types)}
 			}
 			if len(res) == 2 && res[1] == 1 {
 				b.noticeDenied.Do(func() {
 					b.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: the server refused to publish the schedule's notice (an ACL without the channel); dispatchers find new jobs within their MaxWait instead",
-						slog.String("key", b.keys.schedule), slog.String("channel", b.keys.notice))
+						slog.String("key", k.schedule), slog.String("channel", k.notice))
 				})
 			}
+			written += consumed
+			pending, consumed = 0, 0
+			return nil
 		}
-		written = upTo
-		return nil
-	}
-	args = append(args, b.keys.notice)
-	for i, j := range jobs {
-		if last[j.ID] != i {
-			continue // a later job in this call replaces it
-		}
-		score := b.score(j.RunAt)
-		args = append(args, j.ID, score, newRecord(score, &j))
-		if len(args) > 3*MaxBatchSize {
-			if err := flush(i + 1); err != nil {
-				return err
+		for i, j := range jobs {
+			if len(b.shards) > 1 && shardOf(j.ID, len(b.shards)) != k.shard {
+				continue
+			}
+			consumed++
+			if last[j.ID] != i {
+				continue // a later job in this call replaces it
+			}
+			score := b.score(j.RunAt)
+			args = append(args, j.ID, score, newRecord(score, &j))
+			pending++
+			if pending == MaxBatchSize {
+				if err := flush(); err != nil {
+					return err
+				}
 			}
 		}
+		if err := flush(); err != nil {
+			return err
+		}
 	}
-	return flush(len(jobs))
+	return nil
+}
+
+// notice is the argument that names k's notice channel to a script: on
+// Redis Cluster "s|" before it, and the script publishes it with SPUBLISH
+// (sharded pub/sub, to the node of its slot only).
+func (b *Broker) notice(k *keys) string {
+	if isCluster(b.rdb) {
+		return "s|" + k.notice
+	}
+	return k.notice
 }
 
 // Cancel removes a scheduled job. It reports whether the id was scheduled.

@@ -169,7 +169,7 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 			mode := rapid.SampledFrom([]claimMode{leasePerJob, leaseBatch, leaseBatchIDs}).Draw(t, "mode")
 			batch := mode != leasePerJob
 			before := m.now(t)
-			res, err := m.b.claim(ctx, n, mode)
+			res, err := m.b.claim(ctx, m.b.shards[0], n, mode)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -752,7 +752,7 @@ func TestWrongType(t *testing.T) {
 	for _, v := range []string{"9007199254740990", "1e400", "nan"} {
 		must(t, rdb.Set(ctx, b.keys.tokens, v, 0).Err())
 		for _, mode := range []claimMode{leasePerJob, leaseBatch, leaseBatchIDs} {
-			_, err = b.claim(ctx, 1, mode)
+			_, err = b.claim(ctx, b.shards[0], 1, mode)
 			wantErr(t, err, ErrCorrupt)
 			if !strings.Contains(err.Error(), b.keys.tokens) {
 				t.Fatalf("the error does not name the counter: %v", err)

@@ -18,9 +18,28 @@ import (
 //
 // Finish each claim with Ack, Retry or Kill, and Extend it while working
 // past its lease. A claim that is never settled comes back through Recover.
+//
+// With Shards, a call takes jobs from one shard after another, starting
+// from the shard after the one the last call started from, until it has
+// max or has asked every shard once.
 func (b *Broker) Claim(ctx context.Context, max int) ([]Claim, error) {
-	r, err := b.claim(ctx, max, leasePerJob)
-	return r.claims, err
+	if len(b.shards) == 1 {
+		r, err := b.claim(ctx, b.shards[0], max, leasePerJob)
+		return r.claims, err
+	}
+	start := int(b.nextShard.Add(1))
+	var out []Claim
+	for i := range b.shards {
+		r, err := b.claim(ctx, b.shards[(start+i)%len(b.shards)], max-len(out), leasePerJob)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, r.claims...)
+		if len(out) >= max {
+			break
+		}
+	}
+	return out, nil
 }
 
 // claimResult is one claim script's answer.
@@ -58,8 +77,8 @@ const (
 	leaseBatchIDs claimMode = "batch-ids"
 )
 
-// claim runs claim.lua in mode.
-func (b *Broker) claim(ctx context.Context, max int, mode claimMode) (claimResult, error) {
+// claim runs claim.lua on shard k in mode.
+func (b *Broker) claim(ctx context.Context, k *keys, max int, mode claimMode) (claimResult, error) {
 	batch := mode != leasePerJob
 	if err := ctx.Err(); err != nil {
 		return claimResult{}, wrap(ctx, "claim", err, nil)
@@ -69,10 +88,10 @@ func (b *Broker) claim(ctx context.Context, max int, mode claimMode) (claimResul
 	}
 	max = min(max, MaxBatchSize)
 	raw, err := b.repl.run(ctx, b.rdb, claimScript,
-		[]string{b.keys.schedule, b.keys.inflight, b.keys.tokens, b.keys.pending, b.keys.runs, b.keys.batches},
+		[]string{k.schedule, k.inflight, k.tokens, k.pending, k.runs, k.batches},
 		max, b.opts.Lease.Milliseconds(), b.ups, string(mode)).Slice()
 	if err != nil {
-		return claimResult{}, wrap(ctx, "claim", err, b.keys.types)
+		return claimResult{}, wrap(ctx, "claim", err, k.types)
 	}
 	jobs, err := claimedJobs(raw, batch, max)
 	if err != nil {
@@ -96,7 +115,7 @@ func (b *Broker) claim(ctx context.Context, max int, mode claimMode) (claimResul
 	res.claims = make([]Claim, 0, n)
 	state := b.state.current()
 	if batch {
-		res.lease = batchLease{first: first, n: n}
+		res.lease = batchLease{first: first, n: n, shard: k.shard}
 		res.index = make([]int, 0, n)
 	}
 	for i, j := range jobs {
@@ -106,6 +125,7 @@ func (b *Broker) claim(ctx context.Context, max int, mode claimMode) (claimResul
 			Attempt:    1,
 			LeaseUntil: time.UnixMilli(deadline),
 			state:      state,
+			shard:      k.shard,
 		}
 		if j.score != "" {
 			c.RunAt = b.scoreTime(j.score)
@@ -141,6 +161,7 @@ func (b *Broker) claim(ctx context.Context, max int, mode claimMode) (claimResul
 type batchLease struct {
 	first int64
 	n     int
+	shard int
 }
 
 func (l batchLease) member() string { return strconv.FormatInt(l.first, 10) + ":" + strconv.Itoa(l.n) }
@@ -161,22 +182,34 @@ func (b *Broker) finishBatches(ctx context.Context, ends ...batchEnd) ([]batchEn
 	if len(ends) == 0 {
 		return nil, nil
 	}
-	args := []any{b.ups, b.opts.MaxAttempts, b.keys.notice}
-	for _, e := range ends {
-		args = append(args, e.lease.member(), len(e.retry)+len(e.dead))
-		for x, d := range e.retry {
-			args = append(args, x, "r", strconv.FormatInt(d.Milliseconds(), 10))
+	var lost []batchEnd
+	for _, k := range b.shards {
+		var these []batchEnd
+		args := []any{b.ups, b.opts.MaxAttempts, b.notice(k)}
+		for _, e := range ends {
+			if e.lease.shard != k.shard {
+				continue
+			}
+			these = append(these, e)
+			args = append(args, e.lease.member(), len(e.retry)+len(e.dead))
+			for x, d := range e.retry {
+				args = append(args, x, "r", strconv.FormatInt(d.Milliseconds(), 10))
+			}
+			for x, why := range e.dead {
+				args = append(args, x, "d", why)
+			}
 		}
-		for x, why := range e.dead {
-			args = append(args, x, "d", why)
+		if len(these) == 0 {
+			continue
 		}
+		res, err := b.repl.run(ctx, b.rdb, finishScript,
+			[]string{k.schedule, k.batches, k.pending, k.runs, k.dead, k.deadInfo}, args...).Int64Slice()
+		if err != nil {
+			return lost, wrap(ctx, "finish", err, k.types)
+		}
+		lost = append(lost, notHeld(res, these)...)
 	}
-	res, err := b.repl.run(ctx, b.rdb, finishScript,
-		[]string{b.keys.schedule, b.keys.batches, b.keys.pending, b.keys.runs, b.keys.dead, b.keys.deadInfo}, args...).Int64Slice()
-	if err != nil {
-		return nil, wrap(ctx, "finish", err, b.keys.types)
-	}
-	return notHeld(res, ends), nil
+	return lost, nil
 }
 
 // notHeld returns the xs whose script result is 0: their lease or token was
@@ -194,7 +227,7 @@ func notHeld[T any](res []int64, xs []T) (lost []T) {
 // where it can be inspected; it is not handed out.
 func (b *Broker) buryCorrupt(ctx context.Context, c Claim, cause error) {
 	b.log.LogAttrs(ctx, slog.LevelError, "zclaim: job record is corrupt; moved to the dead set",
-		slog.String("key", b.keys.schedule), slog.String("id", c.ID), slog.String("error", cause.Error()))
+		slog.String("key", b.shards[c.shard].schedule), slog.String("id", c.ID), slog.String("error", cause.Error()))
 	if err := b.Kill(context.WithoutCancel(ctx), c, "corrupt record: "+cause.Error()); err != nil {
 		b.log.LogAttrs(ctx, slog.LevelError, "zclaim: could not move a corrupt job to the dead set",
 			slog.String("id", c.ID), slog.String("error", err.Error()))

@@ -74,7 +74,7 @@ func TestRedisCluster(t *testing.T) {
 
 			// The dispatcher's batch claims: claim, settle, recover.
 			must(t, b.Schedule(ctx, Job{ID: "e", RunAt: past, Type: "t", Payload: []byte("p")}, Job{ID: "f", RunAt: past}))
-			res, err := b.claim(ctx, 10, leaseBatch)
+			res, err := b.claim(ctx, b.shards[0], 10, leaseBatch)
 			must(t, err)
 			if len(res.claims) != 2 {
 				t.Fatalf("batch claimed %d", len(res.claims))
@@ -83,7 +83,7 @@ func TestRedisCluster(t *testing.T) {
 			if err != nil || len(lostBatches) != 0 {
 				t.Fatalf("finish: %v %v", lostBatches, err)
 			}
-			res, err = b.claim(ctx, 10, leaseBatch)
+			res, err = b.claim(ctx, b.shards[0], 10, leaseBatch)
 			must(t, err)
 			time.Sleep(40 * time.Millisecond)
 			r, err = b.Recover(ctx)

@@ -4,6 +4,7 @@ package zclaim
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -26,23 +27,32 @@ func (b *Broker) Dead(ctx context.Context, max int) ([]DeadJob, error) {
 	if max <= 0 {
 		return nil, zerr("zclaim: dead: %w: max must be positive, not %d", ErrInvalidArgument, max)
 	}
-	raw, err := deadScript.Run(ctx, b.rdb, []string{b.keys.schedule, b.keys.pending, b.keys.dead, b.keys.deadInfo},
-		"list", b.ups, b.keys.notice, max).Slice()
-	if err != nil {
-		return nil, wrap(ctx, "dead", err, b.keys.types)
-	}
-	out := make([]DeadJob, 0, len(raw)/3)
-	for i := 0; i+2 < len(raw); i += 3 {
-		id, _ := raw[i].(string)
-		at, _ := raw[i+1].(string)
-		ms, _ := strconv.ParseFloat(at, 64)
-		d := DeadJob{Job: Job{ID: id}, DiedAt: time.UnixMilli(int64(ms))}
-		if info, ok := raw[i+2].(string); ok {
-			var due string
-			d.Reason, d.Attempts, due, d.Err = decodeDeadInfo(info, &d.Job)
-			d.Due = b.dueTime(due)
+	// The oldest max of each shard, merged (one shard: its oldest max).
+	cmds := b.eachShard(ctx, deadScript, func(k *keys) ([]string, []any) {
+		return []string{k.schedule, k.pending, k.dead, k.deadInfo}, []any{"list", b.ups, b.notice(k), max}
+	})
+	var out []DeadJob
+	for i, cmd := range cmds {
+		raw, err := cmd.Slice()
+		if err != nil {
+			return nil, wrap(ctx, "dead", err, b.shards[i].types)
 		}
-		out = append(out, d)
+		for i := 0; i+2 < len(raw); i += 3 {
+			id, _ := raw[i].(string)
+			at, _ := raw[i+1].(string)
+			ms, _ := strconv.ParseFloat(at, 64)
+			d := DeadJob{Job: Job{ID: id}, DiedAt: time.UnixMilli(int64(ms))}
+			if info, ok := raw[i+2].(string); ok {
+				var due string
+				d.Reason, d.Attempts, due, d.Err = decodeDeadInfo(info, &d.Job)
+				d.Due = b.dueTime(due)
+			}
+			out = append(out, d)
+		}
+	}
+	if len(b.shards) > 1 {
+		slices.SortStableFunc(out, func(x, y DeadJob) int { return x.DiedAt.Compare(y.DiedAt) })
+		out = out[:min(len(out), max)]
 	}
 	return out, nil
 }
@@ -66,20 +76,27 @@ func (b *Broker) takeDead(ctx context.Context, op string, ids []string) (int, er
 	if err := ctx.Err(); err != nil {
 		return 0, wrap(ctx, op, err, nil)
 	}
-	args := make([]any, 0, 3+len(ids))
-	args = append(args, op, b.ups, b.keys.notice)
 	for _, id := range ids {
 		if err := checkID(ctx, op, id); err != nil {
 			return 0, err
 		}
-		args = append(args, id)
 	}
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	n, err := b.repl.run(ctx, b.rdb, deadScript, []string{b.keys.schedule, b.keys.pending, b.keys.dead, b.keys.deadInfo}, args...).Int()
-	if err != nil {
-		return 0, wrap(ctx, op, err, b.keys.types)
-	}
-	return n, nil
+	total := 0
+	err := b.byShard(ids, func(k *keys, ids []string) error {
+		args := make([]any, 0, 3+len(ids))
+		args = append(args, op, b.ups, b.notice(k))
+		for _, id := range ids {
+			args = append(args, id)
+		}
+		n, err := b.repl.run(ctx, b.rdb, deadScript, []string{k.schedule, k.pending, k.dead, k.deadInfo}, args...).Int()
+		if err != nil {
+			return wrap(ctx, op, err, k.types)
+		}
+		total += n
+		return nil
+	})
+	return total, err
 }

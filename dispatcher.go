@@ -297,19 +297,24 @@ func (p *pipeline) stopEnqueue() {
 
 // claimUntil is the claim stage: it sleeps until the earliest due job (or
 // a wake-up), waits for room in the queue, claims, and queues the claims,
-// until ctx is done.
+// until ctx is done. With Shards it keeps each shard's next look (from its
+// claim's reply) and claims the shards that are due, one after another; a
+// wake-up makes it look at every shard.
 func (p *pipeline) claimUntil(ctx context.Context) {
 	d := p.d
+	shards := d.b.shards
 	p.timer = time.NewTimer(0)
 	defer p.timer.Stop()
 	backoff := time.Duration(0)
-	need := 1 // free queue places to wait for before claiming
-	for {
+	need := 1                              // free queue places to wait for before claiming
+	look := make([]time.Time, len(shards)) // when each shard is looked at next; zero: now
+	for first := 0; ; first++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-p.timer.C:
 		case <-p.wake:
+			clear(look)
 		}
 		for cap(p.queue)-len(p.queue) < need {
 			select {
@@ -318,21 +323,40 @@ func (p *pipeline) claimUntil(ctx context.Context) {
 			case <-p.freed:
 			}
 		}
-		want := min(cap(p.queue)-len(p.queue), d.b.opts.BatchSize)
-		res, err := d.b.claim(ctx, want, p.mode)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
+		now := time.Now()
+		next := d.opts.MaxWait
+		need = 1
+		for n := range shards {
+			i := (first + n) % len(shards)
+			if look[i].After(now) {
+				next = min(next, look[i].Sub(now))
+				continue
 			}
-			backoff = min(max(2*backoff, 10*time.Millisecond), d.opts.MaxWait)
-			d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: dispatcher claim failed; backing off",
-				slog.String("key", d.b.keys.schedule), slog.Duration("backoff", backoff), slog.String("error", err.Error()))
-			resetTimer(p.timer, backoff)
-			continue
+			room := cap(p.queue) - len(p.queue)
+			if room == 0 {
+				next, need = 0, max(1, cap(p.queue)/2)
+				break
+			}
+			want := min(room, d.b.opts.BatchSize)
+			res, err := d.b.claim(ctx, shards[i], want, p.mode)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				backoff = min(max(2*backoff, 10*time.Millisecond), d.opts.MaxWait)
+				d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: dispatcher claim failed; backing off",
+					slog.String("key", shards[i].schedule), slog.Duration("backoff", backoff), slog.String("error", err.Error()))
+				look[i] = now.Add(backoff)
+				next = min(next, backoff)
+				continue
+			}
+			backoff = 0
+			p.enqueueClaims(ctx, res)
+			after, needHere := p.nextLook(res, want)
+			look[i] = now.Add(after)
+			next, need = min(next, after), max(need, needHere)
 		}
-		backoff = 0
-		p.enqueueClaims(ctx, res)
-		need = p.nextLook(res, want)
+		resetTimer(p.timer, next)
 	}
 }
 
@@ -358,22 +382,20 @@ func (p *pipeline) enqueueClaims(ctx context.Context, res claimResult) {
 	}
 }
 
-// nextLook sets when the claim stage looks at the schedule again, and
-// returns how many free queue places it waits for first.
-func (p *pipeline) nextLook(res claimResult, want int) (need int) {
+// nextLook returns when the claim stage looks at a shard again after
+// claim res (of want jobs), and how many free queue places it waits for
+// first.
+func (p *pipeline) nextLook(res claimResult, want int) (after time.Duration, need int) {
 	switch {
 	case len(res.claims) == want:
 		// A full batch: more may be due. Claim again once half the queue
 		// is free, so that claims stay batched under load.
-		resetTimer(p.timer, 0)
-		return max(1, cap(p.queue)/2)
+		return 0, max(1, cap(p.queue)/2)
 	case !res.next:
-		resetTimer(p.timer, p.d.opts.MaxWait)
+		return p.d.opts.MaxWait, 1
 	case res.wait == 0 && len(res.claims) == 0:
 		// Due by a hair less than the clock's resolution: do not spin.
-		resetTimer(p.timer, 500*time.Microsecond)
-	default:
-		resetTimer(p.timer, min(res.wait, p.d.opts.MaxWait))
+		return 500 * time.Microsecond, 1
 	}
-	return 1
+	return min(res.wait, p.d.opts.MaxWait), 1
 }

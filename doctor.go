@@ -121,17 +121,22 @@ func (b *Broker) Doctor(ctx context.Context, opts DoctorOptions) ([]Checked, err
 	}
 
 	pipe := b.rdb.Pipeline()
-	names := make([]string, 0, len(b.keys.types))
-	types := map[string]*redis.StatusCmd{}
-	for k := range b.keys.types {
-		names = append(names, k)
+	want := map[string]string{}
+	var names []string
+	var cards, hlens []*redis.IntCmd
+	for _, sk := range b.shards {
+		for k, t := range sk.types {
+			want[k] = t
+			names = append(names, k)
+		}
+		cards = append(cards, pipe.ZCard(ctx, sk.schedule))
+		hlens = append(hlens, pipe.HLen(ctx, sk.pending))
 	}
 	slices.Sort(names)
+	types := map[string]*redis.StatusCmd{}
 	for _, k := range names {
 		types[k] = pipe.Type(ctx, k)
 	}
-	card := pipe.ZCard(ctx, b.keys.schedule)
-	hlen := pipe.HLen(ctx, b.keys.pending)
 	pipe.Exec(ctx) // each command's error is read below
 	var wrong []string
 	for _, k := range names {
@@ -139,8 +144,8 @@ func (b *Broker) Doctor(ctx context.Context, opts DoctorOptions) ([]Checked, err
 		if err != nil {
 			return nil, wrap(ctx, "doctor", err, nil)
 		}
-		if got != "none" && got != b.keys.types[k] {
-			wrong = append(wrong, fmt.Sprintf("%s is a %s, not a %s", k, got, b.keys.types[k]))
+		if got != "none" && got != want[k] {
+			wrong = append(wrong, fmt.Sprintf("%s is a %s, not a %s", k, got, want[k]))
 		}
 	}
 	if len(wrong) > 0 {
@@ -151,9 +156,13 @@ func (b *Broker) Doctor(ctx context.Context, opts DoctorOptions) ([]Checked, err
 	}
 	add("key types", fmt.Sprintf("%d keys checked", len(names)), nil)
 
-	n, _ := card.Result()
-	records, _ := hlen.Result()
-	typeless := max(0, n-records)
+	var n, typeless int64
+	for i := range cards {
+		c, _ := cards[i].Result()
+		h, _ := hlens[i].Result()
+		n += c
+		typeless += max(0, c-h)
+	}
 	switch {
 	case typeless == 0:
 		add("typeless members", "every scheduled member has a record", nil)

@@ -35,6 +35,9 @@ var (
 	// ErrReservedID: a job id that begins with PeriodicPrefix, which the
 	// ticks of periodic definitions use.
 	ErrReservedID = errors.New("zclaim: job id begins with \"periodic:\", which is kept for periodic definitions")
+	// ErrShards: a Broker's Shards differs from the count the schedule was
+	// made with, or Shards > 1 names a key that holds a set already.
+	ErrShards = errors.New("zclaim: shard count")
 	// ErrNotFound: Broker.Job found no entry of the id.
 	ErrNotFound = errors.New("zclaim: job not found")
 	// ErrInvalidOptions: an options struct holds a value out of range.
@@ -90,10 +93,12 @@ func (e *LeaseLostError) Is(target error) bool {
 // except that the chunk being written when the reply was lost (a dropped
 // connection, a timeout) may be, whole: each chunk is written atomically.
 // Scheduling a job again with the same RunAt is the same occurrence, so
-// Schedule(ctx, jobs[Written:]...) completes the call safely. Unwrap gives
-// the cause.
+// Schedule(ctx, jobs[Written:]...) completes the call safely. With
+// BrokerOptions.Shards above 1 the jobs are written shard by shard and
+// Written counts them: scheduling the whole call again is what is safe.
+// Unwrap gives the cause.
 type ScheduleError struct {
-	Written int   // jobs[:Written] are scheduled
+	Written int   // jobs[:Written] are scheduled (with Shards > 1: how many)
 	Total   int   // len(jobs)
 	Err     error // the cause, from Redis or the context
 }

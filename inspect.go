@@ -96,9 +96,10 @@ func (b *Broker) Jobs(ctx context.Context, id string) ([]JobInfo, error) {
 	if err := checkID(ctx, "job", id); err != nil {
 		return nil, err
 	}
-	raw, err := inspectScript.Run(ctx, b.rdb, b.inspectKeys(), "job", id).Slice()
+	k := b.shardOf(id)
+	raw, err := replication{}.run(ctx, b.rdb, inspectScript, k.inspectKeys(), "job", id).Slice()
 	if err != nil {
-		return nil, wrap(ctx, "job", err, b.keys.types)
+		return nil, wrap(ctx, "job", err, k.types)
 	}
 	jobs, _, err := b.decodeEntries(raw, false)
 	if err != nil {
@@ -138,19 +139,38 @@ func (b *Broker) List(ctx context.Context, state JobState, opts ListOptions) (Jo
 	if err != nil {
 		return JobList{}, err
 	}
-	raw, err := inspectScript.Run(ctx, b.rdb, b.inspectKeys(), what, c.score, c.member, opts.Limit, c.phase, c.listed).Slice()
-	if err != nil {
-		return JobList{}, wrap(ctx, "list", err, b.keys.types)
+	// With Shards, shard after shard: the cursor names its shard.
+	var out JobList
+	for limit := opts.Limit; c.shard < len(b.shards); {
+		k := b.shards[c.shard]
+		raw, err := replication{}.run(ctx, b.rdb, inspectScript, k.inspectKeys(), what, c.score, c.member, limit, c.phase, c.listed).Slice()
+		if err != nil {
+			return JobList{}, wrap(ctx, "list", err, k.types)
+		}
+		jobs, next, err := b.decodeEntries(raw, true)
+		if err != nil {
+			return JobList{}, err
+		}
+		out.Jobs = append(out.Jobs, jobs...)
+		limit -= len(jobs)
+		if next.score != "" || next.phase == "b" {
+			next.shard = c.shard
+			out.Next = next.String(what)
+			return out, nil
+		}
+		c = cursor{phase: "i", listed: "0", shard: c.shard + 1}
+		if limit == 0 {
+			if c.shard < len(b.shards) {
+				out.Next = c.String(what)
+			}
+			return out, nil
+		}
 	}
-	jobs, next, err := b.decodeEntries(raw, true)
-	if err != nil {
-		return JobList{}, err
-	}
-	return JobList{Jobs: jobs, Next: next.String(what)}, nil
+	return out, nil
 }
 
-func (b *Broker) inspectKeys() []string {
-	return []string{b.keys.schedule, b.keys.pending, b.keys.inflight, b.keys.runs, b.keys.batches, b.keys.dead, b.keys.deadInfo}
+func (k *keys) inspectKeys() []string {
+	return []string{k.schedule, k.pending, k.inflight, k.runs, k.batches, k.dead, k.deadInfo}
 }
 
 // decodeEntries turns inspect.lua's entries into JobInfos; a listing's
@@ -244,13 +264,21 @@ func msTime(s string) time.Time {
 
 // cursor is a position in a listing: the last job listed, by its score
 // and member, and for in-flight runs the phase ("i" per-job claims, "b"
-// batch leases) and how many jobs of the cursor's lease were listed. As
-// text: "<what>:<phase>:<listed>:<score>:<member>".
-type cursor struct{ score, member, phase, listed string }
+// batch leases) and how many jobs of the cursor's lease were listed; with
+// Shards, in which shard. As text:
+// "<what>:<phase>:<listed>:<score>:<member>", and "<what>@<shard>:..."
+// past shard 0.
+type cursor struct {
+	score, member, phase, listed string
+	shard                        int
+}
 
 func (c cursor) String(what string) string {
-	if c.score == "" && c.phase != "b" {
+	if c.score == "" && c.phase != "b" && c.shard == 0 {
 		return ""
+	}
+	if c.shard > 0 {
+		what += "@" + strconv.Itoa(c.shard)
 	}
 	return strings.Join([]string{what, c.phase, c.listed, c.score, c.member}, ":")
 }
@@ -261,11 +289,23 @@ func parseCursor(s, what string) (cursor, error) {
 		return c, nil
 	}
 	p := strings.SplitN(s, ":", 5)
-	if len(p) != 5 || p[0] != what {
-		return cursor{}, zerr("zclaim: list: %w: %q is not a cursor of a %s listing", ErrInvalidArgument, s, what)
+	bad := zerr("zclaim: list: %w: %q is not a cursor of a %s listing", ErrInvalidArgument, s, what)
+	if len(p) != 5 {
+		return cursor{}, bad
 	}
-	if _, err := strconv.ParseFloat(p[3], 64); err != nil && !(p[1] == "b" && p[3] == "") {
-		return cursor{}, zerr("zclaim: list: %w: cursor %q", ErrInvalidArgument, s)
+	name, shard, sharded := strings.Cut(p[0], "@")
+	if name != what {
+		return cursor{}, bad
+	}
+	if sharded {
+		n, err := strconv.Atoi(shard)
+		if err != nil || n < 1 {
+			return cursor{}, bad
+		}
+		c.shard = n
+	}
+	if _, err := strconv.ParseFloat(p[3], 64); err != nil && p[3] != "" {
+		return cursor{}, bad
 	}
 	c.phase, c.listed, c.score, c.member = p[1], p[2], p[3], p[4]
 	if c.phase == "" {
@@ -300,13 +340,10 @@ func (b *Broker) CancelMany(ctx context.Context, ids ...string) (int, error) {
 
 func (b *Broker) move(ctx context.Context, mode, score string, ids []string) (int, error) {
 	op := map[string]string{"now": "run now", "at": "reschedule", "cancel": "cancel"}[mode]
-	args := make([]any, 0, 4+len(ids))
-	args = append(args, mode, b.ups, b.keys.notice, score)
 	for _, id := range ids {
 		if err := checkID(ctx, op, id); err != nil {
 			return 0, err
 		}
-		args = append(args, id)
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, wrap(ctx, op, err, nil)
@@ -314,9 +351,19 @@ func (b *Broker) move(ctx context.Context, mode, score string, ids []string) (in
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	n, err := b.repl.run(ctx, b.rdb, moveScript, []string{b.keys.schedule, b.keys.pending}, args...).Int()
-	if err != nil {
-		return 0, wrap(ctx, op, err, b.keys.types)
-	}
-	return n, nil
+	total := 0
+	err := b.byShard(ids, func(k *keys, ids []string) error {
+		args := make([]any, 0, 4+len(ids))
+		args = append(args, mode, b.ups, b.notice(k), score)
+		for _, id := range ids {
+			args = append(args, id)
+		}
+		n, err := b.repl.run(ctx, b.rdb, moveScript, []string{k.schedule, k.pending}, args...).Int()
+		if err != nil {
+			return wrap(ctx, op, err, k.types)
+		}
+		total += n
+		return nil
+	})
+	return total, err
 }

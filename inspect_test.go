@@ -79,7 +79,7 @@ func TestJobLookup(t *testing.T) {
 
 	// A dispatcher's batch lease.
 	must(t, b.Schedule(ctx, Job{ID: "x1", RunAt: due, Type: "t"}, Job{ID: "x2", RunAt: due, Type: "t"}))
-	res, err := b.claim(ctx, 10, leaseBatchIDs)
+	res, err := b.claim(ctx, b.shards[0], 10, leaseBatchIDs)
 	must(t, err)
 	if len(res.claims) != 2 {
 		t.Fatalf("batch claimed %d", len(res.claims))
@@ -157,9 +157,9 @@ func TestListPaging(t *testing.T) {
 		due = append(due, Job{ID: "bat" + strconv.Itoa(i), RunAt: time.Now().Add(-time.Second), Type: "t"})
 	}
 	must(t, b.Schedule(ctx, due...))
-	_, err = b.claim(ctx, 3, leaseBatchIDs)
+	_, err = b.claim(ctx, b.shards[0], 3, leaseBatchIDs)
 	must(t, err)
-	_, err = b.claim(ctx, 3, leaseBatchIDs)
+	_, err = b.claim(ctx, b.shards[0], 3, leaseBatchIDs)
 	must(t, err)
 	for _, limit := range []int{1, 2, 3, 4, 100} {
 		var got []string

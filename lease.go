@@ -48,18 +48,30 @@ func (b *Broker) AckMany(ctx context.Context, cs ...Claim) (lost []Claim, err er
 	if len(cs) == 0 {
 		return nil, nil
 	}
-	args := make([]any, len(cs))
-	for i, c := range cs {
+	for _, c := range cs {
 		if err := checkClaim(ctx, "ack", c); err != nil {
 			return nil, err
 		}
-		args[i] = c.member()
 	}
-	res, err := b.repl.run(ctx, b.rdb, ackScript, []string{b.keys.inflight, b.keys.runs}, args...).Int64Slice()
-	if err != nil {
-		return nil, wrap(ctx, "ack", err, b.keys.types)
+	for _, k := range b.shards {
+		var these []Claim
+		var args []any
+		for _, c := range cs {
+			if c.shard == k.shard {
+				these = append(these, c)
+				args = append(args, c.member())
+			}
+		}
+		if len(these) == 0 {
+			continue
+		}
+		res, err := b.repl.run(ctx, b.rdb, ackScript, []string{k.inflight, k.runs}, args...).Int64Slice()
+		if err != nil {
+			return lost, wrap(ctx, "ack", err, k.types)
+		}
+		lost = append(lost, notHeld(res, these)...)
 	}
-	return notHeld(res, cs), nil
+	return lost, nil
 }
 
 // Extend moves c's lease deadline to d from now (by Redis' clock) and
@@ -73,9 +85,10 @@ func (b *Broker) Extend(ctx context.Context, c Claim, d time.Duration) (Claim, e
 	if d <= 0 {
 		return c, zerr("zclaim: extend: %w: duration must be positive, not %v", ErrInvalidArgument, d)
 	}
-	deadline, err := b.repl.run(ctx, b.rdb, extendScript, []string{b.keys.inflight}, c.member(), ms(d)).Int64()
+	k := b.claimKeys(c)
+	deadline, err := b.repl.run(ctx, b.rdb, extendScript, []string{k.inflight}, c.member(), ms(d)).Int64()
 	if err != nil {
-		return c, wrap(ctx, "extend", err, b.keys.types)
+		return c, wrap(ctx, "extend", err, k.types)
 	}
 	if deadline == 0 {
 		return c, b.leaseLost(ctx, "extend", c)
@@ -103,23 +116,33 @@ func (b *Broker) Retry(ctx context.Context, c Claim, at time.Time) error {
 	} else {
 		when = b.score(at)
 	}
-	n, err := b.repl.run(ctx, b.rdb, retryScript, b.settleKeys(), c.member(),
-		mode, when, b.opts.MaxAttempts, b.ups, b.keys.notice).Int()
+	k := b.claimKeys(c)
+	n, err := b.repl.run(ctx, b.rdb, retryScript, k.settleKeys(), c.member(),
+		mode, when, b.opts.MaxAttempts, b.ups, b.notice(k)).Int()
 	if err != nil {
-		return wrap(ctx, "retry", err, b.keys.types)
+		return wrap(ctx, "retry", err, k.types)
 	}
 	switch n {
 	case 0:
 		return b.leaseLost(ctx, "retry", c)
 	case 2:
 		b.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: job attempts exhausted; moved to the dead set",
-			slog.String("key", b.keys.schedule), slog.String("id", c.ID), slog.Int("attempt", c.Attempt))
+			slog.String("key", k.schedule), slog.String("id", c.ID), slog.Int("attempt", c.Attempt))
 	}
 	return nil
 }
 
-func (b *Broker) settleKeys() []string {
-	return []string{b.keys.schedule, b.keys.inflight, b.keys.pending, b.keys.runs, b.keys.dead, b.keys.deadInfo}
+func (k *keys) settleKeys() []string {
+	return []string{k.schedule, k.inflight, k.pending, k.runs, k.dead, k.deadInfo}
+}
+
+// claimKeys returns the keys of c's shard (shard 0 for a claim out of range:
+// its token is then simply not held).
+func (b *Broker) claimKeys(c Claim) *keys {
+	if c.shard < 0 || c.shard >= len(b.shards) {
+		return b.shards[0]
+	}
+	return b.shards[c.shard]
 }
 
 // Kill ends c's run and puts the job into the dead set with reason. It
@@ -131,10 +154,11 @@ func (b *Broker) Kill(ctx context.Context, c Claim, reason string) error {
 	if reason == "" {
 		reason = "killed"
 	}
-	n, err := b.repl.run(ctx, b.rdb, killScript, []string{b.keys.inflight, b.keys.runs, b.keys.dead, b.keys.deadInfo},
+	k := b.claimKeys(c)
+	n, err := b.repl.run(ctx, b.rdb, killScript, []string{k.inflight, k.runs, k.dead, k.deadInfo},
 		c.member(), reason).Int()
 	if err != nil {
-		return wrap(ctx, "kill", err, b.keys.types)
+		return wrap(ctx, "kill", err, k.types)
 	}
 	if n == 0 {
 		return b.leaseLost(ctx, "kill", c)

@@ -138,9 +138,13 @@ func (p Periodic) def() periodicDef {
 // timing is what, when it changes, moves the next tick.
 func (d periodicDef) timing() string { return d.Spec + "\x1f" + d.TZ }
 
-func (b *Broker) periodicKeys() []string {
-	return []string{b.keys.schedule, b.keys.pending, b.keys.periodic, b.keys.ticks}
+// periodicKeys are the keys of a definition: those of its tick's shard.
+func (k *keys) periodicKeys() []string {
+	return []string{k.schedule, k.pending, k.periodic, k.ticks}
 }
+
+// periodicShard returns the keys of the shard of definition name's ticks.
+func (b *Broker) periodicShard(name string) *keys { return b.shardOf(PeriodicPrefix + name) }
 
 // SetPeriodic stores periodic definitions with the schedule, by name:
 // every replica of a service may call it at start-up with the same
@@ -173,18 +177,27 @@ func (b *Broker) SetPeriodic(ctx context.Context, defs ...Periodic) error {
 		return wrap(ctx, "set periodic", err, nil)
 	}
 	stale := now.Add(-b.opts.Lease - time.Minute).UnixMilli()
-	args := []any{"set", b.keys.notice, stale}
+	byName := map[string]Periodic{}
+	names := make([]string, 0, len(defs))
 	for _, p := range defs {
-		s, _ := p.schedule()
-		d := p.def()
-		js, _ := json.Marshal(d)
-		next := s.Next(now)
-		args = append(args, p.Name, string(js), d.timing(), next.UnixMilli(), b.score(next), encodeRest(p.Type, p.Queue, p.Payload))
+		byName[p.Name] = p
+		names = append(names, PeriodicPrefix+p.Name)
 	}
-	if err := b.repl.run(ctx, b.rdb, periodicScript, b.periodicKeys(), args...).Err(); err != nil {
-		return wrap(ctx, "set periodic", err, b.keys.types)
-	}
-	return nil
+	return b.byShard(names, func(k *keys, ids []string) error {
+		args := []any{"set", b.notice(k), stale}
+		for _, id := range ids {
+			p := byName[strings.TrimPrefix(id, PeriodicPrefix)]
+			s, _ := p.schedule()
+			d := p.def()
+			js, _ := json.Marshal(d)
+			next := s.Next(now)
+			args = append(args, p.Name, string(js), d.timing(), next.UnixMilli(), b.score(next), encodeRest(p.Type, p.Queue, p.Payload))
+		}
+		if err := b.repl.run(ctx, b.rdb, periodicScript, k.periodicKeys(), args...).Err(); err != nil {
+			return wrap(ctx, "set periodic", err, k.types)
+		}
+		return nil
+	})
 }
 
 // DeletePeriodic removes a definition and its scheduled tick. A tick
@@ -194,9 +207,10 @@ func (b *Broker) DeletePeriodic(ctx context.Context, name string) (bool, error) 
 	if err := checkID(ctx, "delete periodic", name); err != nil {
 		return false, err
 	}
-	n, err := b.repl.run(ctx, b.rdb, periodicScript, b.periodicKeys(), "delete", name).Int()
+	k := b.periodicShard(name)
+	n, err := b.repl.run(ctx, b.rdb, periodicScript, k.periodicKeys(), "delete", name).Int()
 	if err != nil {
-		return false, wrap(ctx, "delete periodic", err, b.keys.types)
+		return false, wrap(ctx, "delete periodic", err, k.types)
 	}
 	return n == 1, nil
 }
@@ -206,30 +220,29 @@ func (b *Broker) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, wrap(ctx, "list periodic", err, nil)
 	}
-	raw, err := periodicScript.Run(ctx, b.rdb, b.periodicKeys(), "list").Slice()
-	if err != nil {
-		return nil, wrap(ctx, "list periodic", err, b.keys.types)
-	}
 	var out []PeriodicInfo
-	for i := 0; i+2 < len(raw); i += 3 {
-		name, _ := raw[i].(string)
-		js, _ := raw[i+1].(string)
-		var d periodicDef
-		if err := json.Unmarshal([]byte(js), &d); err != nil {
-			return nil, zerr("zclaim: list periodic: %w: definition %q: %v", ErrCorrupt, name, err)
-		}
-		p, _, err := d.parse(name)
+	for i, cmd := range b.eachShard(ctx, periodicScript, func(k *keys) ([]string, []any) { return k.periodicKeys(), []any{"list"} }) {
+		raw, err := cmd.Slice()
 		if err != nil {
-			return nil, zerr("zclaim: list periodic: %w", err)
+			return nil, wrap(ctx, "list periodic", err, b.shards[i].types)
 		}
-		info := PeriodicInfo{Periodic: p}
-		if mark, ok := raw[i+2].(string); ok {
-			ms, _, _ := strings.Cut(mark, " ")
-			if v, err := strconv.ParseInt(ms, 10, 64); err == nil {
-				info.Next = time.UnixMilli(v)
+		for i := 0; i+2 < len(raw); i += 3 {
+			name, _ := raw[i].(string)
+			js, _ := raw[i+1].(string)
+			var d periodicDef
+			p, _, err := d.parseJSON(js, name)
+			if err != nil {
+				return nil, zerr("zclaim: list periodic: %w", err)
 			}
+			info := PeriodicInfo{Periodic: p}
+			if mark, ok := raw[i+2].(string); ok {
+				ms, _, _ := strings.Cut(mark, " ")
+				if v, err := strconv.ParseInt(ms, 10, 64); err == nil {
+					info.Next = time.UnixMilli(v)
+				}
+			}
+			out = append(out, info)
 		}
-		out = append(out, info)
 	}
 	return out, nil
 }
@@ -245,7 +258,8 @@ func (b *Broker) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
 func (d *Dispatcher) tick(ctx context.Context, c *Claim, now time.Time) (run bool, advance func() error) {
 	b := d.b
 	name := strings.TrimPrefix(c.ID, PeriodicPrefix)
-	raw, err := periodicScript.Run(ctx, b.rdb, b.periodicKeys(), "get", name).Slice()
+	k := b.claimKeys(*c)
+	raw, err := replication{}.run(ctx, b.rdb, periodicScript, k.periodicKeys(), "get", name).Slice()
 	if err != nil || len(raw) != 2 {
 		// Not readable now: enqueue the tick as it is; the next claim of
 		// the definition's tick reads it again.
@@ -282,7 +296,7 @@ func (d *Dispatcher) tick(ctx context.Context, c *Claim, now time.Time) (run boo
 	}
 	after := s.Next(at)
 	return run, func() error {
-		err := b.repl.run(ctx, b.rdb, periodicScript, b.periodicKeys(), "advance", b.keys.notice, name,
+		err := b.repl.run(ctx, b.rdb, periodicScript, k.periodicKeys(), "advance", b.notice(k), name,
 			claimed.UnixMilli(), after.UnixMilli(), b.score(after), encodeRest(p.Type, p.Queue, p.Payload)).Err()
 		if err != nil {
 			d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not write a periodic definition's next tick; the tick goes back with backoff",

@@ -46,12 +46,15 @@ local function clock(ups)
   return now_ms, now, s * 1000000 + us
 end
 
--- notify publishes an earlier due time on channel ch. The notice only
+-- notify publishes an earlier due time on channel ch ("s|<channel>":
+-- with SPUBLISH, to the node of the channel's slot, on Redis Cluster). The notice only
 -- wakes dispatchers sooner (they look within MaxWait anyway), so a user
 -- that may not publish (an ACL without the channel) does not fail the
 -- writes before it. Returns false when the notice was refused.
 local function notify(ch, score)
-  local r = redis.pcall('PUBLISH', ch, score)
+  local cmd = 'PUBLISH'
+  if string.sub(ch, 1, 2) == 's|' then cmd, ch = 'SPUBLISH', string.sub(ch, 3) end
+  local r = redis.pcall(cmd, ch, score)
   return not (type(r) == 'table' and r.err)
 end
 

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // maxDelays bounds the backoff ranges handed to one recovery script; later
@@ -40,15 +42,15 @@ func (b *Broker) Recover(ctx context.Context) (Recovered, error) {
 		return Recovered{}, wrap(ctx, "recover", err, nil)
 	}
 	deadMax, deadKeep := int64(-1), int64(-1)
-	if b.opts.DeadMax >= 0 {
-		deadMax = int64(b.opts.DeadMax)
+	if b.opts.DeadMax >= 0 { // shared among the shards
+		deadMax = int64((b.opts.DeadMax + len(b.shards) - 1) / len(b.shards))
 	}
 	if b.opts.DeadRetention >= 0 {
 		deadKeep = ms(b.opts.DeadRetention)
 	}
 	n := min(b.opts.MaxAttempts, maxDelays)
 	args := make([]any, 0, 7+2*n)
-	args = append(args, b.opts.BatchSize, b.ups, b.opts.MaxAttempts, b.keys.notice, deadMax, deadKeep, 1+rand.Int64N(1<<31-2))
+	args = append(args, b.opts.BatchSize, b.ups, b.opts.MaxAttempts, "", deadMax, deadKeep, 1+rand.Int64N(1<<31-2))
 	for a := 1; a <= n; a++ {
 		// The range of the backoff, from a few draws: a fixed Backoff
 		// stays fixed, a jittered one spreads the jobs of one pass.
@@ -60,25 +62,50 @@ func (b *Broker) Recover(ctx context.Context) (Recovered, error) {
 		}
 		args = append(args, strconv.FormatInt(lo.Milliseconds(), 10), strconv.FormatInt(hi.Milliseconds(), 10))
 	}
-	raw, err := b.repl.run(ctx, b.rdb, recoverScript, append(b.settleKeys(), b.keys.batches, b.keys.marker), args...).Slice()
-	if err != nil {
-		return Recovered{}, wrap(ctx, "recover", err, b.keys.types)
+	// Every shard, each its own pass (with one shard, one call); the state
+	// marker is shard 0's.
+	shardArgs := func(k *keys) ([]string, []any) {
+		a := append([]any(nil), args...)
+		a[3] = b.notice(k)
+		return append(k.settleKeys(), k.batches, k.marker), a
 	}
-	if len(raw) != 5 {
-		return Recovered{}, zerr("zclaim: recover: %w: reply of %d values", ErrCorrupt, len(raw))
+	var cmds []*redis.Cmd
+	if b.repl.n > 0 { // each write waits for its replicas
+		for _, k := range b.shards {
+			keys, a := shardArgs(k)
+			cmds = append(cmds, b.repl.run(ctx, b.rdb, recoverScript, keys, a...))
+		}
+	} else {
+		cmds = b.eachShard(ctx, recoverScript, shardArgs)
 	}
-	n4 := make([]int64, 4)
-	for i := range n4 {
-		n4[i], _ = raw[i].(int64)
+	var r Recovered
+	for i, cmd := range cmds {
+		k := b.shards[i]
+		raw, err := cmd.Slice()
+		if err != nil {
+			return r, wrap(ctx, "recover", err, k.types)
+		}
+		if len(raw) != 5 {
+			return r, zerr("zclaim: recover: %w: reply of %d values", ErrCorrupt, len(raw))
+		}
+		n4 := make([]int64, 4)
+		for i := range n4 {
+			n4[i], _ = raw[i].(int64)
+		}
+		r.Requeued += int(n4[0])
+		r.Dead += int(n4[1])
+		r.scanned = max(r.scanned, int(n4[2]))
+		r.Trimmed += int(n4[3])
+		b.recovered.requeued.Add(n4[0])
+		b.recovered.dead.Add(n4[1])
+		b.recovered.trimmed.Add(n4[3])
+		if k.shard == 0 {
+			r.marker, _ = raw[4].(string)
+		}
 	}
-	r := Recovered{Requeued: int(n4[0]), Dead: int(n4[1]), scanned: int(n4[2]), Trimmed: int(n4[3])}
-	b.recovered.requeued.Add(n4[0])
-	b.recovered.dead.Add(n4[1])
-	b.recovered.trimmed.Add(n4[3])
-	r.marker, _ = raw[4].(string)
 	if r.scanned > 0 {
 		b.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: recovered expired leases",
-			slog.String("key", b.keys.schedule), slog.Int("requeued", r.Requeued), slog.Int("dead", r.Dead))
+			slog.String("key", b.opts.Key), slog.Int("requeued", r.Requeued), slog.Int("dead", r.Dead))
 	}
 	if r.Trimmed > 0 {
 		b.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: trimmed the dead set",

@@ -4,6 +4,7 @@ package zclaim
 // ARGV / return contract, embedded and wrapped here, once.
 
 import (
+	"context"
 	_ "embed"
 
 	"github.com/redis/go-redis/v9"
@@ -68,3 +69,26 @@ var (
 	beginScript  = redis.NewScript(beginLua)
 	settleScript = redis.NewScript(settleLua)
 )
+
+// eachShard runs script s on every shard of the schedule, with the keys
+// and arguments args gives for each, in one pipeline: one round trip per
+// node. A shard's call refused before it ran (NOSCRIPT: the node lacks the
+// script; or retryable) is sent again, alone, with the script's body. It
+// returns each shard's reply, by shard.
+func (b *Broker) eachShard(ctx context.Context, s *redis.Script, args func(k *keys) ([]string, []any)) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(b.shards))
+	b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range b.shards {
+			keys, a := args(k)
+			cmds[i] = s.EvalSha(ctx, p, keys, a...)
+		}
+		return nil
+	})
+	for i, k := range b.shards {
+		if err := cmds[i].Err(); redis.HasErrorPrefix(err, "NOSCRIPT") || retryable(err) {
+			keys, a := args(k)
+			cmds[i] = replication{}.run(ctx, b.rdb, s, keys, a...)
+		}
+	}
+	return cmds
+}

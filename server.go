@@ -202,7 +202,41 @@ type replication struct {
 // holds keys[0] (WAIT counts the writes of its own connection), and fails
 // with ErrNotReplicated when fewer replicas acknowledge it in time: the
 // write is then on the primary only, and a failover may lose it.
+//
+// A script refused because its slot is being migrated on Redis Cluster
+// (TRYAGAIN: some of its keys have moved, some not; or CLUSTERDOWN while a
+// failover completes) did not run: it is sent again after a backoff, for
+// up to clusterRetryFor.
 func (r replication) run(ctx context.Context, rdb redis.UniversalClient, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	backoff := 5 * time.Millisecond
+	deadline := time.Now().Add(clusterRetryFor)
+	for {
+		cmd := r.runOnce(ctx, rdb, s, keys, args...)
+		if !retryable(cmd.Err()) || time.Now().After(deadline) || ctx.Err() != nil {
+			return cmd
+		}
+		select {
+		case <-ctx.Done():
+			return cmd
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 200*time.Millisecond)
+	}
+}
+
+// clusterRetryFor bounds the retries of a script refused during a slot
+// migration or a failover.
+const clusterRetryFor = 5 * time.Second
+
+// retryable reports an error of a script that Redis refused without
+// running it, and that a moment later will run: a slot being migrated or
+// a cluster that is failing over.
+func retryable(err error) bool {
+	return redis.HasErrorPrefix(err, "TRYAGAIN") || redis.HasErrorPrefix(err, "CLUSTERDOWN") ||
+		redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")
+}
+
+func (r replication) runOnce(ctx context.Context, rdb redis.UniversalClient, s *redis.Script, keys []string, args ...any) *redis.Cmd {
 	if r.n <= 0 {
 		return s.Run(ctx, rdb, keys, args...)
 	}

@@ -32,31 +32,45 @@ func (b *Broker) Stats(ctx context.Context) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return Stats{}, wrap(ctx, "stats", err, nil)
 	}
-	raw, err := statsScript.Run(ctx, b.rdb, []string{b.keys.schedule, b.keys.inflight, b.keys.dead, b.keys.batches, b.keys.runs, b.keys.marker}, b.ups).Slice()
-	if err != nil {
-		return Stats{}, wrap(ctx, "stats", err, b.keys.types)
-	}
-	if len(raw) != 8 {
-		return Stats{}, zerr("zclaim: stats: %w: reply of %d values", ErrCorrupt, len(raw))
-	}
-	// The state marker came with the counts; only one that is not the
-	// marker this Broker knows costs another round trip.
-	if marker, _ := raw[7].(string); marker == "" || marker != b.state.current() {
-		if _, err := b.state.check(ctx); err != nil {
-			return Stats{}, wrap(ctx, "stats", err, nil)
+	cmds := b.eachShard(ctx, statsScript, func(k *keys) ([]string, []any) {
+		return []string{k.schedule, k.inflight, k.dead, k.batches, k.runs, k.marker}, []any{b.ups}
+	})
+	st := Stats{}
+	var next, now float64
+	hasNext := false
+	for i, cmd := range cmds {
+		raw, err := cmd.Slice()
+		if err != nil {
+			return Stats{}, wrap(ctx, "stats", err, b.shards[i].types)
+		}
+		if len(raw) != 8 {
+			return Stats{}, zerr("zclaim: stats: %w: reply of %d values", ErrCorrupt, len(raw))
+		}
+		// Shard 0's state marker came with its counts; only one that is
+		// not the marker this Broker knows costs another round trip.
+		if marker, _ := raw[7].(string); i == 0 && (marker == "" || marker != b.state.current()) {
+			if _, err := b.state.check(ctx); err != nil {
+				return Stats{}, wrap(ctx, "stats", err, nil)
+			}
+		}
+		for j, p := range []*int64{&st.Scheduled, &st.Due, &st.Inflight, &st.Expired, &st.Dead} {
+			n, _ := raw[j].(int64)
+			*p += n
+		}
+		if s, ok := raw[5].(string); ok {
+			if f, err := strconv.ParseFloat(s, 64); err == nil && (!hasNext || f < next) {
+				next, hasNext = f, true
+			}
+		}
+		if s, ok := raw[6].(string); ok {
+			now, _ = strconv.ParseFloat(s, 64)
 		}
 	}
-	st := Stats{}
 	st.StateLost, _ = b.state.lost()
-	for i, p := range []*int64{&st.Scheduled, &st.Due, &st.Inflight, &st.Expired, &st.Dead} {
-		*p, _ = raw[i].(int64)
-	}
-	if next, ok := raw[5].(string); ok {
-		st.Next = b.scoreTime(next)
-		now, _ := raw[6].(string)
-		nf, _ := strconv.ParseFloat(next, 64)
-		if f, _ := strconv.ParseFloat(now, 64); f > nf {
-			st.OldestDue = seconds((f - nf) / float64(b.ups))
+	if hasNext {
+		st.Next = b.scoreTime(strconv.FormatFloat(next, 'f', -1, 64))
+		if now > next {
+			st.OldestDue = seconds((now - next) / float64(b.ups))
 		}
 	}
 	return st, nil

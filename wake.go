@@ -6,6 +6,7 @@ package zclaim
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,11 +20,36 @@ import (
 // most once per keyspaceQuiet so that a busy producer does not turn every
 // ZADD into a claim.
 func (d *Dispatcher) listen(ctx context.Context, wake chan<- struct{}) {
-	channels := []string{d.b.keys.notice}
+	var channels []string
+	for _, k := range d.b.shards {
+		channels = append(channels, k.notice)
+	}
 	ks, hasKS := keyspaceChannel(d.b.rdb, d.b.keys.schedule)
-	if hasKS {
+	if hasKS && len(d.b.shards) == 1 {
 		channels = append(channels, ks)
 	}
+	// On Redis Cluster the scripts publish with SPUBLISH (see Broker.notice):
+	// each notice goes to the node of its shard only, and a subscription
+	// (SSUBSCRIBE) takes the channels of one slot: one per shard.
+	if cc, ok := d.b.rdb.(*redis.ClusterClient); ok {
+		var wg sync.WaitGroup
+		for _, ch := range channels {
+			wg.Add(1)
+			go func() { defer wg.Done(); d.listenOn(ctx, cc.SSubscribe, []string{ch}, "", wake) }()
+		}
+		wg.Wait()
+		return
+	}
+	if !hasKS || len(d.b.shards) > 1 {
+		ks = ""
+	}
+	d.listenOn(ctx, d.b.rdb.Subscribe, channels, ks, wake)
+}
+
+// listenOn is listen on one subscription to channels, ks the keyspace
+// channel among them ("" for none).
+func (d *Dispatcher) listenOn(ctx context.Context, subscribe func(context.Context, ...string) *redis.PubSub, channels []string, ks string, wake chan<- struct{}) {
+	hasKS := ks != ""
 	poke := func() {
 		select {
 		case wake <- struct{}{}:
@@ -36,7 +62,7 @@ func (d *Dispatcher) listen(ctx context.Context, wake chan<- struct{}) {
 	held := false // a keyspace wake waits for the quiet period to end
 	backoff := 10 * time.Millisecond
 	for ctx.Err() == nil {
-		ps := d.b.rdb.Subscribe(ctx, channels...)
+		ps := subscribe(ctx, channels...)
 		ch := ps.ChannelWithSubscriptions()
 	recv:
 		for {

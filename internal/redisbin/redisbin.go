@@ -65,7 +65,9 @@ func Find(opts Options) (Result, error) {
 		return Result{}, none(tried)
 	}
 	wrapper := filepath.Join(opts.Cache, "bin", "redis-server")
-	if v, err := version(wrapper); err == nil {
+	// (A cache without redis-cli was unpacked before it was wrapped too: unpack again.)
+	_, cliErr := os.Stat(filepath.Join(opts.Cache, "bin", "redis-cli"))
+	if v, err := version(wrapper); err == nil && cliErr == nil {
 		return Result{Bin: wrapper, Version: v, Source: "cache"}, nil
 	}
 	if opts.AptGet == "" {
@@ -181,9 +183,15 @@ func obtain(opts Options, logf func(string, ...any)) error {
 	for i := range libs {
 		libs[i] = abs(libs[i])
 	}
-	script := "#!/bin/sh\n# redis-server unpacked from Debian's packages (internal/redisbin).\n" +
-		"LD_LIBRARY_PATH='" + strings.Join(libs, ":") + "'${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec '" + abs(server) + "' \"$@\"\n"
-	return os.WriteFile(filepath.Join(opts.Cache, "bin", "redis-server"), []byte(script), 0o755)
+	// redis-server, and redis-cli beside it (the tests join clusters with it).
+	for name, bin := range map[string]string{"redis-server": server, "redis-cli": filepath.Join(root, "usr", "bin", "redis-cli")} {
+		script := "#!/bin/sh\n# " + name + " unpacked from Debian's packages (internal/redisbin).\n" +
+			"LD_LIBRARY_PATH='" + strings.Join(libs, ":") + "'${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec '" + abs(bin) + "' \"$@\"\n"
+		if err := os.WriteFile(filepath.Join(opts.Cache, "bin", name), []byte(script), 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // tool finds a system command on PATH, or in /usr/bin or /bin when PATH
