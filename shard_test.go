@@ -2,7 +2,6 @@ package zclaim
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
