@@ -26,7 +26,8 @@ bench:
 	$(GO) run ./bench | tee bench/RESULTS.md
 
 # make chaos: the long fault test (separate processes, SIGKILL/SIGSTOP,
-# Redis crash and restart, both appendfsync modes); several minutes.
+# Redis crash and restart, both appendfsync modes, a failover, and a Redis
+# Cluster with a slot move and two failovers); about 20 minutes.
 .PHONY: chaos
 chaos:
-	$(GO) run ./chaos -jobs 50000 -over 150s -kill-every 1s -stop 100s -fsync always,everysec,failover
+	$(GO) run ./chaos -jobs 50000 -over 150s -kill-every 1s -stop 100s -fsync always,everysec,failover -cluster

@@ -96,7 +96,9 @@ type BrokerOptions struct {
 	// so one job's calls touch one shard. The count is recorded with the
 	// schedule, and a Broker with another count is refused (ErrShards).
 	// Only 1 adopts an existing set as it is; with more, producers must
-	// use Schedule. 1 to MaxShards. Default: 1.
+	// use Schedule. 1 to MaxShards. Default: the count recorded with the
+	// schedule, else 1 (so tools such as the zclaim command open a sharded
+	// schedule without being told its count).
 	Shards int
 }
 
@@ -141,9 +143,6 @@ func (o *BrokerOptions) setDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.Shards == 0 {
-		o.Shards = 1
-	}
 }
 
 func (o *BrokerOptions) validate() error {
@@ -156,7 +155,7 @@ func (o *BrokerOptions) validate() error {
 		return fmt.Errorf("%w: MaxAttempts must be at least 1, not %d", ErrInvalidOptions, o.MaxAttempts)
 	case o.BatchSize < 1 || o.BatchSize > MaxBatchSize:
 		return fmt.Errorf("%w: BatchSize must be between 1 and %d, not %d", ErrInvalidOptions, MaxBatchSize, o.BatchSize)
-	case o.Shards < 1 || o.Shards > MaxShards:
+	case o.Shards < 0 || o.Shards > MaxShards:
 		return fmt.Errorf("%w: Shards must be between 1 and %d, not %d", ErrInvalidOptions, MaxShards, o.Shards)
 	case o.DeadRetention > 0 && o.DeadRetention < time.Millisecond:
 		return fmt.Errorf("%w: DeadRetention must be at least 1ms (or negative: no limit), not %v", ErrInvalidOptions, o.DeadRetention)
@@ -242,6 +241,9 @@ func NewBroker(rdb redis.UniversalClient, opts BrokerOptions) (*Broker, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	if opts.Shards == 0 {
+		opts.Shards = recordedShards(rdb, opts.Key)
+	}
 	shards, err := shardKeys(opts.Key, opts.Shards, isCluster(rdb))
 	if err != nil {
 		return nil, err
@@ -287,8 +289,32 @@ func (b *Broker) byShard(ids []string, f func(k *keys, ids []string) error) erro
 	return nil
 }
 
+// ShardKey returns the schedule key of the shard that holds job id: the
+// key itself with one shard; with Shards, that of id's shard, whose hash
+// slot says which Redis Cluster master holds the job.
+func (b *Broker) ShardKey(id string) string { return b.shardOf(id).schedule }
+
 // shardOf returns the keys of id's shard.
 func (b *Broker) shardOf(id string) *keys { return b.shards[shardOf(id, len(b.shards))] }
+
+// shardRecord names the string that records a schedule's shard count,
+// beside the unsharded schedule's keys ("{delay:jobs}:shards").
+func shardRecord(key string) string {
+	one, _ := deriveKeys(key, false)
+	return strings.TrimSuffix(one.marker, ":marker") + ":shards"
+}
+
+// recordedShards returns the shard count recorded with the schedule at
+// key: 1 when there is none, or it cannot be read (recordShards then says so).
+func recordedShards(rdb redis.UniversalClient, key string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, err := rdb.Get(ctx, shardRecord(key)).Int()
+	if err != nil || n < 1 || n > MaxShards {
+		return 1
+	}
+	return n
+}
 
 // recordShards records the shard count with the schedule, or checks it
 // against the one recorded: in a string beside the unsharded schedule's
@@ -298,8 +324,7 @@ func (b *Broker) shardOf(id string) *keys { return b.shards[shardOf(id, len(b.sh
 func (b *Broker) recordShards() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	one, _ := deriveKeys(b.opts.Key, false)
-	rec := strings.TrimSuffix(one.marker, ":marker") + ":shards"
+	rec := shardRecord(b.opts.Key)
 	n := strconv.Itoa(len(b.shards))
 	if len(b.shards) > 1 {
 		if exists, err := b.rdb.Exists(ctx, b.opts.Key).Result(); err == nil && exists == 1 {

@@ -212,6 +212,12 @@ func (r replication) run(ctx context.Context, rdb redis.UniversalClient, s *redi
 	deadline := time.Now().Add(clusterRetryFor)
 	for {
 		cmd := r.runOnce(ctx, rdb, s, keys, args...)
+		if cc, ok := rdb.(*redis.ClusterClient); ok && r.n > 0 && cmd.Err() != nil {
+			// With WAIT the script went to a node of the client's slot map,
+			// on that node's own connection: a MOVED, an ASK or a node that
+			// is gone say the map may be stale (reloads are rate-limited).
+			cc.ReloadState(ctx)
+		}
 		if !retryable(cmd.Err()) || time.Now().After(deadline) || ctx.Err() != nil {
 			return cmd
 		}

@@ -122,8 +122,14 @@ func TestShardedSchedule(t *testing.T) {
 	// schedule on a set that exists.
 	_, err = NewBroker(b.rdb, BrokerOptions{Key: key, Shards: 8})
 	wantErr(t, err, ErrShards)
-	_, err = NewBroker(b.rdb, BrokerOptions{Key: key})
+	_, err = NewBroker(b.rdb, BrokerOptions{Key: key, Shards: 1})
 	wantErr(t, err, ErrShards)
+	// Left zero, Shards is the recorded count.
+	again, err := NewBroker(b.rdb, BrokerOptions{Key: key})
+	must(t, err)
+	if j, err := again.Job(ctx, held[199].ID); len(again.shards) != 4 || err != nil || j.State != StateScheduled || j.Attempt != 2 {
+		t.Fatalf("opened with %d shards: %+v %v", len(again.shards), j, err)
+	}
 	plain := plainKey(t)
 	must(t, b.rdb.ZAdd(ctx, plain, redis.Z{Score: 1, Member: "x"}).Err())
 	_, err = NewBroker(b.rdb, BrokerOptions{Key: plain, Shards: 2})

@@ -10,7 +10,7 @@
 // effect accepted twice, nothing left behind.
 //
 //	go run ./chaos                                   # short form
-//	go run ./chaos -jobs 50000 -over 150s -kill-every 1s -stop 100s -fsync always,everysec   # make chaos
+//	go run ./chaos -jobs 50000 -over 150s -kill-every 1s -stop 100s -fsync always,everysec,failover -cluster   # make chaos
 package main
 
 import (
@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,6 +89,7 @@ type config struct {
 	killEvery   time.Duration
 	stop        time.Duration
 	wait        time.Duration
+	cluster     bool
 }
 
 func defaultConfig() config {
@@ -99,7 +101,9 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.jobs, "jobs", c.jobs, "jobs the producer schedules")
 	fs.DurationVar(&c.over, "over", c.over, "the producer schedules them over this long; the faults run meanwhile")
 	fs.StringVar(&c.fsync, "fsync", c.fsync, "variants to run, comma-separated: always, everysec (appendfsync of the crashed and restarted Redis), "+
-		"failover (a replica promoted instead, every write waiting for one replica)")
+		"failover (a replica promoted instead, every write waiting for one replica), cluster (as -cluster)")
+	fs.BoolVar(&c.cluster, "cluster", c.cluster, "also run on a Redis Cluster of 3 masters and 3 replicas, the schedule in 16 shards, every write "+
+		"waiting for one replica: a slot of a busy shard moves to another master, a master fails over to its replica, another is SIGKILLed")
 	fs.IntVar(&c.dispatchers, "dispatchers", c.dispatchers, "dispatcher processes")
 	fs.IntVar(&c.workers, "workers", c.workers, "asynq worker processes")
 	fs.DurationVar(&c.killEvery, "kill-every", c.killEvery, "mean time between SIGKILLs")
@@ -110,7 +114,7 @@ func (c *config) flags(fs *flag.FlagSet) {
 // result is one variant's figures.
 type result struct {
 	fsync                                             string
-	jobs, kills, stops, restarts, cuts                int
+	jobs, kills, stops, restarts, cuts, moves         int
 	applied, rerunsAtSink, dupRejected, staleRejected int
 	acceptedTwice, lost, early                        int
 	recovered, dead, leftScheduled, leftInflight      int64
@@ -124,7 +128,11 @@ func (r result) ok() bool {
 
 func run(cfg config, w io.Writer) bool {
 	var results []result
-	for _, mode := range strings.Split(cfg.fsync, ",") {
+	modes := strings.Split(cfg.fsync, ",")
+	if cfg.cluster && !slices.Contains(modes, "cluster") {
+		modes = append(modes, "cluster")
+	}
+	for _, mode := range modes {
 		r, err := runVariant(cfg, strings.TrimSpace(mode), w)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "chaos:", err)
@@ -132,9 +140,9 @@ func run(cfg config, w io.Writer) bool {
 		}
 		results = append(results, r)
 	}
-	fmt.Fprintf(w, "\n| appendfsync |")
+	fmt.Fprintf(w, "\n| variant |")
 	for _, r := range results {
-		fmt.Fprintf(w, " %s |", r.fsync)
+		fmt.Fprintf(w, " %s |", variantName(r.fsync))
 	}
 	fmt.Fprintf(w, "\n|---|%s\n", strings.Repeat("---|", len(results)))
 	row := func(name string, get func(result) any) {
@@ -147,8 +155,9 @@ func run(cfg config, w io.Writer) bool {
 	row("jobs (producer's log)", func(r result) any { return r.jobs })
 	row("SIGKILLs (dispatchers and workers)", func(r result) any { return r.kills })
 	row("SIGSTOPs past the lease", func(r result) any { return r.stops })
-	row("Redis crashes and restarts (failover: replica promoted, old primary killed)", func(r result) any { return r.restarts })
+	row("Redis crashes and restarts (failover: replica promoted, old primary killed; cluster: two failovers)", func(r result) any { return r.restarts })
 	row("connection cuts", func(r result) any { return r.cuts })
+	row("slot moves (cluster)", func(r result) any { return r.moves })
 	row("applied by the sink", func(r result) any { return r.applied })
 	row("applied twice (must be 0)", func(r result) any { return r.acceptedTwice })
 	row("re-runs that reached the sink", func(r result) any { return r.rerunsAtSink })
@@ -185,19 +194,36 @@ func runVariant(cfg config, mode string, w io.Writer) (res result, err error) {
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	failover := mode == "failover"
+	failover, onCluster := mode == "failover", mode == "cluster"
 	fsync := mode
-	if failover {
+	if failover || onCluster {
 		fsync = "everysec"
 	}
-	main, err := redisproc.Start("--appendonly", "yes", "--appendfsync", fsync, "--repl-diskless-sync-delay", "0")
-	if err != nil {
-		return res, err
+	key, queue := "chaos:{jobs}", "chaos"
+	shards := 1
+	var cl *redisproc.Cluster
+	var main *redisproc.Server
+	var direct redis.UniversalClient // the final count's client
+	roleExtra := []string{}
+	if onCluster {
+		// 3 masters, 3 replicas; every write waits for one replica.
+		shards = 16
+		if cl, err = redisproc.StartCluster(3, 1, "--appendonly", "yes", "--appendfsync", fsync, "--repl-diskless-sync-delay", "0"); err != nil {
+			return res, err
+		}
+		defer cl.Close()
+		roleExtra = []string{"-cluster", strings.Join(cl.Addrs(), ","), "-wait", "1", "-shards", "16"}
+		cc := cl.Client()
+		defer cc.Close()
+		direct = cc
+	} else {
+		if main, err = redisproc.Start("--appendonly", "yes", "--appendfsync", fsync, "--repl-diskless-sync-delay", "0"); err != nil {
+			return res, err
+		}
+		defer func() { main.Close() }()
 	}
-	defer func() { main.Close() }()
 	primary := main
 	var replica *redisproc.Server
-	roleExtra := []string{}
 	if failover {
 		replica, err = redisproc.StartReplica(main.Addr, "--appendonly", "yes", "--appendfsync", fsync, "--repl-diskless-sync-delay", "0")
 		if err != nil {
@@ -211,13 +237,16 @@ func runVariant(cfg config, mode string, w io.Writer) (res result, err error) {
 		return res, err
 	}
 	defer sink.Close()
-	px, err := tcpproxy.New(main.Addr)
+	target := "127.0.0.1:1" // on a cluster the roles do not use the proxy
+	if main != nil {
+		target = main.Addr
+	}
+	px, err := tcpproxy.New(target)
 	if err != nil {
 		return res, err
 	}
 	defer px.Close()
 
-	key, queue := "chaos:{jobs}", "chaos"
 	logPath := filepath.Join(dir, "producer.log")
 	self, _ := os.Executable()
 	var mu sync.Mutex
@@ -272,12 +301,12 @@ func runVariant(cfg config, mode string, w io.Writer) (res result, err error) {
 		}
 	}()
 	prod := start("producer", "-log", logPath, "-jobs", strconv.Itoa(cfg.jobs), "-over", cfg.over.String())
-	fmt.Fprintf(w, "chaos (appendfsync %s): %d jobs over %v, %d dispatchers, %d workers\n", mode, cfg.jobs, cfg.over, cfg.dispatchers, cfg.workers)
+	fmt.Fprintf(w, "chaos (%s): %d jobs over %v, %d dispatchers, %d workers\n", variantName(mode), cfg.jobs, cfg.over, cfg.dispatchers, cfg.workers)
 
 	// The faults, while the producer runs. Every loop is bounded.
 	t0 := time.Now()
-	stopAt, restartAt, cutAt := cfg.over*3/10, cfg.over/2, cfg.over*7/10
-	var stopped, restarted, cut bool
+	stopAt, moveAt, restartAt, cutAt := cfg.over*3/10, cfg.over*4/10, cfg.over/2, cfg.over*7/10
+	var stopped, moved, restarted, cut bool
 	var stopWG sync.WaitGroup
 	for time.Since(t0) < cfg.over+2*time.Second {
 		time.Sleep(cfg.killEvery/2 + time.Duration(rand.Int64N(int64(cfg.killEvery))))
@@ -302,6 +331,26 @@ func runVariant(cfg config, mode string, w io.Writer) (res result, err error) {
 				c.cmd.Process.Signal(syscall.SIGCONT)
 				fmt.Fprintf(w, "%6.1fs  SIGCONT the stopped worker\n", time.Since(t0).Seconds())
 			})
+		case onCluster && (!moved && el > moveAt || !restarted && el > restartAt || !cut && el > cutAt):
+			var what string
+			switch {
+			case !moved:
+				moved, what = true, "a slot of a busy shard moved to another master, key by key"
+				res.moves++
+				err = moveBusySlot(cl, key)
+			case !restarted:
+				restarted, what = true, "a master failed over to its replica (CLUSTER FAILOVER)"
+				res.restarts++
+				err = failOver(cl, queue, false)
+			default:
+				cut, what = true, "a master SIGKILLed; its replica took over; it came back as a replica"
+				res.restarts++
+				err = failOver(cl, queue, true)
+			}
+			if err != nil {
+				return res, err
+			}
+			fmt.Fprintf(w, "%6.1fs  %s\n", time.Since(t0).Seconds(), what)
 		case !restarted && el > restartAt && failover:
 			// The replica becomes the primary; the old primary dies and
 			// comes back as its replica, so that writes can wait for one.
@@ -362,11 +411,14 @@ func runVariant(cfg config, mode string, w io.Writer) (res result, err error) {
 		return res, err
 	}
 	res.jobs = len(ids)
-	direct := redis.NewClient(&redis.Options{Addr: primary.Addr})
-	defer direct.Close()
+	if direct == nil {
+		c := redis.NewClient(&redis.Options{Addr: primary.Addr})
+		defer c.Close()
+		direct = c
+	}
 	sinkc := redis.NewClient(&redis.Options{Addr: sink.Addr})
 	defer sinkc.Close()
-	b, _ := zclaim.NewBroker(direct, zclaim.BrokerOptions{Key: key})
+	b, _ := zclaim.NewBroker(direct, zclaim.BrokerOptions{Key: key, Shards: shards})
 	ctx := context.Background()
 	deadline := time.Now().Add(cfg.wait)
 	for last := time.Now(); ; {
@@ -443,4 +495,92 @@ func readLog(path string) (ids []string, dues map[int]int64, err error) {
 		ids = append(ids, id)
 	}
 	return ids, dues, sc.Err()
+}
+
+// variantName names a variant in the table.
+func variantName(mode string) string {
+	switch mode {
+	case "failover", "cluster":
+		return mode
+	}
+	return "appendfsync " + mode
+}
+
+// moveBusySlot moves the slot of a shard (every shard is as busy as the
+// others: jobs spread by their ids) to another master, one key at a time
+// with a pause after each, so that the roles meet ASK and TRYAGAIN
+// meanwhile.
+func moveBusySlot(cl *redisproc.Cluster, key string) error {
+	cc := cl.Client()
+	defer cc.Close()
+	b, err := zclaim.NewBroker(cc, zclaim.BrokerOptions{Key: key, Shards: 16})
+	if err != nil {
+		return err
+	}
+	slot, err := slotOf(cc, b.ShardKey("job-"+strconv.Itoa(rand.IntN(1000))))
+	if err != nil {
+		return err
+	}
+	from, err := cl.MasterOf(slot)
+	if err != nil {
+		return err
+	}
+	for _, m := range cl.Masters() {
+		if m != from {
+			return cl.MoveSlot(slot, m, 1, 20*time.Millisecond)
+		}
+	}
+	return fmt.Errorf("no other master")
+}
+
+func slotOf(cc *redis.ClusterClient, key string) (int, error) {
+	n, err := cc.ClusterKeySlot(context.Background(), key).Result()
+	return int(n), err
+}
+
+// failOver fails a master over to its replica: with CLUSTER FAILOVER, or
+// by SIGKILL (the replica takes over after the node timeout, and the old
+// master comes back as its replica). It spares the master of asynq's
+// queue, whose writes wait for no replica.
+func failOver(cl *redisproc.Cluster, queue string, kill bool) error {
+	cc := cl.Client()
+	slot, err := slotOf(cc, "asynq:{"+queue+"}:pending")
+	cc.Close()
+	if err != nil {
+		return err
+	}
+	asynqMaster, err := cl.MasterOf(slot)
+	if err != nil {
+		return err
+	}
+	var victim *redisproc.Server
+	for _, m := range cl.Masters() {
+		if m != asynqMaster {
+			victim = m
+			break
+		}
+	}
+	if victim == nil {
+		return fmt.Errorf("no master to fail over")
+	}
+	r, err := cl.ReplicaOf(victim)
+	if err != nil {
+		return err
+	}
+	if !kill {
+		rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+		defer rc.Close()
+		if err := rc.Do(context.Background(), "CLUSTER", "FAILOVER").Err(); err != nil {
+			return err
+		}
+		return cl.WaitOK(15 * time.Second)
+	}
+	victim.Kill()
+	if err := cl.WaitOK(15 * time.Second); err != nil {
+		return err
+	}
+	if err := victim.Restart(); err != nil {
+		return err
+	}
+	return cl.WaitOK(15 * time.Second)
 }

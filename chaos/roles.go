@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,7 +34,9 @@ type roleFlags struct {
 	redis, sink, key, queue, log string
 	jobs                         int
 	over                         time.Duration
-	wait                         int // WaitReplicas
+	wait                         int    // WaitReplicas
+	cluster                      string // Redis Cluster nodes, comma-separated: -redis is ignored
+	shards                       int    // BrokerOptions.Shards
 }
 
 func parseRole(args []string) roleFlags {
@@ -47,11 +50,17 @@ func parseRole(args []string) roleFlags {
 	fs.IntVar(&f.jobs, "jobs", 0, "jobs to produce")
 	fs.DurationVar(&f.over, "over", 0, "produce over this long")
 	fs.IntVar(&f.wait, "wait", 0, "replicas every write waits for (WaitReplicas)")
+	fs.StringVar(&f.cluster, "cluster", "", "Redis Cluster nodes, comma-separated (instead of -redis)")
+	fs.IntVar(&f.shards, "shards", 1, "shards of the schedule")
 	fs.Parse(args)
 	return f
 }
 
-func mainClient(f roleFlags) *redis.Client {
+func mainClient(f roleFlags) redis.UniversalClient {
+	if f.cluster != "" {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(f.cluster, ","), MaxRetries: 2,
+			DialTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second, PoolSize: 32})
+	}
 	return redis.NewClient(&redis.Options{Addr: f.redis, MaxRetries: 2, DialTimeout: 500 * time.Millisecond,
 		ReadTimeout: time.Second, WriteTimeout: time.Second, PoolSize: 32})
 }
@@ -70,7 +79,7 @@ func until(ctx context.Context) context.Context {
 func producer(f roleFlags) {
 	ctx := until(context.Background())
 	rdb := mainClient(f)
-	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: f.key, WaitReplicas: f.wait})
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: f.key, WaitReplicas: f.wait, Shards: f.shards})
 	if err != nil {
 		panic(err)
 	}
@@ -112,7 +121,7 @@ type payload struct {
 func dispatcher(f roleFlags) {
 	ctx := until(context.Background())
 	rdb := mainClient(f)
-	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: f.key, Lease: brokerLease, Logger: jsonLogger(), WaitReplicas: f.wait,
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: f.key, Lease: brokerLease, Logger: jsonLogger(), WaitReplicas: f.wait, Shards: f.shards,
 		Backoff: func(a int) time.Duration { return time.Duration(50+rand.IntN(200)) * time.Millisecond }})
 	if err != nil {
 		panic(err)

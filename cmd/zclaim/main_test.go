@@ -460,3 +460,33 @@ func TestAudit(t *testing.T) {
 		t.Fatalf("audit wrote: %d keys before, %d after", keysBefore, keysAfter)
 	}
 }
+
+// A sharded schedule opens with its recorded count: stats, ls and show
+// see every shard.
+func TestSharded(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: "cli:{sharded}", Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jobs []zclaim.Job
+	for i := range 40 {
+		jobs = append(jobs, zclaim.Job{ID: fmt.Sprint("s-", i), RunAt: time.Now().Add(time.Hour), Type: "t"})
+	}
+	if err := b.Schedule(ctx, jobs...); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLI(t, srv, "stats", "--key", "cli:{sharded}", "--json")
+	want(t, "stats", code, 0, out, errOut)
+	if !strings.Contains(out, `"Scheduled": 40`) {
+		t.Fatalf("stats of a sharded schedule:\n%s", out)
+	}
+	out, errOut, code = runCLI(t, srv, "ls", "scheduled", "--key", "cli:{sharded}", "--limit", "1000")
+	want(t, "ls", code, 0, out, errOut)
+	if strings.Count(out, "\n") != 41 {
+		t.Fatalf("ls of a sharded schedule:\n%s", out)
+	}
+	out, errOut, code = runCLI(t, srv, "show", "s-17", "--key", "cli:{sharded}")
+	want(t, "show", code, 0, out, errOut)
+}

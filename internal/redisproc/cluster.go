@@ -23,7 +23,8 @@ type Cluster struct {
 // StartCluster starts masters × (1 + replicas) servers with
 // --cluster-enabled yes and args, joins them with `redis-cli --cluster
 // create ... --cluster-replicas replicas --cluster-yes` (the masters get
-// equal, contiguous slot ranges) and waits until every node says
+// equal, contiguous slot ranges; a single master takes every slot with
+// CLUSTER ADDSLOTSRANGE) and waits until every node says
 // cluster_state:ok and every replica is linked. A node that fails is
 // noticed after 1 s (cluster-node-timeout), so a replica takes over a
 // killed master within seconds.
@@ -41,6 +42,20 @@ func StartCluster(masters, replicas int, args ...string) (*Cluster, error) {
 			return nil, err
 		}
 		c.Nodes = append(c.Nodes, s)
+	}
+	if masters == 1 && replicas == 0 {
+		// redis-cli joins three masters or more: one takes every slot itself.
+		n := redis.NewClient(&redis.Options{Addr: c.Nodes[0].Addr})
+		err := n.Do(context.Background(), "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err()
+		n.Close()
+		if err == nil {
+			err = c.WaitOK(20 * time.Second)
+		}
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
 	}
 	cmdArgs := []string{"--cluster", "create"}
 	for _, s := range c.Nodes {
