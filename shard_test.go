@@ -331,5 +331,3 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatalf("%d early starts", runs.early)
 	}
 }
-
-

@@ -106,7 +106,7 @@ func clusterClaims(cl *redisproc.Cluster, n int) (float64, []float64) {
 		c := redis.NewClient(&redis.Options{Addr: m.Addr})
 		cpu, _ := cpuMeter(c)
 		c.Close()
-		per[i] = float64((cpu-cpu0[i]).Microseconds()) / float64(done.Load())
+		per[i] = float64((cpu - cpu0[i]).Microseconds()) / float64(done.Load())
 	}
 	return float64(done.Load()) / took.Seconds(), per
 }
