@@ -56,6 +56,7 @@ type lagContender struct {
 	zclaim        bool
 	oracle        bool          // the floor: plain Enqueue of each task at its due time, by 16 goroutines
 	checkInterval time.Duration // asynq TaskCheckInterval (and DelayedTaskCheckInterval for ProcessAt); 0 = defaults
+	shards        int           // the schedule's BrokerOptions.Shards (zclaim)
 }
 
 // dueTimes returns n due times by Redis' clock: all at one instant, or
@@ -103,7 +104,7 @@ func runLag(c lagContender, due []time.Time) lagResult {
 	var enqMu sync.Mutex
 	var enq durs
 	if c.zclaim {
-		b, err := zclaim.NewBroker(admin, zclaim.BrokerOptions{Key: key})
+		b, err := zclaim.NewBroker(admin, zclaim.BrokerOptions{Key: key, Shards: c.shards})
 		if err != nil {
 			panic(err)
 		}
@@ -180,11 +181,12 @@ func lagScenario() {
 		burstN, streamRate, streamFor = 500, 200, 2*time.Second
 	}
 	contenders := []lagContender{
-		{"zclaim dispatcher, asynq TaskCheckInterval 10 ms", true, false, 10 * time.Millisecond},
-		{"zclaim dispatcher, asynq defaults", true, false, 0},
-		{"asynq ProcessAt, check intervals 10 ms", false, false, 10 * time.Millisecond},
-		{"asynq ProcessAt, defaults", false, false, 0},
-		{"floor: plain Enqueue at each due time (no claim at all), asynq TaskCheckInterval 10 ms", false, true, 10 * time.Millisecond},
+		{"zclaim dispatcher, asynq TaskCheckInterval 10 ms", true, false, 10 * time.Millisecond, 0},
+		{"zclaim dispatcher, schedule in 16 shards, asynq TaskCheckInterval 10 ms", true, false, 10 * time.Millisecond, 16},
+		{"zclaim dispatcher, asynq defaults", true, false, 0, 0},
+		{"asynq ProcessAt, check intervals 10 ms", false, false, 10 * time.Millisecond, 0},
+		{"asynq ProcessAt, defaults", false, false, 0, 0},
+		{"floor: plain Enqueue at each due time (no claim at all), asynq TaskCheckInterval 10 ms", false, true, 10 * time.Millisecond, 0},
 	}
 	loads := []struct {
 		name string
@@ -231,8 +233,8 @@ func dispatchThroughput() {
 	if *quick {
 		n = 3000
 	}
-	var plain, same, disp, hooked samples
-	var plainCPU, sameCPU, dispCPU, hookedCPU [2]time.Duration // Redis, this process: per job, last round
+	var plain, same, disp, hooked, sharded samples
+	var plainCPU, sameCPU, dispCPU, hookedCPU, shardedCPU [2]time.Duration // Redis, this process: per job, last round
 	for round := 1; round <= shortRounds(); round++ {
 		admin := newClient(4)
 		key := ns("thru")
@@ -270,10 +272,12 @@ func dispatchThroughput() {
 		sameCPU = [2]time.Duration{(r1 - r0) / time.Duration(n), (s1 - s0) / time.Duration(n)}
 		dropKeys(admin, key)
 
-		// The dispatcher twice: without hooks, and with an OnDispatch
-		// hook (which makes its claims read the jobs' due times).
-		for _, hook := range []bool{false, true} {
-			b, _ := zclaim.NewBroker(admin, zclaim.BrokerOptions{Key: key})
+		// The dispatcher three times: without hooks, with an OnDispatch
+		// hook (which makes its claims read the jobs' due times), and on a
+		// schedule of 16 shards.
+		for _, v := range []struct{ hook, shards bool }{{false, false}, {true, false}, {false, true}} {
+			hook := v.hook
+			b, _ := zclaim.NewBroker(admin, zclaim.BrokerOptions{Key: key, Shards: map[bool]int{true: 16, false: 1}[v.shards]})
 			scheduleDue(b, n, queue)
 			opts := zclaim.DispatcherOptions{Concurrency: conc, RecoveryInterval: -1}
 			if hook {
@@ -291,15 +295,18 @@ func dispatchThroughput() {
 			r1, s1 = cpuMeter(admin)
 			cpu := [2]time.Duration{(r1 - r0) / time.Duration(n), (s1 - s0) / time.Duration(n)}
 			cancel()
-			if hook {
+			switch {
+			case v.shards:
+				sharded, shardedCPU = append(sharded, rate), cpu
+			case hook:
 				hooked, hookedCPU = append(hooked, rate), cpu
-			} else {
+			default:
 				disp, dispCPU = append(disp, rate), cpu
 			}
 			dropKeys(admin, key)
 		}
-		progress("dispatch throughput round %d/%d: plain Enqueue %s/s, of the same tasks %s/s, dispatcher %s/s, with OnDispatch %s/s", round, shortRounds(),
-			human(plain[len(plain)-1]), human(same[len(same)-1]), human(disp[len(disp)-1]), human(hooked[len(hooked)-1]))
+		progress("dispatch throughput round %d/%d: plain Enqueue %s/s, of the same tasks %s/s, dispatcher %s/s, with OnDispatch %s/s, 16 shards %s/s", round, shortRounds(),
+			human(plain[len(plain)-1]), human(same[len(same)-1]), human(disp[len(disp)-1]), human(hooked[len(hooked)-1]), human(sharded[len(sharded)-1]))
 		admin.SRem(context.Background(), "asynq:queues", queue)
 		ac.Close()
 		admin.Close()
@@ -314,6 +321,8 @@ func dispatchThroughput() {
 				fmt.Sprintf("%.2f×", disp.median()/plain.median()), fmt.Sprintf("%.2f×", disp.median()/same.median()), cpuCell(dispCPU)},
 			{"the same with an OnDispatch hook (claims also read due times)", human(hooked.median()), hooked.spread(),
 				fmt.Sprintf("%.2f×", hooked.median()/plain.median()), fmt.Sprintf("%.2f×", hooked.median()/same.median()), cpuCell(hookedCPU)},
+			{"zclaim Dispatcher on a schedule of 16 shards (one server)", human(sharded.median()), sharded.spread(),
+				fmt.Sprintf("%.2f×", sharded.median()/plain.median()), fmt.Sprintf("%.2f×", sharded.median()/same.median()), cpuCell(shardedCPU)},
 		},
 		"Target: the dispatcher ≥ 0.8× plain Enqueue at the same concurrency. "+
 			"The second row enqueues exactly the tasks the dispatcher sends, without a schedule: the last column is the dispatcher's own cost. "+
