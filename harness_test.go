@@ -134,14 +134,17 @@ func testKey(t testing.TB) string {
 	return "zt:{" + tag + "}"
 }
 
-// deleteTagged removes the keys whose name holds {tag}.
+// deleteTagged removes the keys whose name holds {tag}, or the tag of a
+// shard of it ({tag/...}).
 func deleteTagged(tag string) {
 	c := redis.NewClient(&redis.Options{Addr: testAddr})
 	defer c.Close()
 	ctx := context.Background()
-	iter := c.Scan(ctx, 0, "*{"+tag+"}*", 1000).Iterator()
-	for iter.Next(ctx) {
-		c.Del(ctx, iter.Val())
+	for _, pattern := range []string{"*{" + tag + "}*", "*{" + tag + "/*"} {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			c.Del(ctx, iter.Val())
+		}
 	}
 }
 
