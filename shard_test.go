@@ -2,6 +2,7 @@ package zclaim
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -159,8 +160,10 @@ type clusterRuns struct {
 	early int
 }
 
-func (r *clusterRuns) serve(t *testing.T, cc *redis.ClusterClient, queue string) {
-	idem, err := NewIdempotency(cc, IdempotencyOptions{Prefix: "zt:run:{" + queue + "}:"})
+func (r *clusterRuns) serve(t *testing.T, cc *redis.ClusterClient, queue string, wait int) {
+	// A short lease: a run whose record's master fails mid-run is taken
+	// over seconds later, not after the default 30 s.
+	idem, err := NewIdempotency(cc, IdempotencyOptions{Prefix: "zt:run:{" + queue + "}:", Lease: 2 * time.Second, WaitReplicas: wait})
 	must(t, err)
 	h := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		j, _ := JobFromContext(ctx)
@@ -177,7 +180,15 @@ func (r *clusterRuns) serve(t *testing.T, cc *redis.ClusterClient, queue string)
 		return nil
 	}))
 	srv := asynq.NewServerFromRedisClient(cc, asynq.Config{Queues: map[string]int{queue: 1}, Concurrency: 20,
-		TaskCheckInterval: 10 * time.Millisecond, IsFailure: IsFailure, RetryDelayFunc: RetryDelay,
+		TaskCheckInterval: 10 * time.Millisecond, IsFailure: IsFailure,
+		// A run that failed while its record's master failed over comes
+		// back in a moment, not after asynq's default 15 s or more.
+		RetryDelayFunc: func(n int, err error, t *asynq.Task) time.Duration {
+			if errors.Is(err, ErrInProgress) {
+				return RetryDelay(n, err, t)
+			}
+			return 300 * time.Millisecond
+		},
 		Logger: quietLogger{}, LogLevel: asynq.FatalLevel})
 	must(t, srv.Start(h))
 	t.Cleanup(srv.Shutdown)
@@ -235,7 +246,7 @@ func TestClusterShards(t *testing.T) {
 	// Dispatch, with a slot move in the middle.
 	q := "zt-cluster"
 	runs := &clusterRuns{runs: map[string]int{}}
-	runs.serve(t, cc, q)
+	runs.serve(t, cc, q, 0)
 	d, err := NewBroker(cc, BrokerOptions{Key: "zt:{dispatch}", Shards: 16, Lease: 2 * time.Second})
 	must(t, err)
 	now, err := cc.Time(ctx).Result()
@@ -289,7 +300,7 @@ func TestClusterFailover(t *testing.T) {
 	t.Cleanup(func() { cc.Close() }) // after the asynq servers' shutdowns
 	q := "zt-failover"
 	runs := &clusterRuns{runs: map[string]int{}}
-	runs.serve(t, cc, q)
+	runs.serve(t, cc, q, 1)
 	b, err := NewBroker(cc, BrokerOptions{Key: "zt:{failover}", Shards: 16, Lease: time.Second, WaitReplicas: 1, WaitTimeout: 500 * time.Millisecond})
 	must(t, err)
 	now, err := cc.Time(ctx).Result()
@@ -331,7 +342,17 @@ func TestClusterFailover(t *testing.T) {
 	must(t, victims[1].Restart())
 	must(t, cl.WaitOK(15*time.Second))
 	t.Logf("%s back, as a replica", victims[1].Addr)
-	waitFor(t, 30*time.Second, "every job run", func() bool { k, _ := runs.count(); return k == n })
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if k, _ := runs.count(); k == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			k, _ := runs.count()
+			st, err := b.Stats(ctx)
+			qi, qerr := asynq.NewInspectorFromRedisClient(cc).GetQueueInfo(q)
+			t.Fatalf("ran %d of %d jobs in 30 s; stats %+v (%v); dispatcher %+v; asynq queue %+v (%v)", k, n, st, err, dsp.Stats(), qi, qerr)
+		}
+	}
 	got, twice := runs.count()
 	t.Logf("ran %d of %d jobs, %d twice, %d early; dispatcher %+v", got, n, twice, runs.early, dsp.Stats())
 	if runs.early != 0 {
