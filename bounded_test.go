@@ -90,7 +90,7 @@ func TestScriptsBounded(t *testing.T) {
 	}
 }
 
-// Lookups, pages and steering stay O(log n + page) on a schedule of a
+// Lookups, pages and moves stay O(log n + page) on a schedule of a
 // million jobs with a hundred thousand dead ones.
 func TestInspectBounded(t *testing.T) {
 	if testing.Short() {

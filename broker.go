@@ -268,88 +268,6 @@ func NewBroker(rdb redis.UniversalClient, opts BrokerOptions) (*Broker, error) {
 // Key returns the schedule key (BrokerOptions.Key).
 func (b *Broker) Key() string { return b.opts.Key }
 
-// byShard calls f once for each shard that ids fall in, with its ids in
-// their order (with one shard: once, with all of them).
-func (b *Broker) byShard(ids []string, f func(k *keys, ids []string) error) error {
-	if len(b.shards) == 1 {
-		return f(b.shards[0], ids)
-	}
-	groups := make([][]string, len(b.shards))
-	for _, id := range ids {
-		i := shardOf(id, len(b.shards))
-		groups[i] = append(groups[i], id)
-	}
-	for i, g := range groups {
-		if len(g) > 0 {
-			if err := f(b.shards[i], g); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// ShardKey returns the schedule key of the shard that holds job id: the
-// key itself with one shard; with Shards, that of id's shard, whose hash
-// slot says which Redis Cluster master holds the job.
-func (b *Broker) ShardKey(id string) string { return b.shardOf(id).schedule }
-
-// shardOf returns the keys of id's shard.
-func (b *Broker) shardOf(id string) *keys { return b.shards[shardOf(id, len(b.shards))] }
-
-// shardRecord names the string that records a schedule's shard count,
-// beside the unsharded schedule's keys ("{delay:jobs}:shards").
-func shardRecord(key string) string {
-	one, _ := deriveKeys(key, false)
-	return strings.TrimSuffix(one.marker, ":marker") + ":shards"
-}
-
-// recordedShards returns the shard count recorded with the schedule at
-// key: 1 when there is none, or it cannot be read (recordShards then says so).
-func recordedShards(rdb redis.UniversalClient, key string) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	n, err := rdb.Get(ctx, shardRecord(key)).Int()
-	if err != nil || n < 1 || n > MaxShards {
-		return 1
-	}
-	return n
-}
-
-// recordShards records the shard count with the schedule, or checks it
-// against the one recorded: in a string beside the unsharded schedule's
-// keys ("{delay:jobs}:shards"), written only for more than one shard. A
-// count that differs is refused; so is a sharded schedule on a key that
-// holds a set already (producers writing it would never be read).
-func (b *Broker) recordShards() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	rec := shardRecord(b.opts.Key)
-	n := strconv.Itoa(len(b.shards))
-	if len(b.shards) > 1 {
-		if exists, err := b.rdb.Exists(ctx, b.opts.Key).Result(); err == nil && exists == 1 {
-			return zerr("zclaim: %w: key %q holds a set already; only Shards 1 adopts an existing set (README: Redis Cluster)", ErrShards, b.opts.Key)
-		}
-		b.rdb.SetNX(ctx, rec, n, 0)
-	}
-	got, err := b.rdb.Get(ctx, rec).Result()
-	switch {
-	case err == redis.Nil:
-		got = "1"
-	case err != nil:
-		b.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not read the schedule's shard count", slog.String("key", rec), slog.String("error", err.Error()))
-		return nil
-	}
-	if got != n {
-		return zerr("zclaim: %w: the schedule %q has %s shards, not %s; open it with Shards %s (README: Redis Cluster says how to change the count)",
-			ErrShards, b.opts.Key, got, n, got)
-	}
-	return nil
-}
-
-// Lease returns the lease a claim gets.
-func (b *Broker) Lease() time.Duration { return b.opts.Lease }
-
 // validateJob checks one job against the documented limits.
 func validateJob(j *Job) error {
 	switch {
@@ -440,16 +358,6 @@ func (b *Broker) Schedule(ctx context.Context, jobs ...Job) error {
 		}
 	}
 	return nil
-}
-
-// notice is the argument that names k's notice channel to a script: on
-// Redis Cluster "s|" before it, and the script publishes it with SPUBLISH
-// (sharded pub/sub, to the node of its slot only).
-func (b *Broker) notice(k *keys) string {
-	if isCluster(b.rdb) {
-		return "s|" + k.notice
-	}
-	return k.notice
 }
 
 // Cancel removes a scheduled job. It reports whether the id was scheduled.

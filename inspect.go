@@ -1,6 +1,6 @@
 package zclaim
 
-// Looking up a job, listing the schedule page by page, and steering
+// Looking up a job, listing the schedule page by page, and moving
 // scheduled jobs: run now, reschedule, cancel.
 
 import (

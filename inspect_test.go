@@ -193,7 +193,7 @@ func TestListPaging(t *testing.T) {
 // RunNow keeps the occurrence; Reschedule of a job not yet claimed makes
 // a new one, of a job waiting for its retry keeps it; both pass over ids
 // that are not scheduled.
-func TestSteering(t *testing.T) {
+func TestMoves(t *testing.T) {
 	b := newBroker(t, BrokerOptions{Lease: time.Minute})
 	later := time.UnixMilli(time.Now().Add(time.Hour).UnixMilli())
 	must(t, b.Schedule(ctx, Job{ID: "r", RunAt: later, Type: "t"}, Job{ID: "s", RunAt: later, Type: "t"}))

@@ -2,7 +2,6 @@ package zclaim
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -77,63 +76,6 @@ func deriveKeys(key string, cluster bool) (keys, error) {
 		k.periodic: "hash", k.ticks: "hash",
 	}
 	return k, nil
-}
-
-// MaxShards bounds BrokerOptions.Shards.
-const MaxShards = 1024
-
-// shardKeys names the keys of a schedule of n shards. One shard is the
-// schedule key itself (deriveKeys). With n > 1, shard i is a schedule of
-// its own whose hash tag is the key's tag (or the key) followed by
-// "/<i>.<k>", with the smallest k that puts the tag's slot within a
-// quarter of a shard's width of the centre of the i-th n-th of the 16,384
-// slots: the shards spread evenly over the slot space, and so over the
-// masters of a cluster whose masters hold equal ranges
-// ("zclaim:{orders}" -> "zclaim:{orders/3.17}").
-func shardKeys(key string, n int, cluster bool) ([]*keys, error) {
-	if n == 1 {
-		k, err := deriveKeys(key, cluster)
-		return []*keys{&k}, err
-	}
-	tag, tagged := hashTag(key)
-	out := make([]*keys, n)
-	w := max(1, 16384/(4*n)) // half the width of the window around a shard's centre
-	for i := range n {
-		centre := (2*i + 1) * 16384 / (2 * n)
-		var st string
-		for k := 0; ; k++ {
-			st = tag + "/" + strconv.Itoa(i) + "." + strconv.Itoa(k)
-			if s := int(crc16(st) % 16384); s >= centre-w && s < centre+w {
-				break
-			}
-		}
-		sk := "{" + st + "}"
-		if tagged {
-			open := strings.IndexByte(key, '{')
-			sk = key[:open] + sk + key[open+len(tag)+2:]
-		}
-		k, err := deriveKeys(sk, cluster)
-		if err != nil {
-			return nil, err
-		}
-		k.shard = i
-		out[i] = &k
-	}
-	return out, nil
-}
-
-// shardOf returns the shard of job id in a schedule of n shards: FNV-1a
-// (32 bits) of the id, modulo n.
-func shardOf(id string, n int) int {
-	if n == 1 {
-		return 0
-	}
-	h := uint32(2166136261)
-	for i := 0; i < len(id); i++ {
-		h ^= uint32(id[i])
-		h *= 16777619
-	}
-	return int(h % uint32(n))
 }
 
 // isCluster reports whether rdb spreads keys over Redis Cluster slots.

@@ -153,10 +153,10 @@ var all *bool
 
 func allFlag(fs *flag.FlagSet) { all = fs.Bool("all", false, "every job of the dead set") }
 
-// steer runs a command that acts on ids: cancel, run-now, revive,
+// byIDs runs a command that acts on ids: cancel, run-now, revive,
 // delete-dead. It prints how many of the ids it acted on, and exits 1 when
 // some were not in the state it acts on.
-func steer(name, did, not string) func(ctx context.Context, c *cli, args []string) int {
+func byIDs(name, did, not string) func(ctx context.Context, c *cli, args []string) int {
 	return func(ctx context.Context, c *cli, args []string) int {
 		every := all != nil && *all
 		if every == (len(args) > 0) {

@@ -1,4 +1,4 @@
-// Command zclaim shows and steers a zclaim schedule in Redis.
+// Command zclaim shows and changes a zclaim schedule in Redis.
 //
 //	go install github.com/zclaim/zclaim/cmd/zclaim@latest
 //	zclaim stats --key delay:jobs
@@ -102,10 +102,10 @@ func init() {
 		"stats":       {run: cmdStats},
 		"ls":          {run: cmdList, flags: listFlags},
 		"show":        {run: cmdShow},
-		"cancel":      {run: steer("cancel", "cancelled", "not scheduled")},
-		"run-now":     {run: steer("run-now", "made due now", "not scheduled")},
-		"revive":      {run: steer("revive", "revived", "not dead"), flags: allFlag},
-		"delete-dead": {run: steer("delete-dead", "deleted", "not dead"), flags: allFlag},
+		"cancel":      {run: byIDs("cancel", "cancelled", "not scheduled")},
+		"run-now":     {run: byIDs("run-now", "made due now", "not scheduled")},
+		"revive":      {run: byIDs("revive", "revived", "not dead"), flags: allFlag},
+		"delete-dead": {run: byIDs("delete-dead", "deleted", "not dead"), flags: allFlag},
 		"watch":       {run: cmdWatch, flags: watchFlags},
 		"doctor":      {run: cmdDoctor, flags: doctorFlags},
 		"audit":       {run: cmdAudit, raw: true},

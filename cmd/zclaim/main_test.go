@@ -181,7 +181,7 @@ func TestShow(t *testing.T) {
 	}
 }
 
-func TestSteer(t *testing.T) {
+func TestActOnIDs(t *testing.T) {
 	b, key := setup(t)
 	out, errOut, code := runCLI(t, srv, "run-now", "later-1", "--key", key)
 	want(t, "run-now", code, 0, out, errOut)
