@@ -61,13 +61,14 @@ func (b *Broker) Dead(ctx context.Context, max int) ([]DeadJob, error) {
 // with the type, queue and payload they died with and a fresh count of
 // attempts. An id that was scheduled again meanwhile keeps that entry (the
 // newer work) and only leaves the dead set; ids that are not dead are
-// passed over. It returns how many of ids were dead. The call is atomic.
+// passed over. It returns how many of ids were dead. The call is atomic
+// (with Shards, shard by shard).
 func (b *Broker) Revive(ctx context.Context, ids ...string) (int, error) {
 	return b.takeDead(ctx, "revive", ids)
 }
 
 // DeleteDead removes jobs from the dead set for good. It returns how many
-// of ids were dead. The call is atomic.
+// of ids were dead. The call is atomic (with Shards, shard by shard).
 func (b *Broker) DeleteDead(ctx context.Context, ids ...string) (int, error) {
 	return b.takeDead(ctx, "delete", ids)
 }

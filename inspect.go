@@ -316,7 +316,7 @@ func parseCursor(s, what string) (cursor, error) {
 
 // RunNow makes scheduled jobs due at once, by Redis' clock, keeping
 // their occurrences. It returns how many of ids were scheduled; the
-// others are passed over. The call is atomic.
+// others are passed over. The call is atomic (with Shards, shard by shard).
 func (b *Broker) RunNow(ctx context.Context, ids ...string) (int, error) {
 	return b.move(ctx, "now", "", ids)
 }
@@ -324,7 +324,8 @@ func (b *Broker) RunNow(ctx context.Context, ids ...string) (int, error) {
 // Reschedule moves scheduled jobs to at. A job not claimed yet becomes a
 // new occurrence (as Schedule makes it); one waiting for a retry keeps
 // its occurrence and only moves its retry. It returns how many of ids were
-// scheduled; the others are passed over. The call is atomic.
+// scheduled; the others are passed over. The call is atomic (with Shards,
+// shard by shard).
 func (b *Broker) Reschedule(ctx context.Context, at time.Time, ids ...string) (int, error) {
 	if at.IsZero() || !inScoreRange(at) {
 		return 0, zerr("zclaim: reschedule: %w", ErrRunAtRange)
@@ -332,7 +333,8 @@ func (b *Broker) Reschedule(ctx context.Context, at time.Time, ids ...string) (i
 	return b.move(ctx, "at", b.score(at), ids)
 }
 
-// CancelMany removes scheduled jobs, as Cancel does, atomically. It
+// CancelMany removes scheduled jobs, as Cancel does, atomically (with
+// Shards, shard by shard). It
 // returns how many of ids were scheduled.
 func (b *Broker) CancelMany(ctx context.Context, ids ...string) (int, error) {
 	return b.move(ctx, "cancel", "", ids)

@@ -43,7 +43,8 @@ func (b *Broker) leaseLost(ctx context.Context, op string, c Claim) error {
 
 // AckMany acks several claims in one round trip. It returns the claims
 // whose tokens were no longer current (nothing changed for those); the
-// others are acked. An error means none was acked.
+// others are acked. An error means none was acked (with Shards: none of
+// the shard whose call failed, nor of the shards after it).
 func (b *Broker) AckMany(ctx context.Context, cs ...Claim) (lost []Claim, err error) {
 	if len(cs) == 0 {
 		return nil, nil

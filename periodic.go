@@ -154,7 +154,8 @@ func (b *Broker) periodicShard(name string) *keys { return b.shardOf(PeriodicPre
 // one there; a change to its Type, Queue, Payload or Missed applies to the
 // tick already scheduled. A definition whose tick is gone (cancelled,
 // dead) gets a new one. Ticks are dispatched by Dispatchers (not by
-// Broker.Claim callers), each once. The call is atomic.
+// Broker.Claim callers), each once. The call is atomic (with Shards,
+// shard by shard).
 func (b *Broker) SetPeriodic(ctx context.Context, defs ...Periodic) error {
 	if err := ctx.Err(); err != nil {
 		return wrap(ctx, "set periodic", err, nil)
