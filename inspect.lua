@@ -68,6 +68,17 @@ if ARGV[1] == 'job' then
   return out
 end
 
+-- after reports whether a sorts after b byte by byte, as a sorted set
+-- orders members of one score (Lua's own < follows the server's locale).
+local function after(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x > y end
+  end
+  return #a > #b
+end
+
 -- start returns the rank just after cursor (s, m) in Z, and whether m
 -- is still there at s; with incl, the rank of m itself then.
 local function start(Z, s, m, incl)
@@ -80,7 +91,7 @@ local function start(Z, s, m, incl)
   local r = redis.call('ZCOUNT', Z, '-inf', '(' .. s)
   while true do
     local x = redis.call('ZRANGE', Z, r, r, 'WITHSCORES')
-    if not x[1] or tonumber(x[2]) ~= tonumber(s) or x[1] > m then return r, false end
+    if not x[1] or tonumber(x[2]) ~= tonumber(s) or after(x[1], m) then return r, false end
     r = r + 1
   end
 end
