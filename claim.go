@@ -182,15 +182,19 @@ func (b *Broker) finishBatches(ctx context.Context, ends ...batchEnd) ([]batchEn
 	if len(ends) == 0 {
 		return nil, nil
 	}
-	var lost []batchEnd
-	for _, k := range b.shards {
-		var these []batchEnd
+	// The ends of each shard, settled in one call per shard, the shards
+	// in one pipeline.
+	var shards []*keys
+	byShard := map[int][]batchEnd{}
+	for _, e := range ends {
+		if byShard[e.lease.shard] == nil {
+			shards = append(shards, b.shards[e.lease.shard])
+		}
+		byShard[e.lease.shard] = append(byShard[e.lease.shard], e)
+	}
+	cmds := b.writeShards(ctx, finishScript, shards, func(k *keys) ([]string, []any) {
 		args := []any{b.ups, b.opts.MaxAttempts, b.notice(k)}
-		for _, e := range ends {
-			if e.lease.shard != k.shard {
-				continue
-			}
-			these = append(these, e)
+		for _, e := range byShard[k.shard] {
 			args = append(args, e.lease.member(), len(e.retry)+len(e.dead))
 			for x, d := range e.retry {
 				args = append(args, x, "r", strconv.FormatInt(d.Milliseconds(), 10))
@@ -199,15 +203,15 @@ func (b *Broker) finishBatches(ctx context.Context, ends ...batchEnd) ([]batchEn
 				args = append(args, x, "d", why)
 			}
 		}
-		if len(these) == 0 {
-			continue
-		}
-		res, err := b.repl.run(ctx, b.rdb, finishScript,
-			[]string{k.schedule, k.batches, k.pending, k.runs, k.dead, k.deadInfo}, args...).Int64Slice()
+		return []string{k.schedule, k.batches, k.pending, k.runs, k.dead, k.deadInfo}, args
+	})
+	var lost []batchEnd
+	for i, cmd := range cmds {
+		res, err := cmd.Int64Slice()
 		if err != nil {
-			return lost, wrap(ctx, "finish", err, k.types)
+			return lost, wrap(ctx, "finish", err, shards[i].types)
 		}
-		lost = append(lost, notHeld(res, these)...)
+		lost = append(lost, notHeld(res, byShard[shards[i].shard])...)
 	}
 	return lost, nil
 }

@@ -44,7 +44,7 @@ func (b *Broker) leaseLost(ctx context.Context, op string, c Claim) error {
 // AckMany acks several claims in one round trip. It returns the claims
 // whose tokens were no longer current (nothing changed for those); the
 // others are acked. An error means none was acked (with Shards: none of
-// the shard whose call failed, nor of the shards after it).
+// the shard whose call failed; the others' may have been).
 func (b *Broker) AckMany(ctx context.Context, cs ...Claim) (lost []Claim, err error) {
 	if len(cs) == 0 {
 		return nil, nil
@@ -54,23 +54,28 @@ func (b *Broker) AckMany(ctx context.Context, cs ...Claim) (lost []Claim, err er
 			return nil, err
 		}
 	}
-	for _, k := range b.shards {
-		var these []Claim
-		var args []any
-		for _, c := range cs {
-			if c.shard == k.shard {
-				these = append(these, c)
-				args = append(args, c.member())
-			}
+	var shards []*keys
+	byShard := map[int][]Claim{}
+	for _, c := range cs {
+		k := b.claimKeys(c)
+		if byShard[k.shard] == nil {
+			shards = append(shards, k)
 		}
-		if len(these) == 0 {
-			continue
+		byShard[k.shard] = append(byShard[k.shard], c)
+	}
+	cmds := b.writeShards(ctx, ackScript, shards, func(k *keys) ([]string, []any) {
+		args := make([]any, 0, len(byShard[k.shard]))
+		for _, c := range byShard[k.shard] {
+			args = append(args, c.member())
 		}
-		res, err := b.repl.run(ctx, b.rdb, ackScript, []string{k.inflight, k.runs}, args...).Int64Slice()
+		return []string{k.inflight, k.runs}, args
+	})
+	for i, cmd := range cmds {
+		res, err := cmd.Int64Slice()
 		if err != nil {
-			return lost, wrap(ctx, "ack", err, k.types)
+			return lost, wrap(ctx, "ack", err, shards[i].types)
 		}
-		lost = append(lost, notHeld(res, these)...)
+		lost = append(lost, notHeld(res, byShard[shards[i].shard])...)
 	}
 	return lost, nil
 }

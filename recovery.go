@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // maxDelays bounds the backoff ranges handed to one recovery script; later
@@ -69,15 +67,7 @@ func (b *Broker) Recover(ctx context.Context) (Recovered, error) {
 		a[3] = b.notice(k)
 		return append(k.settleKeys(), k.batches, k.marker), a
 	}
-	var cmds []*redis.Cmd
-	if b.repl.n > 0 { // each write waits for its replicas
-		for _, k := range b.shards {
-			keys, a := shardArgs(k)
-			cmds = append(cmds, b.repl.run(ctx, b.rdb, recoverScript, keys, a...))
-		}
-	} else {
-		cmds = b.eachShard(ctx, recoverScript, shardArgs)
-	}
+	cmds := b.writeShards(ctx, recoverScript, b.shards, shardArgs)
 	var r Recovered
 	for i, cmd := range cmds {
 		k := b.shards[i]

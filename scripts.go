@@ -70,21 +70,42 @@ var (
 	settleScript = redis.NewScript(settleLua)
 )
 
-// eachShard runs script s on every shard of the schedule, with the keys
-// and arguments args gives for each, in one pipeline: one round trip per
-// node. A shard's call refused before it ran (NOSCRIPT: the node lacks the
-// script; or retryable) is sent again, alone, with the script's body. It
-// returns each shard's reply, by shard.
+// eachShard runs script s, a read, on every shard of the schedule, with
+// the keys and arguments args gives for each, in one pipeline: one round
+// trip per node. It returns each shard's reply, by shard.
 func (b *Broker) eachShard(ctx context.Context, s *redis.Script, args func(k *keys) ([]string, []any)) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(b.shards))
+	return b.pipelined(ctx, s, b.shards, args)
+}
+
+// writeShards runs script s, a write, on shards: in one pipeline, or shard
+// by shard where writes wait for replicas (WAIT counts the writes of its
+// own connection, on each shard's node). It returns the replies in the
+// shards' order.
+func (b *Broker) writeShards(ctx context.Context, s *redis.Script, shards []*keys, args func(k *keys) ([]string, []any)) []*redis.Cmd {
+	if len(shards) > 1 && b.repl.n == 0 {
+		return b.pipelined(ctx, s, shards, args)
+	}
+	cmds := make([]*redis.Cmd, len(shards))
+	for i, k := range shards {
+		keys, a := args(k)
+		cmds[i] = b.repl.run(ctx, b.rdb, s, keys, a...)
+	}
+	return cmds
+}
+
+// pipelined sends s to each of shards in one pipeline. A call refused
+// before it ran (NOSCRIPT: the node lacks the script; or retryable) is sent
+// again, alone, with the script's body.
+func (b *Broker) pipelined(ctx context.Context, s *redis.Script, shards []*keys, args func(k *keys) ([]string, []any)) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(shards))
 	b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range b.shards {
+		for i, k := range shards {
 			keys, a := args(k)
 			cmds[i] = s.EvalSha(ctx, p, keys, a...)
 		}
 		return nil
 	})
-	for i, k := range b.shards {
+	for i, k := range shards {
 		if err := cmds[i].Err(); redis.HasErrorPrefix(err, "NOSCRIPT") || retryable(err) {
 			keys, a := args(k)
 			cmds[i] = replication{}.run(ctx, b.rdb, s, keys, a...)
