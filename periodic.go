@@ -16,7 +16,9 @@ import (
 )
 
 // PeriodicPrefix begins the job id of every tick of a periodic
-// definition: "periodic:<name>". Schedule refuses ids that begin with it.
+// definition: "periodic:<name>". Schedule refuses ids that begin with it;
+// a member with it that no definition owns (a deleted definition's tick, or
+// a plain ZADD) is dropped by the dispatcher, with an Info log.
 const PeriodicPrefix = "periodic:"
 
 // MissedTicks says what a definition does with ticks no dispatcher ran in
