@@ -53,8 +53,11 @@ func listFlags(fs *flag.FlagSet) {
 
 func cmdList(ctx context.Context, c *cli, args []string) int {
 	states := map[string]zclaim.JobState{"scheduled": zclaim.StateScheduled, "inflight": zclaim.StateInFlight, "dead": zclaim.StateDead}
+	if len(args) == 1 && args[0] == "periodic" {
+		return listPeriodic(ctx, c)
+	}
 	if len(args) != 1 || states[args[0]] == zclaim.StateUnknown {
-		fmt.Fprintln(c.errw, "usage: zclaim ls scheduled|inflight|dead [--limit N] [--after CURSOR] [--json]")
+		fmt.Fprintln(c.errw, "usage: zclaim ls scheduled|inflight|dead|periodic [--limit N] [--after CURSOR] [--json]")
 		return exitUsage
 	}
 	l, err := c.b.List(ctx, states[args[0]], zclaim.ListOptions{After: *listAfter, Limit: *listLimit})
@@ -230,4 +233,34 @@ func (c *cli) report(name, did string, n, of int, missing []string) {
 		return
 	}
 	fmt.Fprintf(c.out, "%s %d of %d\n", did, n, of)
+}
+
+// listPeriodic prints the periodic definitions and their next ticks.
+func listPeriodic(ctx context.Context, c *cli) int {
+	ps, err := c.b.ListPeriodic(ctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	slices.SortFunc(ps, func(a, b zclaim.PeriodicInfo) int { return strings.Compare(a.Name, b.Name) })
+	if c.json {
+		type def struct {
+			Name, Spec, Location, Type, Queue, Missed string
+			PayloadSize                               int
+			Next                                      time.Time
+		}
+		out := []def{}
+		for _, p := range ps {
+			out = append(out, def{p.Name, p.Spec, p.Location.String(), p.Type, p.Queue,
+				map[zclaim.MissedTicks]string{zclaim.RunLatest: "run latest", zclaim.SkipMissed: "skip"}[p.Missed], len(p.Payload), p.Next})
+		}
+		c.printJSON(out)
+		return exitOK
+	}
+	rows := [][]string{{"NAME", "SPEC", "ZONE", "TYPE", "QUEUE", "NEXT TICK"}}
+	now := time.Now()
+	for _, p := range ps {
+		rows = append(rows, []string{p.Name, p.Spec, p.Location.String(), p.Type, orDash(p.Queue), when(p.Next, now)})
+	}
+	table(c.out, rows)
+	return exitOK
 }

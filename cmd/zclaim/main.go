@@ -50,6 +50,7 @@ const usage = `usage: zclaim <command> [flags] [args]
 commands:
   stats                          counts of the schedule
   ls scheduled|inflight|dead     list jobs, a page at a time (--limit, --after)
+  ls periodic                    list the periodic definitions and their next ticks
   show ID                        where a job is, and what it carries
   cancel ID...                   remove scheduled jobs
   run-now ID...                  make scheduled jobs due at once

@@ -490,3 +490,27 @@ func TestSharded(t *testing.T) {
 	out, errOut, code = runCLI(t, srv, "show", "s-17", "--key", "cli:{sharded}")
 	want(t, "show", code, 0, out, errOut)
 }
+
+// ls periodic lists the definitions with their next ticks.
+func TestListPeriodic(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: "cli:{periodic}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetPeriodic(ctx, zclaim.Periodic{Name: "report", Spec: "0 6 * * *", Type: "report"},
+		zclaim.Periodic{Name: "beat", Spec: "@every 1m", Type: "beat", Missed: zclaim.SkipMissed}); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLI(t, srv, "ls", "periodic", "--key", "cli:{periodic}")
+	want(t, "ls periodic", code, 0, out, errOut)
+	if !regexp.MustCompile(`(?m)^beat +@every 1m +UTC +beat +- +\S+Z \(in `).MatchString(out) || !strings.Contains(out, "0 6 * * *") {
+		t.Fatalf("ls periodic:\n%s", out)
+	}
+	out, errOut, code = runCLI(t, srv, "ls", "periodic", "--key", "cli:{periodic}", "--json")
+	want(t, "ls periodic --json", code, 0, out, errOut)
+	if !strings.Contains(out, `"Missed": "skip"`) {
+		t.Fatalf("ls periodic --json:\n%s", out)
+	}
+}
