@@ -309,20 +309,55 @@ func (b *Broker) Schedule(ctx context.Context, jobs ...Job) error {
 		}
 		last[jobs[i].ID] = i
 	}
-	// Per shard (one unless Shards), in order, in chunks of MaxBatchSize.
+	// Chunks of up to MaxBatchSize jobs per shard, in order; the chunks of
+	// one round (the first chunk of every shard, then the second, ...) go
+	// in one pipeline.
+	type chunk struct {
+		args     []any // id, score, record per job
+		consumed int   // jobs of the call it accounts for (replaced ones too)
+	}
+	chunks := make([][]*chunk, len(b.shards))
+	for i, j := range jobs {
+		s := shardOf(j.ID, len(b.shards))
+		cs := chunks[s]
+		if len(cs) == 0 || len(cs[len(cs)-1].args) == 3*MaxBatchSize {
+			cs = append(cs, &chunk{})
+			chunks[s] = cs
+		}
+		c := cs[len(cs)-1]
+		c.consumed++
+		if last[j.ID] != i {
+			continue // a later job in this call replaces it
+		}
+		score := b.score(j.RunAt)
+		c.args = append(c.args, j.ID, score, newRecord(score, &j))
+	}
 	written := 0 // jobs on the schedule: with one shard, jobs[:written]
-	for _, k := range b.shards {
-		args := make([]any, 0, 1+3*min(len(jobs), MaxBatchSize))
-		args = append(args, b.notice(k))
-		pending, consumed := 0, 0 // jobs in args; jobs of this shard seen since the last flush
-		flush := func() error {
-			if pending == 0 {
-				written += consumed
-				consumed = 0
-				return nil
+	for round := 0; ; round++ {
+		var shards []*keys
+		more := false
+		for s, cs := range chunks {
+			switch {
+			case round >= len(cs):
+			case len(cs[round].args) == 0: // replaced jobs only: nothing to write
+				written += cs[round].consumed
+				more = true
+			default:
+				shards = append(shards, b.shards[s])
 			}
-			res, err := b.repl.run(ctx, b.rdb, scheduleScript, []string{k.schedule, k.pending}, args...).Int64Slice()
-			args = args[:1]
+		}
+		if len(shards) == 0 {
+			if more {
+				continue
+			}
+			return nil
+		}
+		cmds := b.writeShards(ctx, scheduleScript, shards, func(k *keys) ([]string, []any) {
+			return []string{k.schedule, k.pending}, append([]any{b.notice(k)}, chunks[k.shard][round].args...)
+		})
+		for i, cmd := range cmds {
+			k := shards[i]
+			res, err := cmd.Int64Slice()
 			if err != nil {
 				return &ScheduleError{Written: written, Total: len(jobs), Err: wrap(ctx, "schedule", err, k.types)}
 			}
@@ -332,32 +367,9 @@ func (b *Broker) Schedule(ctx context.Context, jobs ...Job) error {
 						slog.String("key", k.schedule), slog.String("channel", k.notice))
 				})
 			}
-			written += consumed
-			pending, consumed = 0, 0
-			return nil
-		}
-		for i, j := range jobs {
-			if len(b.shards) > 1 && shardOf(j.ID, len(b.shards)) != k.shard {
-				continue
-			}
-			consumed++
-			if last[j.ID] != i {
-				continue // a later job in this call replaces it
-			}
-			score := b.score(j.RunAt)
-			args = append(args, j.ID, score, newRecord(score, &j))
-			pending++
-			if pending == MaxBatchSize {
-				if err := flush(); err != nil {
-					return err
-				}
-			}
-		}
-		if err := flush(); err != nil {
-			return err
+			written += chunks[k.shard][round].consumed
 		}
 	}
-	return nil
 }
 
 // Cancel removes a scheduled job. It reports whether the id was scheduled.

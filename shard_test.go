@@ -359,3 +359,24 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatalf("%d early starts", runs.early)
 	}
 }
+
+// Schedule on shards: chunks of MaxBatchSize per shard, a round of them per
+// pipeline; a job given twice in one call is written once, as its last.
+func TestShardedScheduleChunks(t *testing.T) {
+	b := newBroker(t, BrokerOptions{Shards: 3})
+	var jobs []Job
+	for i := range 5000 {
+		jobs = append(jobs, Job{ID: "j" + strconv.Itoa(i%4000), RunAt: time.Now().Add(time.Duration(i) * time.Second), Type: "t"})
+	}
+	must(t, b.Schedule(ctx, jobs...))
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if st.Scheduled != 4000 {
+		t.Fatalf("%d scheduled, want 4000", st.Scheduled)
+	}
+	j, err := b.Job(ctx, "j17")
+	must(t, err)
+	if !j.RunAt.After(time.Now().Add(4000 * time.Second)) {
+		t.Fatalf("j17 is due %v: not its last entry in the call", j.RunAt)
+	}
+}
