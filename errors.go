@@ -94,7 +94,7 @@ func (e *LeaseLostError) Is(target error) bool {
 // connection, a timeout) may be, whole: each chunk is written atomically.
 // Scheduling a job again with the same RunAt is the same occurrence, so
 // Schedule(ctx, jobs[Written:]...) completes the call safely. With
-// BrokerOptions.Shards above 1 the jobs are written shard by shard and
+// BrokerOptions.Shards above 1 the jobs are written per shard and
 // Written counts them: scheduling the whole call again is what is safe.
 // Unwrap gives the cause.
 type ScheduleError struct {
