@@ -59,14 +59,6 @@ func (b *Broker) Doctor(ctx context.Context, opts DoctorOptions) ([]Checked, err
 	if opts.MaxClockSkew <= 0 {
 		opts.MaxClockSkew = DefaultMaxClockSkew
 	}
-	node, err := serverNode(ctx, b.rdb, b.keys.schedule)
-	if err != nil {
-		return nil, wrap(ctx, "doctor", err, nil)
-	}
-	info, err := node.Info(ctx, "server", "memory", "persistence").Result()
-	if err != nil {
-		return nil, wrap(ctx, "doctor", err, nil)
-	}
 	var out []Checked
 	add := func(check, result string, p *Problem) {
 		if p != nil {
@@ -74,50 +66,33 @@ func (b *Broker) Doctor(ctx context.Context, opts DoctorOptions) ([]Checked, err
 		}
 		out = append(out, Checked{Check: check, Result: result, Issue: p})
 	}
-
-	version := infoField(info, "redis_version")
-	if major, _ := strconv.Atoi(strings.Split(version, ".")[0]); major < 7 {
-		add("version", "redis "+version, &Problem{Detail: "zclaim needs Redis 7 or newer, the server runs " + version,
-			Fix: "upgrade the server to Redis 7"})
-	} else {
-		add("version", "redis "+version, nil)
+	// The server checks run on each master that holds a shard (one
+	// without Shards), named when there are several.
+	var nodes []redis.UniversalClient
+	var addrs []string
+	seen := map[string]bool{}
+	for _, k := range b.shards {
+		node, err := serverNode(ctx, b.rdb, k.schedule)
+		if err != nil {
+			return nil, wrap(ctx, "doctor", err, nil)
+		}
+		addr := ""
+		if c, ok := node.(*redis.Client); ok {
+			addr = c.Options().Addr
+		}
+		if !seen[addr] {
+			seen[addr] = true
+			nodes, addrs = append(nodes, node), append(addrs, addr)
+		}
 	}
-
-	policy := infoField(info, "maxmemory_policy")
-	if policy != "" && policy != "noeviction" {
-		add("eviction", "maxmemory-policy "+policy, &Problem{
-			Detail: "under " + policy + " Redis deletes keys when memory runs short, and jobs or run records vanish without an error",
-			Fix:    "CONFIG SET maxmemory-policy noeviction, and set it in redis.conf"})
-	} else {
-		add("eviction", "maxmemory-policy "+policy, nil)
-	}
-
-	if infoField(info, "aof_enabled") == "1" {
-		add("persistence", "appendonly yes", nil)
-	} else if save, err := node.ConfigGet(ctx, "save").Result(); err != nil {
-		add("persistence", "appendonly no; save points unknown (CONFIG GET refused: "+err.Error()+")", nil)
-	} else if s := strings.TrimSpace(save["save"]); s == "" {
-		add("persistence", "appendonly no, no save points", &Problem{
-			Detail: "the server persists nothing: a restart loses every job",
-			Fix:    "CONFIG SET appendonly yes (appendfsync everysec or always), and set it in redis.conf"})
-	} else {
-		add("persistence", "appendonly no, RDB save points "+strconv.Quote(s)+" (a crash loses the writes since the last save)", nil)
-	}
-
-	t0 := doctorNow()
-	srv, err := node.Time(ctx).Result()
-	if err != nil {
-		return nil, wrap(ctx, "doctor", err, nil)
-	}
-	rtt := doctorNow().Sub(t0)
-	skew := srv.Sub(t0.Add(rtt / 2))
-	res := fmt.Sprintf("server clock %s from this machine's (round trip %s)", signed(skew), rtt.Round(time.Microsecond))
-	if math.Abs(float64(skew)) > float64(opts.MaxClockSkew) {
-		add("clock", res, &Problem{
-			Detail: fmt.Sprintf("the server's clock is %s from this machine's, more than %v: jobs scheduled here run that much early or late", signed(skew), opts.MaxClockSkew),
-			Fix:    "run NTP (chrony, systemd-timesyncd) on the server and on the producers' machines"})
-	} else {
-		add("clock", res, nil)
+	for i, node := range nodes {
+		where := ""
+		if len(nodes) > 1 {
+			where = addrs[i] + ": "
+		}
+		if err := b.checkNode(ctx, node, where, opts, add); err != nil {
+			return nil, err
+		}
 	}
 
 	pipe := b.rdb.Pipeline()
@@ -183,4 +158,60 @@ func signed(d time.Duration) string {
 		return "+" + d.String()
 	}
 	return d.String()
+}
+
+// checkNode runs the checks of one server (version, eviction, persistence,
+// clock), its results prefixed with where.
+func (b *Broker) checkNode(ctx context.Context, node redis.UniversalClient, where string, opts DoctorOptions, add func(check, result string, p *Problem)) error {
+	info, err := node.Info(ctx, "server", "memory", "persistence").Result()
+	if err != nil {
+		return wrap(ctx, "doctor", err, nil)
+	}
+
+	version := infoField(info, "redis_version")
+	if major, _ := strconv.Atoi(strings.Split(version, ".")[0]); major < 7 {
+		add("version", where+"redis "+version, &Problem{Detail: "zclaim needs Redis 7 or newer, the server runs " + version,
+			Fix: "upgrade the server to Redis 7"})
+	} else {
+		add("version", where+"redis "+version, nil)
+	}
+
+	policy := infoField(info, "maxmemory_policy")
+	if policy != "" && policy != "noeviction" {
+		add("eviction", where+"maxmemory-policy "+policy, &Problem{
+			Detail: "under " + policy + " Redis deletes keys when memory runs short, and jobs or run records vanish without an error",
+			Fix:    "CONFIG SET maxmemory-policy noeviction, and set it in redis.conf"})
+	} else {
+		add("eviction", where+"maxmemory-policy "+policy, nil)
+	}
+
+	if infoField(info, "aof_enabled") == "1" {
+		add("persistence", where+"appendonly yes", nil)
+	} else if save, err := node.ConfigGet(ctx, "save").Result(); err != nil {
+		add("persistence", where+"appendonly no; save points unknown (CONFIG GET refused: "+err.Error()+")", nil)
+	} else if s := strings.TrimSpace(save["save"]); s == "" {
+		add("persistence", where+"appendonly no, no save points", &Problem{
+			Detail: "the server persists nothing: a restart loses every job",
+			Fix:    "CONFIG SET appendonly yes (appendfsync everysec or always), and set it in redis.conf"})
+	} else {
+		add("persistence", where+"appendonly no, RDB save points "+strconv.Quote(s)+" (a crash loses the writes since the last save)", nil)
+	}
+
+	t0 := doctorNow()
+	srv, err := node.Time(ctx).Result()
+	if err != nil {
+		return wrap(ctx, "doctor", err, nil)
+	}
+	rtt := doctorNow().Sub(t0)
+	skew := srv.Sub(t0.Add(rtt / 2))
+	res := where + fmt.Sprintf("server clock %s from this machine's (round trip %s)", signed(skew), rtt.Round(time.Microsecond))
+	if math.Abs(float64(skew)) > float64(opts.MaxClockSkew) {
+		add("clock", res, &Problem{
+			Detail: fmt.Sprintf("the server's clock is %s from this machine's, more than %v: jobs scheduled here run that much early or late", signed(skew), opts.MaxClockSkew),
+			Fix:    "run NTP (chrony, systemd-timesyncd) on the server and on the producers' machines"})
+	} else {
+		add("clock", res, nil)
+	}
+
+	return nil
 }

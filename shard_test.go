@@ -239,6 +239,21 @@ func TestClusterShards(t *testing.T) {
 		}
 	}
 	t.Logf("jobs per master: %v", perMaster)
+	// Doctor checks each master that holds a shard.
+	checks, err := b.Doctor(ctx, DoctorOptions{DefaultType: "t"})
+	must(t, err)
+	evictions := 0
+	for _, c := range checks {
+		if c.Check == "eviction" {
+			evictions++
+			if _, ok := perMaster[strings.TrimSuffix(strings.Fields(c.Result)[0], ":")]; !ok {
+				t.Fatalf("eviction check of %q", c.Result)
+			}
+		}
+	}
+	if evictions != 3 {
+		t.Fatalf("doctor checked %d masters, want 3: %+v", evictions, checks)
+	}
 
 	// The sharded broker's calls, as on one server (TestShardedSchedule).
 	t.Run("calls", func(t *testing.T) { shardedSchedule(t, cc, "zt:{calls}", "zt:plain") })
