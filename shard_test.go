@@ -272,10 +272,9 @@ func TestClusterShards(t *testing.T) {
 		jobs = append(jobs, Job{ID: "job-" + strconv.Itoa(i), RunAt: now.Add(300*time.Millisecond + time.Duration(i)*time.Millisecond/2), Type: "t", Queue: q})
 	}
 	must(t, d.Schedule(ctx, jobs...))
-	for i := range 2 {
+	for range 2 {
 		dsp, err := NewDispatcher(d, asynq.NewClientFromRedisClient(cc), DispatcherOptions{RecoveryInterval: 50 * time.Millisecond})
 		must(t, err)
-		_ = i
 		runDispatcher(t, dsp)
 	}
 	busy := d.shards[shardOf("job-2999", 16)]

@@ -120,9 +120,11 @@ func run(pass *analysis.Pass) (any, error) {
 
 // collect returns the sorted-set calls of one function body in source
 // order, leaving out nested function literals (each is a function of its
-// own) and those passed to a WATCH transaction.
+// own) and those passed to a WATCH transaction; a function that sends
+// WATCH itself (redigo) has none.
 func collect(pass *analysis.Pass, body *ast.BlockStmt) []op {
 	var ops []op
+	watches := false
 	tested := testedCalls(pass, body)
 	ast.Inspect(body, func(n ast.Node) bool {
 		if _, lit := n.(*ast.FuncLit); lit {
@@ -135,13 +137,34 @@ func collect(pass *analysis.Pass, body *ast.BlockStmt) []op {
 		if isWatch(pass, call) {
 			return false // the WATCH transaction's function and keys
 		}
+		if sendsWatch(pass, call) {
+			watches = true
+		}
 		if o, found := classify(pass, call); found {
 			o.checked = !o.read && tested[call]
 			ops = append(ops, o)
 		}
 		return true
 	})
+	if watches {
+		return nil
+	}
 	return ops
+}
+
+// sendsWatch reports redigo's Do("WATCH", ...): the function reads and
+// removes inside an optimistic transaction (WATCH, read, MULTI, ZREM, EXEC).
+func sendsWatch(pass *analysis.Pass, call *ast.CallExpr) bool {
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != "Do" || len(call.Args) == 0 {
+		return false
+	}
+	fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
+	if !ok || fn.Pkg() == nil || !isRedigo(fn.Pkg().Path()) {
+		return false
+	}
+	cmd, ok := stringConst(pass, call.Args[0])
+	return ok && strings.EqualFold(cmd, "WATCH")
 }
 
 // classify says whether call is a read by score or a removal, and of which key.
@@ -237,8 +260,8 @@ func stringConst(pass *analysis.Pass, e ast.Expr) (string, bool) {
 	return constant.StringVal(tv.Value), true
 }
 
-// isWatch reports a call of go-redis' Watch (its function runs in an
-// optimistic transaction) or of redigo's Do("WATCH", ...).
+// isWatch reports a call of go-redis' Watch: its function runs in an
+// optimistic transaction.
 func isWatch(pass *analysis.Pass, call *ast.CallExpr) bool {
 	sel, ok := call.Fun.(*ast.SelectorExpr)
 	if !ok {

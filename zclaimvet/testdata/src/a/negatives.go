@@ -1,6 +1,7 @@
 package a
 
 import (
+	redigo "github.com/gomodule/redigo/redis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -58,4 +59,15 @@ func readHere(rdb *redis.Client, key string) []string {
 
 func removeThere(rdb *redis.Client, key string, ids []string) {
 	rdb.ZRem(ctx, key, ids)
+}
+
+// redigo's optimistic transaction: WATCH, read, MULTI, ZREM, EXEC.
+func watchedRedigo(c redigo.Conn, key string) {
+	c.Do("WATCH", key)
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", "+inf"))
+	c.Do("MULTI")
+	for _, id := range ids {
+		c.Do("ZREM", key, id)
+	}
+	c.Do("EXEC")
 }
