@@ -78,7 +78,7 @@ func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time) outcome {
 		}
 		opts = append(opts, more...)
 	}
-	_, err := d.c.EnqueueContext(ctx, asynq.NewTaskWithHeaders(typ, c.Payload, info.headers()), opts...)
+	_, err := d.c.EnqueueContext(ctx, asynq.NewTaskWithHeaders(typ, c.Payload, map[string]string{HeaderJob: info.header()}), opts...)
 	switch {
 	case err == nil:
 		d.enqueued.Add(1)

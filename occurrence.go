@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -47,26 +48,30 @@ func (j JobInfo) Occurrence() string { return OccurrenceID(j.ID, j.Due) }
 // "order-731@2026-08-29T08:18:20.000Z". The Dispatcher gives each task it
 // enqueues this asynq TaskID, and it is the middleware's default key.
 func OccurrenceID(id string, due time.Time) string {
-	return id + "@" + due.UTC().Format("2006-01-02T15:04:05.000Z")
+	b := make([]byte, 0, len(id)+25)
+	b = append(append(b, id...), '@')
+	return string(due.UTC().AppendFormat(b, "2006-01-02T15:04:05.000Z"))
 }
 
-// Headers of a dispatched asynq task that carry its JobInfo.
-const (
-	HeaderID      = "zclaim-id"      // the job id
-	HeaderDue     = "zclaim-due"     // the occurrence's due time, Unix ms
-	HeaderAttempt = "zclaim-attempt" // the attempt
-)
+// HeaderJob is the header of a dispatched asynq task that carries its
+// JobInfo: the attempt, the occurrence's due time in Unix ms and the job
+// id, separated by spaces, as in "1 1787991500000 order-731" (the id comes
+// last: it may hold spaces). One header rather than one per field: asynq
+// encodes each header as an entry of its own, and a dispatcher enqueues
+// many tasks.
+const HeaderJob = "zclaim-job"
 
 // info returns the claim's JobInfo.
 func (c Claim) info() JobInfo { return JobInfo{ID: c.ID, Due: c.Due, Attempt: c.Attempt} }
 
-// headers returns the task headers that carry j.
-func (j JobInfo) headers() map[string]string {
-	return map[string]string{
-		HeaderID:      j.ID,
-		HeaderDue:     strconv.FormatInt(j.Due.UnixMilli(), 10),
-		HeaderAttempt: strconv.Itoa(j.Attempt),
-	}
+// header returns the value of HeaderJob that carries j.
+func (j JobInfo) header() string {
+	b := make([]byte, 0, 24+len(j.ID))
+	b = strconv.AppendInt(b, int64(j.Attempt), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, j.Due.UnixMilli(), 10)
+	b = append(b, ' ')
+	return string(append(b, j.ID...))
 }
 
 // JobFromTask reads the JobInfo a Dispatcher put into t's headers. It
@@ -75,20 +80,23 @@ func JobFromTask(t *asynq.Task) (JobInfo, bool) {
 	if t == nil {
 		return JobInfo{}, false
 	}
-	h := t.Headers()
-	id, ok := h[HeaderID]
+	a, rest, ok := strings.Cut(t.Headers()[HeaderJob], " ")
+	if !ok {
+		return JobInfo{}, false
+	}
+	due, id, ok := strings.Cut(rest, " ")
 	if !ok || id == "" {
 		return JobInfo{}, false
 	}
-	due, err := strconv.ParseInt(h[HeaderDue], 10, 64)
+	attempt, err := strconv.Atoi(a)
 	if err != nil {
 		return JobInfo{}, false
 	}
-	a, err := strconv.Atoi(h[HeaderAttempt])
+	ms, err := strconv.ParseInt(due, 10, 64)
 	if err != nil {
 		return JobInfo{}, false
 	}
-	return JobInfo{ID: id, Due: time.UnixMilli(due), Attempt: a}, true
+	return JobInfo{ID: id, Due: time.UnixMilli(ms), Attempt: attempt}, true
 }
 
 type jobInfoKey struct{}

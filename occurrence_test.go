@@ -18,6 +18,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim/internal/proc"
+	"pgregory.net/rapid"
 )
 
 // runsLog counts handler runs per job id and keeps the JobInfo of each.
@@ -129,7 +130,7 @@ func TestReaddedMemberRunsAgain(t *testing.T) {
 				if err != nil {
 					t.Fatalf("asynq has no task named by occurrence %s: %v", OccurrenceID("order-731", due), err)
 				}
-				if info.Headers[HeaderID] != "order-731" || info.State != asynq.TaskStateCompleted || info.Retention < time.Minute {
+				if info.Headers[HeaderJob] != "1 "+strconv.FormatInt(due.UnixMilli(), 10)+" order-731" || info.State != asynq.TaskStateCompleted || info.Retention < time.Minute {
 					t.Errorf("task %s: headers %v, state %v, retention %v", info.ID, info.Headers, info.State, info.Retention)
 				}
 			}
@@ -479,5 +480,31 @@ func TestRecoveryJitter(t *testing.T) {
 		if fixed && len(distinct) != 1 || !fixed && len(distinct) < 150 {
 			t.Fatalf("fixed %v: %d distinct times for 200 jobs", fixed, len(distinct))
 		}
+	}
+}
+
+// A dispatched task's header gives back the JobInfo it was made from, for
+// any id (spaces and "@" included) and due time; a header that is not one
+// reports false.
+func TestJobHeader(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		j := JobInfo{
+			ID:      rapid.StringN(1, 64, -1).Draw(t, "id"),
+			Due:     time.UnixMilli(rapid.Int64Range(-1<<45, 1<<45).Draw(t, "due")),
+			Attempt: rapid.IntRange(1, 1000).Draw(t, "attempt"),
+		}
+		got, ok := JobFromTask(asynq.NewTaskWithHeaders("t", nil, map[string]string{HeaderJob: j.header()}))
+		if !ok || got.ID != j.ID || !got.Due.Equal(j.Due) || got.Attempt != j.Attempt {
+			t.Fatalf("header %q gave %+v, %v; want %+v", j.header(), got, ok, j)
+		}
+	})
+	for _, h := range []map[string]string{nil, {HeaderJob: ""}, {HeaderJob: "1 1787991500000"}, {HeaderJob: "1 1787991500000 "},
+		{HeaderJob: "x 1787991500000 order-731"}, {HeaderJob: "1 soon order-731"}, {"zclaim-id": "order-731"}} {
+		if j, ok := JobFromTask(asynq.NewTaskWithHeaders("t", nil, h)); ok {
+			t.Errorf("headers %v gave %+v", h, j)
+		}
+	}
+	if _, ok := JobFromTask(nil); ok {
+		t.Error("a nil task gave a JobInfo")
 	}
 }
