@@ -22,9 +22,10 @@ const (
 // field left zero takes the default its comment names.
 type DispatcherOptions struct {
 	// Concurrency is how many enqueues run at once. The dispatcher keeps
-	// at most max(Concurrency, min(4×Concurrency, BatchSize)) more claims
-	// queued for them (64 with the defaults), so that a slow or unreachable
-	// asynq holds few claims waiting while their leases run.
+	// at most max(Concurrency, 2×min(4×Concurrency, BatchSize)) more
+	// claims queued for them (128 with the defaults) and claims again,
+	// up to BatchSize jobs, when half the queue is free, so that a slow or
+	// unreachable asynq holds few claims waiting while their leases run.
 	// Default: DefaultConcurrency (16).
 	Concurrency int
 	// MaxWait caps the sleep until the earliest due job. Schedule wakes
@@ -76,7 +77,8 @@ type DispatcherOptions struct {
 	// OnDispatch, when set, is called after each job's enqueue (its batch
 	// is settled later) with the job's JobInfo: err is nil when the task
 	// was enqueued, ErrTaskIDConflict-wrapping when asynq already had it,
-	// or the enqueue error. lag is the time from the job's due time (this
+	// ErrLeaseLost-wrapping when the claim's lease ran out before its
+	// enqueue (it was not made), or the enqueue error. lag is the time from the job's due time (this
 	// claim's, after a retry its backoff's end) to the end of its enqueue,
 	// reckoned from Redis' clock at the claim. It runs on the enqueueing goroutine: keep it short. A
 	// panic in it is recovered and logged at Error; the dispatch stands.
@@ -96,7 +98,7 @@ type DispatcherStats struct {
 	Claimed   int64 // claims taken off the schedule
 	Enqueued  int64 // tasks enqueued into asynq
 	Conflicts int64 // claims whose task id asynq already had (settled, not enqueued)
-	Failed    int64 // enqueues that failed; their claims went back with backoff
+	Failed    int64 // enqueues that failed, or were not made because the claim's lease ran out while it waited; their claims went back with backoff
 	Dead      int64 // claims that could not become tasks (no type, one asynq refuses, or a corrupt record), sent to the dead set
 	// Lag is the distribution of the time from a job's due time to the end
 	// of its enqueue, reckoned from Redis' clock at the claim, over the
@@ -239,12 +241,13 @@ type queued struct {
 }
 
 func (d *Dispatcher) newPipeline(wake <-chan struct{}) *pipeline {
-	// A queue of up to 4×Concurrency jobs (at most BatchSize): the workers
-	// seldom wait for a claim round trip, and a slow asynq holds few
-	// claims waiting (one enqueue under way and four queued per worker,
-	// of EnqueueTimeout each, fit in the default lease).
+	// A queue of two claims of min(4×Concurrency, BatchSize) jobs, claimed
+	// again when half of it is free: the workers seldom wait for a claim
+	// round trip, a claim's cost is shared by many jobs (a round trip costs
+	// more than the jobs in it), and a slow asynq holds few claims waiting
+	// (one whose lease runs out meanwhile is not enqueued: see dispatch).
 	p := &pipeline{d: d, wake: wake,
-		queue:   make(chan queued, max(d.opts.Concurrency, min(4*d.opts.Concurrency, d.b.opts.BatchSize))),
+		queue:   make(chan queued, max(d.opts.Concurrency, 2*min(4*d.opts.Concurrency, d.b.opts.BatchSize))),
 		freed:   make(chan struct{}, 1),
 		acks:    make(chan *batchRun, MaxBatchSize),
 		settled: make(chan struct{}),
@@ -275,6 +278,8 @@ func (p *pipeline) startEnqueue() {
 		p.workers.Add(1)
 		go func() {
 			defer p.workers.Done()
+			ec := enqueueContext{timeout: p.d.opts.EnqueueTimeout}
+			defer ec.stop()
 			for it := range p.queue {
 				// The claim stage waits for half the queue free at most:
 				// wake it only then, not for every job taken.
@@ -284,7 +289,7 @@ func (p *pipeline) startEnqueue() {
 					default:
 					}
 				}
-				it.run.settled(it.index, p.d.dispatch(it.c, it.redisNow, it.claimedAt), p.acks)
+				it.run.settled(it.index, p.d.dispatch(ec.get(), it.c, it.redisNow, it.claimedAt), p.acks)
 			}
 		}()
 	}

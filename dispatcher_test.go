@@ -400,7 +400,7 @@ func TestDispatcherBacksOffOnErrors(t *testing.T) {
 }
 
 // With asynq hanging, a dispatcher holds few claims: Concurrency
-// enqueues under way and at most max(Concurrency, min(4×Concurrency,
+// enqueues under way and at most max(Concurrency, 2×min(4×Concurrency,
 // BatchSize)) queued, so the rest stay scheduled instead of burning leases.
 func TestDispatcherBoundsClaimsWhileAsynqHangs(t *testing.T) {
 	key := testKey(t)
@@ -417,12 +417,58 @@ func TestDispatcherBoundsClaimsWhileAsynqHangs(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	st, err := b.Stats(ctx)
 	must(t, err)
-	const bound = 2 + 8
+	const bound = 2 + 16
 	if st.Inflight == 0 || st.Inflight > bound || st.Scheduled < 100-bound {
 		t.Fatalf("with asynq hanging: %+v, want at most %d in flight", st, bound)
 	}
 	px.Resume()
 	stop()
+}
+
+// A claim whose lease runs out while it waits for a worker (asynq hangs)
+// is not enqueued: recovery gives the job back and its next claim enqueues
+// it. The only conflict left is the enqueue that was under way; enqueuing
+// the waiting claims too would have made one for each of them.
+func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
+	key, q := testKey(t), testQueue(t)
+	log := &runsLog{runs: map[string][]JobInfo{}}
+	startAsynq(t, testAddr, q, WithJob(log.handler()), asynq.Config{Concurrency: 4})
+	px := newProxy(t, testAddr)
+	b := newBroker(t, BrokerOptions{Key: key, Lease: 100 * time.Millisecond, MaxAttempts: 100,
+		Backoff: func(int) time.Duration { return 0 }})
+	d, err := NewDispatcher(b, asynq.NewClientFromRedisClient(clientVia(t, px)), DispatcherOptions{
+		Concurrency: 1, RecoveryInterval: 20 * time.Millisecond, EnqueueTimeout: time.Minute})
+	must(t, err)
+	jobs := jobsDue(20, "lease-", time.Now().Add(-time.Second))
+	for i := range jobs {
+		jobs[i].Queue = q
+	}
+	px.Pause()
+	t.Cleanup(px.Resume)
+	must(t, b.Schedule(ctx, jobs...))
+	runDispatcher(t, d)
+	waitFor(t, 5*time.Second, "claims", func() bool { return d.Stats().Claimed > 1 })
+	time.Sleep(300 * time.Millisecond) // the queued claims' leases run out; recovery takes them back
+	px.Resume()
+	waitFor(t, 10*time.Second, "every job to run", func() bool {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		return len(log.runs) == len(jobs)
+	})
+	waitFor(t, 5*time.Second, "the schedule to empty", func() bool {
+		st, err := b.Stats(ctx)
+		return err == nil && st.Scheduled == 0 && st.Inflight == 0
+	})
+	for _, j := range jobs {
+		if n := len(log.get(j.ID)); n != 1 {
+			t.Errorf("%s ran %d times", j.ID, n)
+		}
+	}
+	st := d.Stats()
+	if st.Conflicts > 1 || st.Failed == 0 {
+		t.Fatalf("stats %+v: want at most 1 conflict (the enqueue under way) and the claims past their lease not enqueued", st)
+	}
+	t.Logf("dispatcher: %+v", st)
 }
 
 // A panic in a user callback does not kill the process: TaskOptions'

@@ -17,10 +17,21 @@ import (
 
 // dispatch enqueues one claim and returns how it ended (a failed enqueue
 // goes back after its backoff; one without a task type goes to the dead
-// set), on a context of its own so that a shutdown lets it finish.
-func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time) outcome {
-	ctx, cancel := context.WithTimeout(context.Background(), d.opts.EnqueueTimeout)
-	defer cancel()
+// set). ctx is the worker's (enqueueContext), not Run's: a shutdown lets
+// the enqueue finish.
+func (d *Dispatcher) dispatch(ctx context.Context, c Claim, redisNow, claimedAt time.Time) outcome {
+	if !redisNow.Add(time.Since(claimedAt)).Before(c.LeaseUntil) {
+		// The lease ran out while the claim waited for a worker (asynq is
+		// slow): recovery gives the job back, or has, and an enqueue now
+		// would race the next claim of it. Given back here too, in case
+		// the batch is settled before recovery looks.
+		d.failed.Add(1)
+		d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: lease ran out before the enqueue; not enqueued, the job goes back",
+			slog.String("id", c.ID), slog.Int("attempt", c.Attempt))
+		err := fmt.Errorf("%w: the lease ran out before the enqueue", ErrLeaseLost)
+		d.report(c, redisNow, claimedAt, err)
+		return outcome{retry: max(time.Millisecond, d.b.opts.Backoff(c.Attempt))}
+	}
 	var advance func() error // a periodic definition's next tick
 	if strings.HasPrefix(c.ID, PeriodicPrefix) {
 		var run bool
@@ -112,6 +123,32 @@ func (d *Dispatcher) dispatch(c Claim, redisNow, claimedAt time.Time) outcome {
 	}
 	d.report(c, redisNow, claimedAt, err)
 	return outcome{}
+}
+
+// enqueueContext is an enqueue worker's context: one with a timeout of
+// EnqueueTimeout serves the enqueues that start in the first tenth of it,
+// so that a worker does not make and stop a timer per job. Each enqueue
+// has between 90% and all of EnqueueTimeout.
+type enqueueContext struct {
+	timeout time.Duration
+	ctx     context.Context
+	cancel  context.CancelFunc
+	renew   time.Time // when the next enqueue gets a new context
+}
+
+func (e *enqueueContext) get() context.Context {
+	if now := time.Now(); e.ctx == nil || now.After(e.renew) {
+		e.stop()
+		e.ctx, e.cancel = context.WithTimeout(context.Background(), e.timeout)
+		e.renew = now.Add(e.timeout / 10)
+	}
+	return e.ctx
+}
+
+func (e *enqueueContext) stop() {
+	if e.cancel != nil {
+		e.cancel()
+	}
 }
 
 // blank is asynq's test of a task type, task id or queue name it refuses.
