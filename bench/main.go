@@ -32,7 +32,7 @@ import (
 var (
 	addrFlag = flag.String("redis", "", "Redis address (default: start redis-server on a free port)")
 	quick    = flag.Bool("quick", false, "smaller numbers: a smoke test, not a measurement")
-	rounds   = flag.Int("rounds", 3, "rounds per contender (interleaved), for median and spread; at least 5 for throughput and middleware")
+	rounds   = flag.Int("rounds", 3, "rounds per contender (interleaved), for median and spread; at least 9 for throughput and middleware")
 	only     = flag.String("only", "", "comma-separated scenarios to run (claim, lag, zadd, throughput, middleware, memory, replicas, scale, recovery, periodic, cluster, instructions)")
 	cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of this process (all scenarios run) to this file")
 )
@@ -45,7 +45,7 @@ func shortRounds() int {
 	if *quick {
 		return *rounds
 	}
-	return max(*rounds, 5)
+	return max(*rounds, 9)
 }
 
 func main() {
@@ -190,6 +190,16 @@ func (s samples) spread() string {
 		return "–"
 	}
 	return fmt.Sprintf("%s–%s", human(slices.Min(s)), human(slices.Max(s)))
+}
+
+// paired returns a[i]/b[i] for each round i: the ratio of two contenders
+// measured in the same round.
+func paired(a, b samples) samples {
+	r := make(samples, min(len(a), len(b)))
+	for i := range r {
+		r[i] = a[i] / b[i]
+	}
+	return r
 }
 
 // human prints a rate or count compactly.

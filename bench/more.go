@@ -148,12 +148,13 @@ func middlewareScenario() {
 			trips = fmt.Sprintf("%.2f", last[k].tripsPerTask)
 		}
 		rows = append(rows, []string{name, human(rates[k].median()), rates[k].spread(),
-			fmt.Sprintf("%.2f×", rates[k].median()/rates[0].median()), fmt.Sprintf("%.1f", last[k].cmdsPerTask), trips, cpuCell(last[k].cpu)})
+			fmt.Sprintf("%.2f×", paired(rates[k], rates[0]).median()), fmt.Sprintf("%.1f", last[k].cmdsPerTask), trips, cpuCell(last[k].cpu)})
 	}
 	table(fmt.Sprintf("3. Middleware overhead: asynq server, no-op handler, %s tasks, Concurrency 16", human(float64(n))),
 		[]string{"contender", "tasks/s (median)", "spread", "ratio", "Redis commands / task (all, incl. asynq's)", "zclaim round trips / task", "CPU / task: Redis + client (last round)"},
 		rows,
 		"Targets: ≥ 0.85× asynq's throughput without the middleware, ≤ 2 Redis round trips per task on the success path (Begin, Complete). "+
+			"A ratio is the median over the rounds of the two contenders' rates in one round, which run one after the other. "+
 			"Commands count every command Redis ran, including those inside scripts. "+
 			"The first floor does one round trip per task and nothing else: what asking Redis once per task costs on this machine. "+
 			"The second does the two plain commands a middleware that records each run's start and finish needs at least, one round trip each, "+
