@@ -36,8 +36,9 @@ type DispatcherOptions struct {
 	// also looks again whenever its subscription comes back after a lost
 	// connection. Default: DefaultMaxWait (50ms).
 	MaxWait time.Duration
-	// EnqueueTimeout bounds one enqueue, and one call that settles
-	// finished batches.
+	// EnqueueTimeout bounds one enqueue (each has between 90% and all of
+	// it: a worker's timeout serves the enqueues that start in its first
+	// tenth), and one call that settles finished batches.
 	// Default: DefaultEnqueueTimeout (5s).
 	EnqueueTimeout time.Duration
 	// RecoveryInterval is how often Run's recovery loop runs

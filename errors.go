@@ -13,7 +13,9 @@ var (
 	// ErrLeaseLost is returned by Ack, Extend, Retry and Kill (and by an
 	// Execution's Extend, Complete and Release) when the caller's fencing
 	// token is no longer the current one: its lease expired and the work was
-	// recovered, or it was settled already. Nothing was changed.
+	// recovered, or it was settled already. Nothing was changed. A
+	// Dispatcher's OnDispatch gets it for a claim whose lease ran out
+	// before its enqueue, which it did not make.
 	ErrLeaseLost = errors.New("zclaim: lease lost")
 
 	// ErrInvalidJob is wrapped by a *JobError for a job that Schedule refuses.

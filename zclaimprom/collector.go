@@ -67,7 +67,7 @@ var (
 	claimedDesc   = desc("zclaim_dispatcher_claimed_total", "Jobs the dispatchers claimed off the schedule.", "key")
 	enqueuedDesc  = desc("zclaim_dispatcher_enqueued_total", "Tasks the dispatchers enqueued into asynq.", "key")
 	conflictsDesc = desc("zclaim_dispatcher_conflicts_total", "Claims whose occurrence asynq already had (settled, not enqueued again).", "key")
-	failedDesc    = desc("zclaim_dispatcher_errors_total", "Enqueues that failed; their jobs went back with backoff.", "key")
+	failedDesc    = desc("zclaim_dispatcher_errors_total", "Enqueues that failed, or were not made because the claim's lease ran out first; their jobs went back with backoff.", "key")
 	dispDeadDesc  = desc("zclaim_dispatcher_dead_total", "Claims that could not become tasks, sent to the dead set.", "key")
 	lagDesc       = desc("zclaim_dispatch_lag_seconds", "Time from a job's due time to the end of its enqueue (first attempts), by Redis' clock.", "key")
 
