@@ -30,7 +30,8 @@
 // duplicate of one occurrence (a re-dispatch after a dispatcher died, a
 // second asynq task for it, the same ZADD repeated) runs at most once. A
 // retry's backoff moves the job but keeps its occurrence. The dispatcher's
-// asynq TaskID names the occurrence and its header carries the job;
+// asynq TaskID names the occurrence and carries the job (a header too
+// where the TaskID does not say it all: [HeaderJob]);
 // handlers read it with [JobFromContext].
 //
 // # Keys

@@ -78,6 +78,9 @@ func (d *Dispatcher) dispatch(ctx context.Context, c Claim, redisNow, claimedAt 
 	if c.Queue != "" {
 		opts = append(opts, asynq.Queue(c.Queue))
 	}
+	// The TaskID names the occurrence: a first attempt needs no header
+	// (HeaderJob) unless TaskOptions replaces its TaskID.
+	header := c.Attempt != 1 || !readable(c.Due)
 	if d.opts.TaskOptions != nil {
 		var more []asynq.Option
 		if perr := callback("TaskOptions", func() { more = d.opts.TaskOptions(c.Job) }); perr != nil {
@@ -87,9 +90,16 @@ func (d *Dispatcher) dispatch(ctx context.Context, c Claim, redisNow, claimedAt 
 			d.report(c, redisNow, claimedAt, perr)
 			return outcome{dead: perr.Error()}
 		}
+		for _, o := range more {
+			header = header || o != nil && o.Type() == asynq.TaskIDOpt
+		}
 		opts = append(opts, more...)
 	}
-	_, err := d.c.EnqueueContext(ctx, asynq.NewTaskWithHeaders(typ, c.Payload, map[string]string{HeaderJob: info.header()}), opts...)
+	task := asynq.NewTask(typ, c.Payload)
+	if header {
+		task = asynq.NewTaskWithHeaders(typ, c.Payload, map[string]string{HeaderJob: info.header()})
+	}
+	_, err := d.c.EnqueueContext(ctx, task, opts...)
 	switch {
 	case err == nil:
 		d.enqueued.Add(1)

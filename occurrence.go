@@ -50,15 +50,43 @@ func (j JobInfo) Occurrence() string { return OccurrenceID(j.ID, j.Due) }
 func OccurrenceID(id string, due time.Time) string {
 	b := make([]byte, 0, len(id)+25)
 	b = append(append(b, id...), '@')
-	return string(due.UTC().AppendFormat(b, "2006-01-02T15:04:05.000Z"))
+	return string(due.UTC().AppendFormat(b, occurrenceLayout))
+}
+
+const occurrenceLayout = "2006-01-02T15:04:05.000Z"
+
+// ParseOccurrence reads an occurrence name back into the job id and the
+// due time (the id is what comes before the last "@"). It reports false
+// for a name OccurrenceID does not make, and for a due time outside the
+// years 0 to 9999, whose name it cannot read back.
+func ParseOccurrence(name string) (id string, due time.Time, ok bool) {
+	i := strings.LastIndexByte(name, '@')
+	if i <= 0 {
+		return "", time.Time{}, false
+	}
+	due, err := time.Parse(occurrenceLayout, name[i+1:])
+	if err != nil || OccurrenceID(name[:i], due) != name {
+		return "", time.Time{}, false
+	}
+	return name[:i], time.UnixMilli(due.UnixMilli()), true
+}
+
+// readable reports whether ParseOccurrence reads the name of an
+// occurrence due at due back.
+func readable(due time.Time) bool {
+	y := due.UTC().Year()
+	return y >= 0 && y <= 9999
 }
 
 // HeaderJob is the header of a dispatched asynq task that carries its
-// JobInfo: the attempt, the occurrence's due time in Unix ms and the job
-// id, separated by spaces, as in "1 1787991500000 order-731" (the id comes
-// last: it may hold spaces). One header rather than one per field: asynq
-// encodes each header as an entry of its own, and a dispatcher enqueues
-// many tasks.
+// JobInfo where its TaskID does not say it all: the attempt, the
+// occurrence's due time in Unix ms and the job id, separated by spaces, as
+// in "2 1787991500000 order-731" (the id comes last: it may hold spaces).
+// A task's TaskID names its occurrence, so the Dispatcher writes the header
+// only for a later attempt, a due time outside the years 0 to 9999, or a
+// TaskID that TaskOptions replaced: asynq encodes and decodes each header
+// of each task, which costs a first attempt more CPU than the rest of its
+// enqueue beyond a plain one.
 const HeaderJob = "zclaim-job"
 
 // info returns the claim's JobInfo.
@@ -74,13 +102,36 @@ func (j JobInfo) header() string {
 	return string(append(b, j.ID...))
 }
 
-// JobFromTask reads the JobInfo a Dispatcher put into t's headers. It
-// reports false for a task that no Dispatcher enqueued.
+// JobFromTask returns the JobInfo of a task a Dispatcher enqueued: from its
+// HeaderJob header, else from its TaskID (an occurrence name; the first
+// attempt), which asynq gives a task being handled (Task.ResultWriter). It
+// reports false for a task with neither.
 func JobFromTask(t *asynq.Task) (JobInfo, bool) {
 	if t == nil {
 		return JobInfo{}, false
 	}
-	a, rest, ok := strings.Cut(t.Headers()[HeaderJob], " ")
+	var taskID string
+	if w := t.ResultWriter(); w != nil {
+		taskID = w.TaskID()
+	}
+	return jobOf(t, taskID)
+}
+
+// jobOf returns the JobInfo of task t whose asynq task id is taskID ("" if
+// unknown).
+func jobOf(t *asynq.Task, taskID string) (JobInfo, bool) {
+	if h, ok := t.Headers()[HeaderJob]; ok {
+		return parseHeader(h)
+	}
+	if id, due, ok := ParseOccurrence(taskID); ok {
+		return JobInfo{ID: id, Due: due, Attempt: 1}, true
+	}
+	return JobInfo{}, false
+}
+
+// parseHeader reads a HeaderJob value.
+func parseHeader(h string) (JobInfo, bool) {
+	a, rest, ok := strings.Cut(h, " ")
 	if !ok {
 		return JobInfo{}, false
 	}
@@ -110,9 +161,18 @@ func JobFromContext(ctx context.Context) (JobInfo, bool) {
 	return j, ok
 }
 
+// jobIn is JobFromTask for the task of a handler's context, which holds
+// its task id.
+func jobIn(ctx context.Context, t *asynq.Task) (JobInfo, bool) {
+	if id, ok := asynq.GetTaskID(ctx); ok && t != nil {
+		return jobOf(t, id)
+	}
+	return JobFromTask(t)
+}
+
 // withJob returns ctx carrying t's JobInfo, if it has one.
 func withJob(ctx context.Context, t *asynq.Task) context.Context {
-	if j, ok := JobFromTask(t); ok {
+	if j, ok := jobIn(ctx, t); ok {
 		return context.WithValue(ctx, jobInfoKey{}, j)
 	}
 	return ctx
@@ -128,10 +188,9 @@ func WithJob(next asynq.Handler) asynq.Handler {
 }
 
 // OccurrenceKey is the middleware's default Key function: the occurrence
-// of a task a Dispatcher enqueued (from its headers), else the asynq task
-// id.
+// of a task a Dispatcher enqueued (JobFromTask), else the asynq task id.
 func OccurrenceKey(ctx context.Context, t *asynq.Task) (string, error) {
-	if j, ok := JobFromTask(t); ok {
+	if j, ok := jobIn(ctx, t); ok {
 		return j.Occurrence(), nil
 	}
 	return TaskIDKey(ctx, t)

@@ -130,7 +130,7 @@ func TestReaddedMemberRunsAgain(t *testing.T) {
 				if err != nil {
 					t.Fatalf("asynq has no task named by occurrence %s: %v", OccurrenceID("order-731", due), err)
 				}
-				if info.Headers[HeaderJob] != "1 "+strconv.FormatInt(due.UnixMilli(), 10)+" order-731" || info.State != asynq.TaskStateCompleted || info.Retention < time.Minute {
+				if len(info.Headers) != 0 || info.State != asynq.TaskStateCompleted || info.Retention < time.Minute {
 					t.Errorf("task %s: headers %v, state %v, retention %v", info.ID, info.Headers, info.State, info.Retention)
 				}
 			}
@@ -506,5 +506,71 @@ func TestJobHeader(t *testing.T) {
 	}
 	if _, ok := JobFromTask(nil); ok {
 		t.Error("a nil task gave a JobInfo")
+	}
+}
+
+// An occurrence name reads back into its id and due time, for any id ("@"
+// included) and due time in the years 0 to 9999 (readable); other names
+// do not read.
+func TestParseOccurrence(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		id := rapid.StringN(1, 64, -1).Draw(t, "id")
+		due := time.UnixMilli(rapid.Int64Range(-70e12, 260e12).Draw(t, "due"))
+		got, gotDue, ok := ParseOccurrence(OccurrenceID(id, due))
+		if ok != readable(due) || ok && (got != id || !gotDue.Equal(due)) {
+			t.Fatalf("ParseOccurrence(%q) = %q, %v, %v; readable %v", OccurrenceID(id, due), got, gotDue, ok, readable(due))
+		}
+	})
+	for _, name := range []string{"", "order-731", "@2026-08-29T08:18:20.000Z", "order-731@2026-08-29T08:18:20Z",
+		"order-731@2026-08-29T08:18:20.000+01:00", "order-731@2026-8-29T08:18:20.000Z", "order-731@10000-01-01T00:00:00.000Z"} {
+		if id, due, ok := ParseOccurrence(name); ok {
+			t.Errorf("ParseOccurrence(%q) = %q, %v", name, id, due)
+		}
+	}
+}
+
+// A dispatched task carries its job in its TaskID, and in HeaderJob only
+// where the TaskID does not say it all: a later attempt, or a TaskID that
+// TaskOptions replaced. The handler reads the same JobInfo either way.
+func TestDispatchedTaskHeader(t *testing.T) {
+	key, q := testKey(t), testQueue(t)
+	log := &runsLog{runs: map[string][]JobInfo{}}
+	startAsynq(t, testAddr, q, WithJob(log.handler()), asynq.Config{})
+	b := newBroker(t, BrokerOptions{Key: key, Backoff: func(int) time.Duration { return 0 }})
+	due := redisNow(t, b.rdb).Add(-time.Second).Truncate(time.Millisecond)
+	must(t, b.Schedule(ctx, Job{ID: "retried", RunAt: due, Type: "t", Queue: q}))
+	cs, err := b.Claim(ctx, 1)
+	must(t, err)
+	must(t, b.Retry(ctx, cs[0], time.Time{})) // its next claim is attempt 2
+	must(t, b.Schedule(ctx, Job{ID: "first", RunAt: due, Type: "t", Queue: q}, Job{ID: "own id", RunAt: due, Type: "t", Queue: q}))
+	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{TaskOptions: func(j Job) []asynq.Option {
+		if j.ID == "own id" {
+			return []asynq.Option{nil, asynq.TaskID("mine-1")}
+		}
+		return nil
+	}})
+	must(t, err)
+	runDispatcher(t, d)
+	waitFor(t, 5*time.Second, "three runs", func() bool {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		return len(log.runs) == 3
+	})
+	for _, c := range []struct {
+		id, taskID string
+		attempt    int
+		header     bool
+	}{{"first", OccurrenceID("first", due), 1, false}, {"retried", OccurrenceID("retried", due), 2, true}, {"own id", "mine-1", 1, true}} {
+		runs := log.get(c.id)
+		if len(runs) != 1 || !runs[0].Due.Equal(due) || runs[0].Attempt != c.attempt {
+			t.Errorf("%s: runs %+v, want one of attempt %d due %v", c.id, runs, c.attempt, due)
+		}
+		info, err := newInspector(t).GetTaskInfo(q, c.taskID)
+		if err != nil {
+			t.Fatalf("%s: no task %s: %v", c.id, c.taskID, err)
+		}
+		if _, has := info.Headers[HeaderJob]; has != c.header {
+			t.Errorf("%s: headers %v, want a %s header: %v", c.id, info.Headers, HeaderJob, c.header)
+		}
 	}
 }
