@@ -162,7 +162,8 @@ func JobFromContext(ctx context.Context) (JobInfo, bool) {
 }
 
 // jobIn is JobFromTask for the task of a handler's context, which holds
-// its task id.
+// its task id even where another middleware passed on a task of its own
+// making, without asynq's ResultWriter.
 func jobIn(ctx context.Context, t *asynq.Task) (JobInfo, bool) {
 	if id, ok := asynq.GetTaskID(ctx); ok && t != nil {
 		return jobOf(t, id)
