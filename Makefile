@@ -1,21 +1,27 @@
-# make test: vet and race-test everything against a real Redis. It finds a
+# make test: vet and race-test every module (the root and zclaimpg, joined
+# by go.work) against a real Redis and PostgreSQL. It finds a
 # redis-server 7 on PATH, or downloads Debian's package into .cache/redis
 # (internal/findredis), and puts it first on PATH; the tests start their
 # own servers from it on free ports, or use the server named by
-# ZCLAIM_TEST_REDIS=host:port (they never flush it). Output: go test's line
+# ZCLAIM_TEST_REDIS=host:port (they never flush it). zclaimpg's tests use
+# ZCLAIM_TEST_POSTGRES (a URL), else 127.0.0.1:5432, else a server they start
+# from initdb (internal/pgproc), each test in a schema of its own. Output: go test's line
 # per package, failed tests' output, and slow tests' progress as it happens.
 GO ?= go
 SHELL := /bin/bash
+
+# Every module's packages, from the root (go.work joins them).
+MODULES := ./... ./zclaimpg/...
 
 .PHONY: test vet fmt
 test: vet
 	@set -o pipefail; dir=$$($(GO) run ./internal/findredis) || exit 1; \
 	$(GO) build -o .cache/testlog ./internal/testlog && \
-	PATH="$$dir:$$PATH" $(GO) test -race -count=1 -json ./... | .cache/testlog
+	PATH="$$dir:$$PATH" $(GO) test -race -count=1 -json $(MODULES) | .cache/testlog
 
 vet:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt needed"; exit 1; }
-	$(GO) vet ./...
+	$(GO) vet $(MODULES)
 
 fmt:
 	gofmt -w .

@@ -2,7 +2,10 @@
 -- KEYS[1] run record: a string "<state> <token> <n>", where state is run
 --   (n = lease deadline, Unix ms), done or free (n = 0)
 -- ARGV[1] lease in ms   ARGV[2] ttl of a running record in ms
--- Returns {0, token, deadline_ms} acquired; {1, token, 0} already done;
+-- Returns {0, token, deadline_ms, prev} acquired, where prev is 0 for a key
+--   with no earlier unfinished run, 1 when an earlier run's lease ran out
+--   without Complete or Release (its worker died or stalled), 2 when an
+--   earlier run was released; {1, token, 0} already done;
 --   {2, token, ms_left} running elsewhere with a live lease.
 -- The new token is the larger of the last one + 1 and Redis TIME in
 -- microseconds, so it keeps growing after a record has expired.
@@ -16,7 +19,7 @@ local deadline = now_ms + tonumber(ARGV[1])
 -- writes the new run only if there is no record, and GET answers the
 -- record it found instead.
 local rec = redis.call('SET', KEYS[1], string.format('run %d %d', now_us, deadline), 'NX', 'PX', ARGV[2], 'GET')
-if not rec then return {0, now_us, deadline} end
+if not rec then return {0, now_us, deadline, 0} end
 -- A record exists: it must be one of ours.
 local s, tok, n = string.match(rec, '^(%l+) (%d+) (%d+)$')
 tok, n = tonumber(tok), tonumber(n)
@@ -32,4 +35,6 @@ if s == 'run' and n > now_ms then return {2, tok, n - now_ms} end
 local new = now_us
 if tok + 1 > new then new = tok + 1 end
 redis.call('SET', KEYS[1], string.format('run %d %d', new, deadline), 'PX', ARGV[2])
-return {0, new, deadline}
+local prev = 2
+if s == 'run' then prev = 1 end
+return {0, new, deadline, prev}

@@ -199,6 +199,12 @@ func (i *Idempotency) stateLosses() int64 {
 type Execution struct {
 	Key   string // the idempotency key
 	Token int64  // fencing token: larger than every earlier run's of Key
+	// Resumed tells that an earlier run of Key began and did not complete:
+	// its worker died or stalled past its lease, or it failed and was
+	// released. Its effect may have happened. A handler whose effect lives
+	// outside the database of zclaimpg checks its own store for Key first.
+	// It is false for a key whose earlier record expired or was lost.
+	Resumed bool
 
 	i          *Idempotency
 	sent       time.Time // local time just before Begin was sent: no later than Redis' start of the lease
@@ -232,7 +238,7 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 		return nil, i.wrap(ctx, "begin", rk, err)
 	}
 	raw, ok := int64s(reply)
-	if !ok || len(raw) != 3 {
+	if !ok || len(raw) < 3 || raw[0] == 0 && len(raw) != 4 {
 		return nil, zerr("zclaim: begin: %w: reply %v", ErrCorrupt, reply)
 	}
 	switch raw[0] {
@@ -241,7 +247,8 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 	case 2:
 		return nil, &InProgressError{Key: key, LeaseLeft: time.Duration(raw[2]) * time.Millisecond}
 	}
-	return &Execution{Key: key, Token: raw[1], i: i, sent: sent, leaseUntil: time.UnixMilli(raw[2]), state: i.state.current()}, nil
+	return &Execution{Key: key, Token: raw[1], Resumed: raw[3] != 0, i: i, sent: sent,
+		leaseUntil: time.UnixMilli(raw[2]), state: i.state.current()}, nil
 }
 
 // int64s reads a script's array of integers.

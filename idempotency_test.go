@@ -520,3 +520,52 @@ func TestSettleWholeToken(t *testing.T) {
 	}
 	must(t, e.Complete(ctx))
 }
+
+// Execution.Resumed tells a run whose key had an earlier run that began and
+// did not complete: one whose lease ran out, or one released after an
+// error; a new key, or one whose record was lost, is not resumed.
+func TestBeginResumed(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	i := newIdem(t, rdb, IdempotencyOptions{Lease: 20 * time.Millisecond})
+	e, err := i.Begin(ctx, "k")
+	must(t, err)
+	if e.Resumed {
+		t.Fatal("first run of a key is Resumed")
+	}
+	time.Sleep(30 * time.Millisecond) // its worker died: no renewal
+	e, err = i.Begin(ctx, "k")
+	must(t, err)
+	if !e.Resumed {
+		t.Fatal("run after an expired lease is not Resumed")
+	}
+	must(t, e.Release(ctx))
+	e, err = i.Begin(ctx, "k")
+	must(t, err)
+	if !e.Resumed {
+		t.Fatal("run after a release is not Resumed")
+	}
+	must(t, rdb.Del(ctx, i.Prefix()+"k").Err())
+	e, err = i.Begin(ctx, "k")
+	must(t, err)
+	if e.Resumed {
+		t.Fatal("run after the record was lost is Resumed")
+	}
+}
+
+// A handler error matching ErrAlreadyDone (its own database found the work
+// done) makes the task succeed as skipped and completes the key.
+func TestMiddlewareHandlerAlreadyDone(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	i := newIdem(t, rdb, IdempotencyOptions{Key: payloadKey})
+	h := i.Middleware()(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		return fmt.Errorf("db: %w", ErrAlreadyDone)
+	}))
+	must(t, h.ProcessTask(ctx, asynq.NewTask("x", []byte("k"))))
+	if s := i.Stats(); s.Skipped != 1 || s.Completed != 0 || s.Released != 0 {
+		t.Fatalf("stats %+v, want 1 skipped", s)
+	}
+	_, err := i.Begin(ctx, "k")
+	wantErr(t, err, ErrAlreadyDone)
+}

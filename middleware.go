@@ -68,9 +68,11 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 //     finds the lease lost, or cannot reach Redis before the lease ends,
 //     the handler's context is cancelled with cause ErrLeaseLost.
 //
-// A handler that returns nil completes the key. One that returns an error
-// or panics releases it, so a retry can run; the error or panic goes on to
-// asynq unchanged. If Redis cannot be reached the handler does not run and
+// A handler that returns nil completes the key, and so does one that
+// returns an error matching ErrAlreadyDone (its own database found the
+// work done, as zclaimpg.Complete does): that task succeeds as skipped.
+// One that returns another error or panics releases the key, so a retry
+// can run; the error or panic goes on to asynq unchanged. If Redis cannot be reached the handler does not run and
 // the error goes back to asynq (fail closed). A key that can never run
 // (empty, or longer than MaxIDLen) fails the task with asynq.SkipRetry, so
 // that asynq archives it at once instead of retrying it; an error of the
@@ -168,9 +170,21 @@ func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler,
 		cancel(nil)
 		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		defer scancel()
-		if handlerErr == nil && !panicked {
+		// A handler whose transaction met the occurrence done in its own
+		// database (zclaimpg.Complete) rolled back: the work is done, and
+		// the record says so from now on.
+		skipped := errors.Is(handlerErr, ErrAlreadyDone)
+		if skipped {
+			i.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: skipped a task whose work already finished (its database says so)",
+				slog.String("key", e.Key), slog.String("type", t.Type()))
+		}
+		if handlerErr == nil && !panicked || skipped {
 			cerr := e.Complete(sctx)
-			i.count(cerr, &i.completed)
+			if skipped {
+				i.count(cerr, &i.skipped)
+			} else {
+				i.count(cerr, &i.completed)
+			}
 			if cerr != nil {
 				i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not complete a run",
 					slog.String("key", e.Key), slog.Int64("token", e.Token), slog.String("error", cerr.Error()))

@@ -7,3 +7,6 @@ import "os/exec"
 
 // DieWithParent does nothing here: only Linux offers a parent-death signal.
 func DieWithParent(*exec.Cmd) {}
+
+// RunAs does nothing here: the tests start servers as another user on Linux only.
+func RunAs(*exec.Cmd, int, int) {}

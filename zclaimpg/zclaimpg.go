@@ -1,0 +1,276 @@
+// Package zclaimpg makes a handler's effects in PostgreSQL happen once per
+// occurrence: the occurrence's done mark is written in the handler's own
+// transaction, beside its writes, so either both commit or neither does.
+//
+// The idempotency middleware (zclaim.Idempotency) keeps one live run per
+// occurrence and skips finished ones, but a worker that dies after its
+// transaction committed and before the middleware's Complete reached Redis
+// leaves the occurrence unfinished there, and the next run repeats the
+// effect. With zclaimpg the database decides: the second run's Complete
+// meets the first's done row, returns an error matching
+// zclaim.ErrAlreadyDone, the handler rolls back and returns that error, and
+// the middleware counts the task as skipped. This holds even when Redis
+// lost or rolled back its records.
+//
+//	zclaimpg.Migrate(ctx, pool) // once at start, from every replica
+//
+//	mux.HandleFunc("reminder:send", func(ctx context.Context, t *asynq.Task) error {
+//		return zclaimpg.InTx(ctx, pool, func(tx pgx.Tx) error {
+//			_, err := tx.Exec(ctx, "INSERT INTO reminders (user_id, body) VALUES ($1, $2)", ...)
+//			return err
+//		})
+//	})
+//
+// The tables are zclaim_done (one row per finished occurrence) and
+// zclaim_fence (the largest token seen per resource), found through the
+// connection's search_path like the user's own tables, so a service that
+// keeps its tables in a schema of its own gets them there too.
+package zclaimpg
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/zclaim/zclaim"
+)
+
+// ErrNoExecution is returned by Complete, Fence and the InTx helpers when
+// the context carries no zclaim.Execution: the handler does not run under
+// the idempotency middleware, so there is no occurrence to record.
+var ErrNoExecution = errors.New("zclaimpg: no zclaim.Execution in the context (is the handler wrapped by Idempotency.Middleware?)")
+
+// migrateLock is the advisory lock Migrate holds while it creates the
+// tables, so that replicas starting together do not race on the catalog.
+const migrateLock = 0x7a636c61696d // "zclaim"
+
+// schema creates zclaimpg's tables. Every statement is idempotent and none
+// drops anything.
+var schema = []string{
+	`CREATE TABLE IF NOT EXISTS zclaim_done (
+		key     text        PRIMARY KEY,
+		token   bigint      NOT NULL,
+		done_at timestamptz NOT NULL DEFAULT now()
+	)`,
+	`CREATE INDEX IF NOT EXISTS zclaim_done_done_at ON zclaim_done (done_at)`,
+	`CREATE TABLE IF NOT EXISTS zclaim_fence (
+		resource   text        PRIMARY KEY,
+		token      bigint      NOT NULL,
+		updated_at timestamptz NOT NULL DEFAULT now()
+	)`,
+}
+
+// Beginner is what Migrate and InTx need of a database: *pgxpool.Pool,
+// *pgx.Conn and pgx.Tx (a savepoint) have it.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Migrate creates zclaimpg's tables and index where they do not exist. It
+// is safe to call from every replica at start: calls serialise on an
+// advisory lock, and a second call changes nothing.
+func Migrate(ctx context.Context, db Beginner) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
+			return fmt.Errorf("zclaimpg: migrate: %w", err)
+		}
+		for _, stmt := range schema {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("zclaimpg: migrate: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// MigrateSQL is Migrate for database/sql.
+func MigrateSQL(ctx context.Context, db *sql.DB) error {
+	return inSQL(ctx, db, nil, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
+			return fmt.Errorf("zclaimpg: migrate: %w", err)
+		}
+		for _, stmt := range schema {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("zclaimpg: migrate: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// execer is the one call Complete and Fence make, which pgx.Tx and the
+// adapter of *sql.Tx both have.
+type execer func(ctx context.Context, sql string, args ...any) (rowsAffected int64, err error)
+
+func pgxExec(tx pgx.Tx) execer {
+	return func(ctx context.Context, q string, args ...any) (int64, error) {
+		tag, err := tx.Exec(ctx, q, args...)
+		return tag.RowsAffected(), err
+	}
+}
+
+func sqlExec(tx *sql.Tx) execer {
+	return func(ctx context.Context, q string, args ...any) (int64, error) {
+		res, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	}
+}
+
+// An INSERT that meets a committed row of the same key does nothing; one
+// that meets an uncommitted row waits for that transaction, then does
+// nothing if it committed and inserts if it rolled back. So of concurrent
+// runs of one key exactly one commits, and the others see no unique
+// violation.
+const completeSQL = `INSERT INTO zclaim_done (key, token) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING`
+
+func complete(ctx context.Context, exec execer) error {
+	e, ok := zclaim.ExecutionFromContext(ctx)
+	if !ok {
+		return ErrNoExecution
+	}
+	n, err := exec(ctx, completeSQL, e.Key, e.Token)
+	if err != nil {
+		return fmt.Errorf("zclaimpg: complete %q: %w", e.Key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("zclaimpg: %w: another run of %q committed (roll back and return this error)", zclaim.ErrAlreadyDone, e.Key)
+	}
+	return nil
+}
+
+// Complete records the occurrence of the handler's Execution
+// (zclaim.ExecutionFromContext) as done in tx, the transaction that holds
+// the handler's writes. Call it before the commit. If another run of that
+// key already committed, it returns an error matching zclaim.ErrAlreadyDone:
+// roll back and return it from the handler, and the middleware counts the
+// task as skipped. If another run of the key holds an uncommitted done row,
+// Complete waits for that transaction to end. Without an Execution in ctx it
+// returns ErrNoExecution.
+//
+// Under REPEATABLE READ or SERIALIZABLE, a row committed after tx began can
+// fail it with a serialization error instead; asynq then retries the task,
+// and the retry gets ErrAlreadyDone.
+func Complete(ctx context.Context, tx pgx.Tx) error { return complete(ctx, pgxExec(tx)) }
+
+// CompleteSQL is Complete for a database/sql transaction (pgx/stdlib,
+// lib/pq, and the sqlc, ent or gorm code built on them).
+func CompleteSQL(ctx context.Context, tx *sql.Tx) error { return complete(ctx, sqlExec(tx)) }
+
+// A resource keeps the largest token that wrote it; an equal token is the
+// same run writing again.
+const fenceSQL = `INSERT INTO zclaim_fence (resource, token) VALUES ($1, $2)
+	ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
+	WHERE zclaim_fence.token <= EXCLUDED.token`
+
+func fence(ctx context.Context, exec execer, resource string) error {
+	e, ok := zclaim.ExecutionFromContext(ctx)
+	if !ok {
+		return ErrNoExecution
+	}
+	n, err := exec(ctx, fenceSQL, resource, e.Token)
+	if err != nil {
+		return fmt.Errorf("zclaimpg: fence %q: %w", resource, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("zclaimpg: %w: resource %q was written by a run with a larger token than %d (of %q)",
+			zclaim.ErrLeaseLost, resource, e.Token, e.Key)
+	}
+	return nil
+}
+
+// Fence guards a write that is not keyed by the occurrence (a row that many
+// jobs update): it records the Execution's token for resource in tx and
+// refuses, with an error matching zclaim.ErrLeaseLost, a token lower than
+// one already recorded there. Tokens grow with the time a run began (see
+// zclaim.Execution), so a run that lost its lease to a later run, or began
+// before the resource's last writer, is refused. Roll back on the error.
+func Fence(ctx context.Context, tx pgx.Tx, resource string) error {
+	return fence(ctx, pgxExec(tx), resource)
+}
+
+// FenceSQL is Fence for a database/sql transaction.
+func FenceSQL(ctx context.Context, tx *sql.Tx, resource string) error {
+	return fence(ctx, sqlExec(tx), resource)
+}
+
+// InTx runs fn in a transaction of db, records the handler's occurrence as
+// done in it (Complete) and commits. Any error rolls the transaction back.
+// When another run of the occurrence already committed, fn's writes are
+// rolled back and InTx returns an error matching zclaim.ErrAlreadyDone:
+// return it from the handler, and the task succeeds as skipped.
+func InTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) error {
+	if _, ok := zclaim.ExecutionFromContext(ctx); !ok {
+		return ErrNoExecution
+	}
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return Complete(ctx, tx)
+	})
+}
+
+// InSQLTx is InTx for database/sql: db.BeginTx(ctx, opts), fn, CompleteSQL,
+// commit.
+func InSQLTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
+	if _, ok := zclaim.ExecutionFromContext(ctx); !ok {
+		return ErrNoExecution
+	}
+	return inSQL(ctx, db, opts, func(tx *sql.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return CompleteSQL(ctx, tx)
+	})
+}
+
+func inSQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("zclaimpg: begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("zclaimpg: commit: %w", err)
+	}
+	return nil
+}
+
+// Done reports whether key's occurrence is recorded as done in the
+// database: for tools, and for a handler that wants to look before it
+// starts work that cannot be rolled back.
+func Done(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, key string) (bool, error) {
+	var one int
+	err := q.QueryRow(ctx, "SELECT 1 FROM zclaim_done WHERE key = $1", key).Scan(&one)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("zclaimpg: done %q: %w", key, err)
+	}
+	return true, nil
+}
+
+// isUndefinedTable reports whether err is PostgreSQL's "relation does not
+// exist", which Prune meets before Migrate ran.
+func isUndefinedTable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42P01"
+}
+
+// DefaultMaxAge is how long Prune keeps a done row when PruneOptions.MaxAge
+// is zero: a week, well past zclaim.DefaultRetention (a day), so that the
+// database still knows an occurrence after Redis forgot it.
+const DefaultMaxAge = 7 * 24 * time.Hour

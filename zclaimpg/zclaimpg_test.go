@@ -1,0 +1,402 @@
+package zclaimpg_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5"
+	"github.com/zclaim/zclaim"
+	"github.com/zclaim/zclaim/zclaimpg"
+)
+
+// pgxHandler inserts an effect row and completes the occurrence in one
+// pgx transaction (InTx), or, as the control, commits without Complete.
+func pgxHandler(b *bundle, withComplete bool, hold time.Duration) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		work := func(tx pgx.Tx) error {
+			err := insert(ctx, func(ctx context.Context, q string, args ...any) error {
+				_, err := tx.Exec(ctx, q, args...)
+				return err
+			})
+			time.Sleep(hold) // widen the window in which runs overlap
+			return err
+		}
+		if !withComplete {
+			return pgx.BeginFunc(ctx, b.pool, work)
+		}
+		return zclaimpg.InTx(ctx, b.pool, work)
+	})
+}
+
+// sqlHandler is pgxHandler through database/sql.
+func sqlHandler(b *bundle, withComplete bool, hold time.Duration) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		work := func(tx *sql.Tx) error {
+			err := insert(ctx, func(ctx context.Context, q string, args ...any) error {
+				_, err := tx.ExecContext(ctx, q, args...)
+				return err
+			})
+			time.Sleep(hold)
+			return err
+		}
+		if !withComplete {
+			tx, err := b.db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			if err := work(tx); err != nil {
+				tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		}
+		return zclaimpg.InSQLTx(ctx, b.db, nil, work)
+	})
+}
+
+var paths = []struct {
+	name    string
+	handler func(b *bundle, withComplete bool, hold time.Duration) asynq.Handler
+}{{"pgx", pgxHandler}, {"database-sql", sqlHandler}}
+
+// A redelivery after Redis forgot a finished run begins afresh in Redis,
+// but its transaction meets the done row: it rolls back, the task succeeds
+// as skipped, and one row stands.
+func TestRedeliveryAfterRedisForgot(t *testing.T) {
+	t.Parallel()
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			idem := b.idem(t, "", zclaim.IdempotencyOptions{})
+			h := idem.Middleware()(p.handler(b, true, 0))
+			must(t, deliver(h, "order-1"))
+			b.forget()
+			must(t, deliver(h, "order-1"))
+			if got := b.effects(t); got["order-1"] != 1 {
+				t.Fatalf("effects %v, want order-1 once", got)
+			}
+			if s := idem.Stats(); s.Completed != 1 || s.Skipped != 1 {
+				t.Fatalf("stats %+v, want 1 completed and 1 skipped", s)
+			}
+			// The skip completed the record again: a third delivery is
+			// skipped by Redis alone, before the database.
+			must(t, deliver(h, "order-1"))
+			if s := idem.Stats(); s.Skipped != 2 {
+				t.Fatalf("stats %+v, want 2 skipped", s)
+			}
+		})
+	}
+}
+
+// 30 keys, 4 deliveries each (two at once, then two at once), while a
+// goroutine keeps deleting the run records (for 40 passes) and the whole store is flushed
+// between the pairs: with Complete each effect happens exactly once; the
+// control without it applies effects again (so the test can fail).
+func TestEffectsOnceWhileRedisForgets(t *testing.T) {
+	t.Parallel()
+	for _, p := range paths {
+		for _, withComplete := range []bool{true, false} {
+			name := p.name + "/complete"
+			if !withComplete {
+				name = p.name + "/control"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				idem := b.idem(t, "", zclaim.IdempotencyOptions{})
+				h := idem.Middleware()(p.handler(b, withComplete, 3*time.Millisecond))
+				stop := make(chan struct{})
+				var deleterDone sync.WaitGroup
+				deleterDone.Add(1)
+				// The deleter makes a bounded number of passes, so that
+				// every delivery gets through in the end, as asynq's
+				// retries do.
+				go func() {
+					defer deleterDone.Done()
+					for range 40 {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						b.forget()
+						time.Sleep(5 * time.Millisecond)
+					}
+				}()
+				const keys = 30
+				var (
+					mu     sync.Mutex
+					failed error
+				)
+				pair := func() {
+					var wg sync.WaitGroup
+					for k := range keys {
+						for range 2 {
+							wg.Add(1)
+							go func() {
+								defer wg.Done()
+								if err := deliver(h, fmt.Sprintf("job-%d", k)); err != nil {
+									mu.Lock()
+									failed = err
+									mu.Unlock()
+								}
+							}()
+						}
+					}
+					wg.Wait()
+				}
+				pair()
+				b.forget() // the flush: every record of the store is gone
+				pair()
+				close(stop)
+				deleterDone.Wait()
+				if failed != nil {
+					t.Fatalf("a delivery failed: %v", failed)
+				}
+				got := b.effects(t)
+				total := 0
+				for _, n := range got {
+					total += n
+				}
+				if len(got) != keys {
+					t.Fatalf("%d keys have effects, want %d", len(got), keys)
+				}
+				if withComplete && total != keys {
+					t.Fatalf("%d effects for %d keys, want each once: %v", total, keys, got)
+				}
+				// After the flush every key ran again in the control.
+				if !withComplete && total < 2*keys {
+					t.Fatalf("control: %d effects for %d keys, want at least %d", total, keys, 2*keys)
+				}
+			})
+		}
+	}
+}
+
+// Concurrent runs of one key that all got past Redis (each store has a
+// prefix of its own): exactly one commits, the others wait on its row and
+// get ErrAlreadyDone, never a unique violation.
+func TestConcurrentRunsOneCommits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 8
+	start := make(chan struct{})
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		idem := b.idem(t, fmt.Sprintf("%d:", r), zclaim.IdempotencyOptions{})
+		h := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+			errs[r] = zclaimpg.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+				<-start
+				_, err := tx.Exec(ctx, "INSERT INTO effects (key) VALUES ('k')")
+				return err
+			})
+			return errs[r]
+		}))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := deliver(h, "k"); err != nil {
+				t.Errorf("delivery %d: %v", r, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	commits := 0
+	for r, err := range errs {
+		switch {
+		case err == nil:
+			commits++
+		case !errors.Is(err, zclaim.ErrAlreadyDone):
+			t.Fatalf("run %d: %v, want nil or ErrAlreadyDone", r, err)
+		}
+	}
+	if got := b.effects(t)["k"]; commits != 1 || got != 1 {
+		t.Fatalf("%d commits, %d rows; want 1 and 1", commits, got)
+	}
+}
+
+// A resource written by a later run refuses an earlier run's write with
+// ErrLeaseLost; the same run may write it again; and the refused
+// transaction leaves nothing.
+func TestFenceRefusesStaleToken(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{"pgx", "database-sql"} {
+		t.Run(p, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			_, err := b.pool.Exec(ctx, "CREATE TABLE accounts (id text PRIMARY KEY, balance int NOT NULL); INSERT INTO accounts VALUES ('acct-1', 0)")
+			must(t, err)
+			credit := func(ctx context.Context) error {
+				if p == "pgx" {
+					return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+						if err := zclaimpg.Fence(ctx, tx, "acct-1"); err != nil {
+							return err
+						}
+						_, err := tx.Exec(ctx, "UPDATE accounts SET balance = balance + 1 WHERE id = 'acct-1'")
+						return err
+					})
+				}
+				tx, err := b.db.BeginTx(ctx, nil)
+				must(t, err)
+				defer tx.Rollback()
+				if err := zclaimpg.FenceSQL(ctx, tx, "acct-1"); err != nil {
+					return err
+				}
+				if _, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance + 1 WHERE id = 'acct-1'"); err != nil {
+					return err
+				}
+				return tx.Commit()
+			}
+			// The stale run began first (smaller token) and writes last.
+			began, write, wrote := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+			stale := b.idem(t, "a:", zclaim.IdempotencyOptions{Lease: time.Second}).Middleware()(
+				asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+					close(began)
+					<-write
+					err := credit(ctx)
+					wrote <- err
+					return err
+				}))
+			go stale.ProcessTask(ctx, asynq.NewTask("effect", []byte("job-a"))) // once: its error is the point
+			<-began
+			time.Sleep(2 * time.Millisecond) // tokens are Redis TIME in µs: the next is larger
+			var again error
+			fresh := b.idem(t, "b:", zclaim.IdempotencyOptions{}).Middleware()(
+				asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+					if err := credit(ctx); err != nil {
+						return err
+					}
+					again = credit(ctx) // the same token again
+					return nil
+				}))
+			must(t, deliver(fresh, "job-b"))
+			must(t, again)
+			close(write)
+			if err := <-wrote; !errors.Is(err, zclaim.ErrLeaseLost) {
+				t.Fatalf("stale write: %v, want ErrLeaseLost", err)
+			}
+			var bal int
+			must(t, b.pool.QueryRow(ctx, "SELECT balance FROM accounts").Scan(&bal))
+			if bal != 2 {
+				t.Fatalf("balance %d, want 2 (the fresh run's two credits only)", bal)
+			}
+		})
+	}
+}
+
+// Outside the middleware there is no occurrence: a clear error, nothing
+// written.
+func TestNoExecution(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ran := false
+	err := zclaimpg.InTx(ctx, b.pool, func(pgx.Tx) error { ran = true; return nil })
+	if !errors.Is(err, zclaimpg.ErrNoExecution) || ran {
+		t.Fatalf("InTx: %v (ran %v), want ErrNoExecution without running", err, ran)
+	}
+	err = zclaimpg.InSQLTx(ctx, b.db, nil, func(*sql.Tx) error { ran = true; return nil })
+	if !errors.Is(err, zclaimpg.ErrNoExecution) || ran {
+		t.Fatalf("InSQLTx: %v (ran %v), want ErrNoExecution without running", err, ran)
+	}
+	must(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		if err := zclaimpg.Complete(ctx, tx); !errors.Is(err, zclaimpg.ErrNoExecution) {
+			t.Errorf("Complete: %v", err)
+		}
+		if err := zclaimpg.Fence(ctx, tx, "r"); !errors.Is(err, zclaimpg.ErrNoExecution) {
+			t.Errorf("Fence: %v", err)
+		}
+		return nil
+	}))
+	var n int
+	must(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM zclaim_done").Scan(&n))
+	if n != 0 {
+		t.Fatalf("%d done rows, want 0", n)
+	}
+}
+
+// Migrate from many replicas at once, and again: no error, nothing changes.
+func TestMigrateConcurrentAndAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(ctx, "INSERT INTO zclaim_done (key, token) VALUES ('kept', 1)")
+	must(t, err)
+	var wg sync.WaitGroup
+	errs := make(chan error, 10)
+	for range 5 {
+		wg.Add(2)
+		go func() { defer wg.Done(); errs <- zclaimpg.Migrate(ctx, b.pool) }()
+		go func() { defer wg.Done(); errs <- zclaimpg.MigrateSQL(ctx, b.db) }()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		must(t, err)
+	}
+	ok, err := zclaimpg.Done(ctx, b.pool, "kept")
+	if err != nil || !ok {
+		t.Fatalf("Done(kept) = %v, %v after Migrate again; want true", ok, err)
+	}
+}
+
+// A handler that sees Execution.Resumed knows an earlier run of its key
+// began and did not complete.
+func TestResumedAfterDeadRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	idem := b.idem(t, "", zclaim.IdempotencyOptions{Lease: 30 * time.Millisecond})
+	// A run that began and whose worker died: Begin, then silence.
+	if _, err := idem.Begin(ctx, "job-r"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(40 * time.Millisecond)
+	var resumed []bool
+	h := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		e, _ := zclaim.ExecutionFromContext(ctx)
+		resumed = append(resumed, e.Resumed)
+		return zclaimpg.InTx(ctx, b.pool, func(pgx.Tx) error { return nil })
+	}))
+	must(t, deliver(h, "job-r"))
+	must(t, deliver(h, "job-fresh"))
+	if len(resumed) != 2 || !resumed[0] || resumed[1] {
+		t.Fatalf("Resumed %v, want [true false]", resumed)
+	}
+}
+
+// Prune deletes rows past MaxAge in batches and keeps the rest.
+func TestPrune(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(ctx, `INSERT INTO zclaim_done (key, token, done_at)
+		SELECT 'old-' || g, g, now() - interval '2 hours' FROM generate_series(1, 2500) g`)
+	must(t, err)
+	_, err = b.pool.Exec(ctx, `INSERT INTO zclaim_done (key, token) SELECT 'new-' || g, g FROM generate_series(1, 10) g`)
+	must(t, err)
+	n, err := zclaimpg.Prune(ctx, b.pool, zclaimpg.PruneOptions{MaxAge: time.Hour, Batch: 1000})
+	must(t, err)
+	var left int
+	must(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM zclaim_done").Scan(&left))
+	if n != 2500 || left != 10 {
+		t.Fatalf("pruned %d, %d left; want 2500 and 10", n, left)
+	}
+	if _, err := zclaimpg.Prune(ctx, b.pool, zclaimpg.PruneOptions{Batch: -1}); err == nil {
+		t.Fatal("Prune with Batch -1: no error")
+	}
+	// A loop prunes until its context ends.
+	_, err = b.pool.Exec(ctx, `INSERT INTO zclaim_done (key, token, done_at) VALUES ('old-again', 1, now() - interval '2 hours')`)
+	must(t, err)
+	lctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	must(t, zclaimpg.PruneLoop(lctx, b.pool, zclaimpg.PruneOptions{MaxAge: time.Hour, Interval: 10 * time.Millisecond}))
+	if ok, _ := zclaimpg.Done(ctx, b.pool, "old-again"); ok {
+		t.Fatal("PruneLoop left an old row")
+	}
+}
