@@ -30,10 +30,15 @@ fmt:
 .PHONY: bench
 bench:
 	$(GO) run ./bench | tee bench/RESULTS.md
+	cd zclaimpg && $(GO) run ./internal/pgbench | tee -a ../bench/RESULTS.md
 
 # make chaos: the long fault test (separate processes, SIGKILL/SIGSTOP,
 # Redis crash and restart, both appendfsync modes, a failover, and a Redis
-# Cluster with a slot move and two failovers); about 20 minutes.
+# Cluster with a slot move and two failovers); about 20 minutes. Then
+# zclaimpg's: a PostgreSQL sink that does not dedupe, workers SIGKILLed
+# every second, Redis restarted from an older RDB snapshot midway, with
+# zclaimpg.Complete and without it (the control).
 .PHONY: chaos
 chaos:
 	$(GO) run ./chaos -jobs 50000 -over 150s -kill-every 1s -stop 100s -fsync always,everysec,failover -cluster
+	cd zclaimpg && $(GO) run ./internal/pgchaos -jobs 2000 -over 60s -kill-every 1s

@@ -93,9 +93,11 @@ type IdempotencyOptions struct {
 //
 // What it cannot do: a worker that dies after its side effect but before
 // Complete leaves a running record whose lease expires, and the work runs
-// again. Side effects downstream should therefore carry Execution.Key as
-// their own idempotency key, and may reject writes whose Execution.Token
-// is lower than one they have already seen for that key (a fenced write).
+// again; so does finished work when Redis loses or rolls back its records.
+// Effects in PostgreSQL commit their done mark with the handler's writes
+// through the zclaimpg module, so that the database decides. Other effects
+// carry Execution.Key as their own idempotency key, and a handler checks
+// its store when Execution.Resumed is set.
 type Idempotency struct {
 	rdb   redis.UniversalClient
 	opts  IdempotencyOptions

@@ -179,16 +179,16 @@ func (b *bundle) effects(t *testing.T) map[string]int {
 
 // deliver hands a task for key to h the way asynq would: a task that
 // failed (met a run in progress elsewhere, or lost its record under it)
-// comes back soon, up to 100 times.
+// comes back a millisecond later, for up to 30 s.
 func deliver(h asynq.Handler, key string) error {
-	var err error
-	for range 100 {
-		if err = h.ProcessTask(ctx, asynq.NewTask("effect", []byte(key))); err == nil {
-			return nil
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := h.ProcessTask(ctx, asynq.NewTask("effect", []byte(key)))
+		if err == nil || time.Now().After(deadline) {
+			return err
 		}
 		time.Sleep(time.Millisecond)
 	}
-	return err
 }
 
 // insert is the handler's effect: one row, no unique constraint, so a

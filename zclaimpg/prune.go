@@ -51,12 +51,11 @@ type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// pruneSQL deletes one batch of done rows older than $1 milliseconds, by
-// the index on done_at, each batch its own statement (and so its own
+// pruneSQL deletes one batch of done rows older than $1 milliseconds,
+// found through the BRIN index on done_at, each batch its own statement (and so its own
 // transaction outside an explicit one).
 const pruneSQL = `DELETE FROM zclaim_done WHERE ctid = ANY (ARRAY(
-	SELECT ctid FROM zclaim_done WHERE done_at < now() - $1 * interval '1 millisecond'
-	ORDER BY done_at LIMIT $2))`
+	SELECT ctid FROM zclaim_done WHERE done_at < now() - $1 * interval '1 millisecond' LIMIT $2))`
 
 // Prune deletes done rows older than MaxAge, in batches of Batch, until
 // none is left or ctx ends, and returns how many it deleted. Before

@@ -15,7 +15,7 @@
 //	zclaimpg.Migrate(ctx, pool) // once at start, from every replica
 //
 //	mux.HandleFunc("reminder:send", func(ctx context.Context, t *asynq.Task) error {
-//		return zclaimpg.InTx(ctx, pool, func(tx pgx.Tx) error {
+//		return zclaimpg.InTx(ctx, pool, pgx.TxOptions{}, pgx.TxOptions{}, func(tx pgx.Tx) error {
 //			_, err := tx.Exec(ctx, "INSERT INTO reminders (user_id, body) VALUES ($1, $2)", ...)
 //			return err
 //		})
@@ -32,6 +32,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,7 +57,10 @@ var schema = []string{
 		token   bigint      NOT NULL,
 		done_at timestamptz NOT NULL DEFAULT now()
 	)`,
-	`CREATE INDEX IF NOT EXISTS zclaim_done_done_at ON zclaim_done (done_at)`,
+	// Rows arrive in done_at order, so a BRIN index finds the old ones for
+	// Prune at almost no cost to each Complete (a B-tree would add a third
+	// of Complete's work).
+	`CREATE INDEX IF NOT EXISTS zclaim_done_done_at ON zclaim_done USING brin (done_at)`,
 	`CREATE TABLE IF NOT EXISTS zclaim_fence (
 		resource   text        PRIMARY KEY,
 		token      bigint      NOT NULL,
@@ -123,26 +127,38 @@ func sqlExec(tx *sql.Tx) execer {
 	}
 }
 
-// An INSERT that meets a committed row of the same key does nothing; one
-// that meets an uncommitted row waits for that transaction, then does
-// nothing if it committed and inserts if it rolled back. So of concurrent
-// runs of one key exactly one commits, and the others see no unique
-// violation.
-const completeSQL = `INSERT INTO zclaim_done (key, token) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING`
+// A plain INSERT (no ON CONFLICT: its speculative insertion costs more):
+// one that meets a committed row of the same key fails with a unique
+// violation, which complete turns into ErrAlreadyDone; one that meets an
+// uncommitted row waits for that transaction, then fails if it committed
+// and inserts if it rolled back. So of concurrent runs of one key exactly
+// one commits. Either way the transaction is to be rolled back.
+const completeSQL = `INSERT INTO zclaim_done (key, token) VALUES ($1, $2)`
 
 func complete(ctx context.Context, exec execer) error {
 	e, ok := zclaim.ExecutionFromContext(ctx)
 	if !ok {
 		return ErrNoExecution
 	}
-	n, err := exec(ctx, completeSQL, e.Key, e.Token)
-	if err != nil {
+	if _, err := exec(ctx, completeSQL, e.Key, e.Token); err != nil {
+		if isDone(err) {
+			return alreadyDone(e.Key)
+		}
 		return fmt.Errorf("zclaimpg: complete %q: %w", e.Key, err)
 	}
-	if n == 0 {
-		return fmt.Errorf("zclaimpg: %w: another run of %q committed (roll back and return this error)", zclaim.ErrAlreadyDone, e.Key)
-	}
 	return nil
+}
+
+// isDone reports whether err is the unique violation of a done row, from
+// pgx or from database/sql over pgx/stdlib or lib/pq (any error that says
+// so: its SQLSTATE and the constraint's name).
+func isDone(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "23505" && pe.ConstraintName == "zclaim_done_pkey"
+	}
+	var coded interface{ SQLState() string }
+	return errors.As(err, &coded) && coded.SQLState() == "23505" && strings.Contains(err.Error(), "zclaim_done_pkey")
 }
 
 // Complete records the occurrence of the handler's Execution
@@ -154,9 +170,10 @@ func complete(ctx context.Context, exec execer) error {
 // Complete waits for that transaction to end. Without an Execution in ctx it
 // returns ErrNoExecution.
 //
-// Under REPEATABLE READ or SERIALIZABLE, a row committed after tx began can
-// fail it with a serialization error instead; asynq then retries the task,
-// and the retry gets ErrAlreadyDone.
+// After ErrAlreadyDone the transaction is aborted: roll it back. Under
+// SERIALIZABLE a row committed after tx began can fail it with a
+// serialization error instead; asynq then retries the task, and the retry
+// gets ErrAlreadyDone.
 func Complete(ctx context.Context, tx pgx.Tx) error { return complete(ctx, pgxExec(tx)) }
 
 // CompleteSQL is Complete for a database/sql transaction (pgx/stdlib,
@@ -200,34 +217,57 @@ func FenceSQL(ctx context.Context, tx *sql.Tx, resource string) error {
 	return fence(ctx, sqlExec(tx), resource)
 }
 
-// InTx runs fn in a transaction of db, records the handler's occurrence as
-// done in it (Complete) and commits. Any error rolls the transaction back.
-// When another run of the occurrence already committed, fn's writes are
-// rolled back and InTx returns an error matching zclaim.ErrAlreadyDone:
-// return it from the handler, and the task succeeds as skipped.
-func InTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) error {
+// TxBeginner is what InTx needs of a database: *pgxpool.Pool and *pgx.Conn
+// have it.
+type TxBeginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// InTx runs fn in a transaction of db in which the handler's occurrence is
+// recorded as done, and commits. The done row is written first: a run whose
+// occurrence another run committed stops there, before fn runs, with an
+// error matching zclaim.ErrAlreadyDone (return it from the handler, and the
+// task succeeds as skipped); a run that meets another's uncommitted row
+// waits for that transaction to end. Any error of fn rolls the transaction
+// back, done row included. opts are those of db.BeginTx.
+func InTx(ctx context.Context, db TxBeginner, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
 	if _, ok := zclaim.ExecutionFromContext(ctx); !ok {
 		return ErrNoExecution
 	}
-	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if err := fn(tx); err != nil {
-			return err
-		}
-		return Complete(ctx, tx)
-	})
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("zclaimpg: begin: %w", err)
+	}
+	err = Complete(ctx, tx)
+	if err == nil {
+		err = fn(tx)
+	}
+	if err != nil {
+		tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("zclaimpg: commit: %w", err)
+	}
+	return nil
 }
 
-// InSQLTx is InTx for database/sql: db.BeginTx(ctx, opts), fn, CompleteSQL,
+func alreadyDone(key string) error {
+	return fmt.Errorf("zclaimpg: %w: another run of %q committed (roll back and return this error)", zclaim.ErrAlreadyDone, key)
+}
+
+// InSQLTx is InTx for database/sql: db.BeginTx(ctx, opts), CompleteSQL
+// (first, so that a run whose occurrence is done does not run fn), fn,
 // commit.
 func InSQLTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
 	if _, ok := zclaim.ExecutionFromContext(ctx); !ok {
 		return ErrNoExecution
 	}
 	return inSQL(ctx, db, opts, func(tx *sql.Tx) error {
-		if err := fn(tx); err != nil {
+		if err := CompleteSQL(ctx, tx); err != nil {
 			return err
 		}
-		return CompleteSQL(ctx, tx)
+		return fn(tx)
 	})
 }
 

@@ -30,7 +30,7 @@ func pgxHandler(b *bundle, withComplete bool, hold time.Duration) asynq.Handler 
 		if !withComplete {
 			return pgx.BeginFunc(ctx, b.pool, work)
 		}
-		return zclaimpg.InTx(ctx, b.pool, work)
+		return zclaimpg.InTx(ctx, b.pool, pgx.TxOptions{}, work)
 	})
 }
 
@@ -193,7 +193,7 @@ func TestConcurrentRunsOneCommits(t *testing.T) {
 	for r := range n {
 		idem := b.idem(t, fmt.Sprintf("%d:", r), zclaim.IdempotencyOptions{})
 		h := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
-			errs[r] = zclaimpg.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+			errs[r] = zclaimpg.InTx(ctx, b.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 				<-start
 				_, err := tx.Exec(ctx, "INSERT INTO effects (key) VALUES ('k')")
 				return err
@@ -299,7 +299,7 @@ func TestNoExecution(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ran := false
-	err := zclaimpg.InTx(ctx, b.pool, func(pgx.Tx) error { ran = true; return nil })
+	err := zclaimpg.InTx(ctx, b.pool, pgx.TxOptions{}, func(pgx.Tx) error { ran = true; return nil })
 	if !errors.Is(err, zclaimpg.ErrNoExecution) || ran {
 		t.Fatalf("InTx: %v (ran %v), want ErrNoExecution without running", err, ran)
 	}
@@ -362,7 +362,7 @@ func TestResumedAfterDeadRun(t *testing.T) {
 	h := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
 		e, _ := zclaim.ExecutionFromContext(ctx)
 		resumed = append(resumed, e.Resumed)
-		return zclaimpg.InTx(ctx, b.pool, func(pgx.Tx) error { return nil })
+		return zclaimpg.InTx(ctx, b.pool, pgx.TxOptions{}, func(pgx.Tx) error { return nil })
 	}))
 	must(t, deliver(h, "job-r"))
 	must(t, deliver(h, "job-fresh"))

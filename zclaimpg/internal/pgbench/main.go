@@ -1,0 +1,194 @@
+// Command pgbench measures what zclaimpg costs a handler: the same
+// transaction (one INSERT) with and without zclaimpg.Complete, each under
+// the idempotency middleware, side by side in interleaved rounds; and the
+// size of the done table per finished run. make bench appends its tables
+// to bench/RESULTS.md.
+//
+//	go run ./internal/pgbench
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim"
+	"github.com/zclaim/zclaim/internal/pgproc"
+	"github.com/zclaim/zclaim/internal/redisproc"
+	"github.com/zclaim/zclaim/zclaimpg"
+)
+
+func main() {
+	rounds := flag.Int("rounds", 21, "interleaved rounds")
+	per := flag.Duration("for", time.Second, "each contender's time in a round")
+	conc := flag.Int("c", 16, "handlers at once")
+	rowsN := flag.Int("rows", 100000, "done rows for the size measurement")
+	flag.Parse()
+	if err := run(*rounds, *per, *conc, *rowsN); err != nil {
+		fmt.Fprintln(os.Stderr, "pgbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(rounds int, per time.Duration, conc, rowsN int) error {
+	ctx := context.Background()
+	pg, err := pgproc.Find()
+	if err != nil {
+		return fmt.Errorf("%s (%v)", pgproc.Install, err)
+	}
+	defer pg.Close()
+	rs, err := redisproc.Start()
+	if err != nil {
+		return err
+	}
+	defer rs.Close()
+	admin, err := pgxpool.New(ctx, pg.URL)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	schema := pgproc.SchemaName("pgbench")
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		return err
+	}
+	defer admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+	cfg, err := pgxpool.ParseConfig(pg.URL)
+	if err != nil {
+		return err
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.MaxConns = int32(conc)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := zclaimpg.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE reminders (id bigserial PRIMARY KEY, key text NOT NULL, body text NOT NULL,
+		created_at timestamptz NOT NULL DEFAULT now()) WITH (autovacuum_enabled = false);
+		ALTER TABLE zclaim_done SET (autovacuum_enabled = false)`); err != nil {
+		return err
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, PoolSize: conc * 2})
+	defer rdb.Close()
+	var seq atomic.Int64
+	idem, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Logger: slog.New(slog.DiscardHandler),
+		Key: func(context.Context, *asynq.Task) (string, error) {
+			return "order-" + strconv.FormatInt(seq.Add(1), 10) + "@2026-12-01T08:00:00.000Z", nil
+		}})
+	if err != nil {
+		return err
+	}
+	write := func(ctx context.Context) func(pgx.Tx) error {
+		return func(tx pgx.Tx) error {
+			e, _ := zclaim.ExecutionFromContext(ctx)
+			_, err := tx.Exec(ctx, "INSERT INTO reminders (key, body) VALUES ($1, 'a reminder')", e.Key)
+			return err
+		}
+	}
+	contenders := []struct {
+		name string
+		h    asynq.Handler
+	}{
+		{"the transaction alone", idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+			return pgx.BeginFunc(ctx, pool, write(ctx))
+		}))},
+		{"the transaction + `zclaimpg.Complete` (`InTx`)", idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+			return zclaimpg.InTx(ctx, pool, pgx.TxOptions{}, write(ctx))
+		}))},
+	}
+	rates := make([][]float64, len(contenders))
+	var ratios []float64
+	for r := range rounds {
+		rr := make([]float64, len(contenders))
+		// Every other round the other goes first, so that neither always
+		// meets the other's autovacuum or checkpoint.
+		order := []int{0, 1}
+		if r%2 == 1 {
+			order = []int{1, 0}
+		}
+		for _, i := range order {
+			n := drive(contenders[i].h, conc, per)
+			rr[i] = float64(n) / per.Seconds()
+			rates[i] = append(rates[i], rr[i])
+		}
+		ratios = append(ratios, rr[1]/rr[0])
+	}
+	var sync string
+	pool.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sync)
+	fmt.Printf("### zclaimpg: a handler's transaction with and without Complete\n\n")
+	fmt.Printf("%d handlers at once under the idempotency middleware (its Begin and Complete on Redis on both sides), each one transaction "+
+		"with one INSERT into a table with a bigserial primary key, on PostgreSQL at 127.0.0.1 (synchronous_commit %s; autovacuum off on both tables, so that neither round meets it); %d rounds of %v each, the order alternating; median over rounds.\n\n", conc, sync, rounds, per)
+	fmt.Println("| handler | transactions/s | × the transaction alone |")
+	fmt.Println("|---|---|---|")
+	for i, c := range contenders {
+		ratio := "1.00×"
+		if i == 1 {
+			ratio = fmt.Sprintf("**%.2f×** (rounds %.2f–%.2f)", median(ratios), slices.Min(ratios), slices.Max(ratios))
+		}
+		fmt.Printf("| %s | %.0f | %s |\n", c.name, median(rates[i]), ratio)
+	}
+
+	// The done table's size per finished run: keys shaped as occurrence
+	// names (a 10-byte id and its due time), as Complete writes them.
+	if _, err := pool.Exec(ctx, "TRUNCATE zclaim_done"); err != nil {
+		return err
+	}
+	var before int64
+	pool.QueryRow(ctx, "SELECT pg_total_relation_size('zclaim_done')").Scan(&before)
+	if _, err := pool.Exec(ctx, `INSERT INTO zclaim_done (key, token)
+		SELECT 'order-' || lpad(g::text, 6, '0') || '@2026-12-01T08:00:00.000Z', 1796112000000000 + g
+		FROM generate_series(1, $1::int) g`, rowsN); err != nil {
+		return err
+	}
+	var after int64
+	pool.QueryRow(ctx, "SELECT pg_total_relation_size('zclaim_done')").Scan(&after)
+	fmt.Printf("\n### zclaimpg: the done table per finished run\n\n")
+	fmt.Printf("%d rows with 36-byte keys (`order-000042@2026-12-01T08:00:00.000Z`): table and both indexes grew by %.1f MB, **%.0f B per finished run**; "+
+		"Prune deletes rows past MaxAge (default 7 days), so the table holds finish rate × MaxAge rows.\n",
+		rowsN, float64(after-before)/1e6, float64(after-before)/float64(rowsN))
+	return nil
+}
+
+// drive runs h from conc goroutines for d and returns how many tasks
+// succeeded.
+func drive(h asynq.Handler, conc int, d time.Duration) int64 {
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(d)
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				if err := h.ProcessTask(context.Background(), asynq.NewTask("reminder", nil)); err == nil {
+					n.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return n.Load()
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
