@@ -107,7 +107,7 @@ func main() {
 
 type result struct {
 	rows, lost, twice, kills, dbSkips int
-	lastDone                             time.Duration
+	lastDone                          time.Duration
 }
 
 func run(c config, pgURL, mode string) (result, error) {
