@@ -73,6 +73,7 @@ func TestACLDocumentedUser(t *testing.T) {
 	must(t, err)
 	idem, err := NewIdempotency(rdb, IdempotencyOptions{Logger: log})
 	must(t, err)
+	t.Cleanup(func() { idem.Close() })
 	runs := serveRuns(t, rdb, idem)
 	d, err := NewDispatcher(b, asynq.NewClientFromRedisClient(rdb), DispatcherOptions{DefaultType: "order:reminder", RecoveryInterval: 20 * time.Millisecond})
 	must(t, err)
@@ -186,6 +187,7 @@ func TestACLPerRole(t *testing.T) {
 
 	idem, err := NewIdempotency(worker, IdempotencyOptions{Logger: quiet})
 	must(t, err)
+	t.Cleanup(func() { idem.Close() })
 	runs := serveRuns(t, worker, idem)
 	db, err := NewBroker(dispatcher, BrokerOptions{Key: "delay:jobs", Logger: quiet})
 	must(t, err)

@@ -1,6 +1,7 @@
 -- begin.lua: start a run of one idempotency key, unless it finished or is running.
 -- KEYS[1] run record: a string "<state> <token> <n>", where state is run
---   (n = lease deadline, Unix ms), done or free (n = 0)
+--   (n = lease deadline, Unix ms), take (an abandoned run that a live
+--   process took over, takeover.lua: n = until when), done or free (n = 0)
 -- ARGV[1] lease in ms   ARGV[2] ttl of a running record in ms
 -- Returns {0, token, deadline_ms, prev} acquired, where prev is 0 for a key
 --   with no earlier unfinished run, 1 when an earlier run's lease ran out
@@ -27,7 +28,7 @@ tok, n = tonumber(tok), tonumber(n)
 -- token from 2^53 - 1 up (a longer string of digits reads as at least that)
 -- would give the next run 2^53 or a token no larger than its own, and a
 -- larger n cannot be a time.
-if (s ~= 'run' and s ~= 'done' and s ~= 'free') or not tok or tok >= 9007199254740991 or n > 9007199254740992 then
+if (s ~= 'run' and s ~= 'done' and s ~= 'free' and s ~= 'take') or not tok or tok >= 9007199254740991 or n > 9007199254740992 then
   return redis.error_reply('ZCLAIM_CORRUPT ' .. KEYS[1])
 end
 if s == 'done' then return {1, tok, 0} end
@@ -36,5 +37,5 @@ local new = now_us
 if tok + 1 > new then new = tok + 1 end
 redis.call('SET', KEYS[1], string.format('run %d %d', new, deadline), 'PX', ARGV[2])
 local prev = 2
-if s == 'run' then prev = 1 end
+if s == 'run' or s == 'take' then prev = 1 end
 return {0, new, deadline, prev}

@@ -136,6 +136,7 @@ func TestRestartWithoutPersistence(t *testing.T) {
 	must(t, err)
 	idem, err := NewIdempotency(rdb, IdempotencyOptions{Logger: log})
 	must(t, err)
+	t.Cleanup(func() { idem.Close() })
 	due := time.Now().Add(-time.Second)
 	for i := range 150 {
 		must(t, b.Schedule(ctx, Job{ID: "job-" + strconv.Itoa(i), RunAt: due}))

@@ -34,6 +34,9 @@ type quietRedisLog struct{}
 func (quietRedisLog) Printf(context.Context, string, ...any) {}
 
 func TestMain(m *testing.M) {
+	if runWorkerRole() {
+		return
+	}
 	redis.SetLogger(quietRedisLog{})
 	// zclaim logs to slog.Default() unless told otherwise; the tests that
 	// look at logs give a logger of their own.

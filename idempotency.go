@@ -29,6 +29,12 @@ const (
 	// with DefaultBackoff and DefaultMaxAttempts falls within about 13.5h
 	// of the first). Records kept = finish rate × Retention.
 	DefaultRetention = 24 * time.Hour
+	// DefaultRunLease is the lease of a run when IdempotencyOptions.Lease is
+	// zero. It is renewed every Lease/3 (three renewals may fail before a
+	// live run loses it), and a run whose worker died is taken over within
+	// about a lease of its last renewal: 5 s keeps that within seconds while
+	// a renewal costs each running task one small script every 1.7 s.
+	DefaultRunLease = 5 * time.Second
 )
 
 var (
@@ -62,8 +68,8 @@ type IdempotencyOptions struct {
 	Prefix string
 	// Lease of a running record. The middleware renews it every Lease/3
 	// while the handler runs; a run that stops renewing (a stalled or dead
-	// worker) loses it after Lease, and another run may start.
-	// Default: 30s.
+	// worker) loses it after Lease, and another run may start: a live
+	// process takes it over (see Middleware). Default: DefaultRunLease (5s).
 	Lease time.Duration
 	// Retention is how long a finished record is kept: a run of the same
 	// key within it is skipped. Default: DefaultRetention (24h).
@@ -85,6 +91,18 @@ type IdempotencyOptions struct {
 	// Default: 0, no waiting.
 	WaitReplicas int
 	WaitTimeout  time.Duration
+	// DisableTakeover keeps the middleware of this store from taking over
+	// the runs of dead workers: they come back only when asynq recovers
+	// their tasks (after its 30 s lease and its once-a-minute recoverer).
+	// Default: false.
+	DisableTakeover bool
+	// TakeoverQueues are the asynq queues whose active tasks the takeover
+	// loop looks at. Default: every queue asynq knows (Inspector.Queues).
+	TakeoverQueues []string
+	// AsynqRedis is the Redis of the asynq server whose tasks the
+	// middleware handles, where takeovers read active tasks and enqueue
+	// their copies. Default: the store's own client.
+	AsynqRedis redis.UniversalClient
 }
 
 // Idempotency is a store of run records, one per key: running (with a lease
@@ -107,7 +125,10 @@ type Idempotency struct {
 	// checkedAt is when Begin last had the state marker checked (Unix ns).
 	checkedAt atomic.Int64
 
-	skipped, inProgress, completed, released, leaseLost atomic.Int64
+	skipped, inProgress, completed, released, leaseLost, takeovers atomic.Int64
+
+	defaultKey bool // Key is OccurrenceKey: takeovers tell a task's key from its id
+	takeover   takeover
 }
 
 // MiddlewareStats count what an Idempotency store's middleware did since
@@ -119,12 +140,14 @@ type MiddlewareStats struct {
 	Released   int64 // handler runs that failed or panicked and released their key
 	LeaseLost  int64 // runs whose lease was lost: the handler was cancelled, or its Complete was refused
 	StateLost  int64 // times the store noticed that the server lost its records
+	Takeovers  int64 // abandoned runs (their worker gone) this process took over and enqueued again
 }
 
 // Stats returns the middleware's counts.
 func (i *Idempotency) Stats() MiddlewareStats {
 	return MiddlewareStats{Skipped: i.skipped.Load(), InProgress: i.inProgress.Load(),
-		Completed: i.completed.Load(), Released: i.released.Load(), LeaseLost: i.leaseLost.Load(), StateLost: i.stateLosses()}
+		Completed: i.completed.Load(), Released: i.released.Load(), LeaseLost: i.leaseLost.Load(), StateLost: i.stateLosses(),
+		Takeovers: i.takeovers.Load()}
 }
 
 // Prefix returns the prefix of the store's keys.
@@ -139,12 +162,13 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 		opts.Prefix = DefaultIdempotencyPrefix
 	}
 	if opts.Lease == 0 {
-		opts.Lease = DefaultLease
+		opts.Lease = DefaultRunLease
 	}
 	if opts.Retention == 0 {
 		opts.Retention = DefaultRetention
 	}
-	if opts.Key == nil {
+	defaultKey := opts.Key == nil
+	if defaultKey {
 		opts.Key = OccurrenceKey
 	}
 	if opts.Logger == nil {
@@ -161,7 +185,7 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 	if err := validateReplication(opts.WaitReplicas, &opts.WaitTimeout); err != nil {
 		return nil, err
 	}
-	i := &Idempotency{rdb: rdb, opts: opts, log: opts.Logger,
+	i := &Idempotency{rdb: rdb, opts: opts, log: opts.Logger, defaultKey: defaultKey,
 		repl: replication{opts.WaitReplicas, opts.WaitTimeout},
 		// The bare prefix is the record key of no key (keys are never
 		// empty): it holds the store's state marker.

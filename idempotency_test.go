@@ -25,10 +25,16 @@ func newIdem(t testing.TB, rdb redis.UniversalClient, opts IdempotencyOptions) *
 	if opts.Lease == 0 {
 		opts.Lease = 60 * time.Millisecond
 	}
+	// Takeovers only where a test names its queues: a loop that looks at
+	// every queue of the shared server would cost every test.
+	if opts.TakeoverQueues == nil {
+		opts.DisableTakeover = true
+	}
 	i, err := NewIdempotency(rdb, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { i.Close() })
 	return i
 }
 

@@ -38,9 +38,14 @@ func IsFailure(err error) bool { return err != nil && !errors.Is(err, ErrInProgr
 
 // RetryDelay is for asynq.Config.RetryDelayFunc: a task that met a run in
 // progress elsewhere is retried soon (within its lease, at most a second,
-// which asynq rounds to its whole-second retry times); other errors get
+// which asynq rounds to its whole-second retry times), and so is one whose
+// worker died (asynq's ErrLeaseExpired: by then its run was most likely
+// taken over, and the retry is skipped as done); other errors get
 // asynq.DefaultRetryDelayFunc.
 func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
+	if errors.Is(err, asynq.ErrLeaseExpired) {
+		return time.Second/2 + rand.N(time.Second/2+1)
+	}
 	if errors.Is(err, ErrInProgress) {
 		d := time.Second
 		var ip *InProgressError
@@ -68,6 +73,21 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 //     finds the lease lost, or cannot reach Redis before the lease ends,
 //     the handler's context is cancelled with cause ErrLeaseLost.
 //
+// Takeover: a run whose worker died stops renewing its lease. Every
+// process that made a Middleware looks, every Lease/4 (from 100ms to 1s),
+// at the active asynq tasks of every queue (or of
+// IdempotencyOptions.TakeoverQueues); one whose run record's lease ran out
+// is taken over by exactly one of them (fenced by the record's token): it
+// enqueues a copy of the task (type, payload, headers, queue, MaxRetry,
+// Timeout, Deadline, Retention) under the TaskID "<original>~takeover-<n>",
+// which the middleware keys as the same work. The copy runs at once,
+// spending no retry, with Execution.Resumed set; when asynq later brings
+// the original back, it is skipped as done. A run that is slow but renewing
+// is never taken over. Each takeover is logged at Warn and counted in
+// Stats().Takeovers. Tasks keyed by a custom Key function take part when
+// that function can tell the key from the task alone (not from its
+// context). Close stops the loop.
+//
 // A handler that returns nil completes the key, and so does one that
 // returns an error matching ErrAlreadyDone (its own database found the
 // work done, as zclaimpg.Complete does): that task succeeds as skipped.
@@ -78,10 +98,11 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 // that asynq archives it at once instead of retrying it; an error of the
 // Key function goes back to asynq as it is.
 func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
+	i.startTakeover()
 	return func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 			ctx = withJob(ctx, t)
-			key, err := i.opts.Key(ctx, t)
+			key, err := i.keyOf(ctx, t)
 			if err != nil {
 				return err
 			}
@@ -108,6 +129,15 @@ func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 			return i.run(ctx, e, next, t)
 		})
 	}
+}
+
+// keyOf is the key of task t: the one a takeover's copy names, else what
+// the Key function says.
+func (i *Idempotency) keyOf(ctx context.Context, t *asynq.Task) (string, error) {
+	if k, ok := t.Headers()[headerTakeover]; ok && k != "" {
+		return k, nil
+	}
+	return i.opts.Key(ctx, t)
 }
 
 // beginOrWait begins key; on a task's last retry it waits out a run in

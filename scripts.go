@@ -63,11 +63,14 @@ var (
 	beginLua string
 	//go:embed settle.lua
 	settleLua string
+	//go:embed takeover.lua
+	takeoverLua string
 
 	// Without the broker's prelude: a run record's scripts need none of
 	// it, and defining its helpers costs each call.
-	beginScript  = redis.NewScript(beginLua)
-	settleScript = redis.NewScript(settleLua)
+	beginScript    = redis.NewScript(beginLua)
+	settleScript   = redis.NewScript(settleLua)
+	takeoverScript = redis.NewScript(takeoverLua)
 )
 
 // eachShard runs script s, a read, on every shard of the schedule, with

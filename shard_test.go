@@ -165,6 +165,7 @@ func (r *clusterRuns) serve(t *testing.T, cc *redis.ClusterClient, queue string,
 	// over seconds later, not after the default 30 s.
 	idem, err := NewIdempotency(cc, IdempotencyOptions{Prefix: "zt:run:{" + queue + "}:", Lease: 2 * time.Second, WaitReplicas: wait})
 	must(t, err)
+	t.Cleanup(func() { idem.Close() })
 	h := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		j, _ := JobFromContext(ctx)
 		now, err := cc.Time(ctx).Result()

@@ -1,0 +1,391 @@
+package zclaim
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// headerTakeover is the header of a task that a takeover enqueued: the key
+// of the abandoned run it starts again. The middleware keys such a task by
+// it, whatever its Key function says of the copy.
+const headerTakeover = "zclaim-takeover"
+
+// takeoverSep separates an abandoned task's id from the takeover's in the
+// TaskID of its copy.
+const takeoverSep = "~takeover-"
+
+// takeover is an Idempotency store's takeover loop: it starts with the
+// store's first Middleware and stops with Close.
+type takeover struct {
+	once    sync.Once
+	stop    chan struct{}
+	done    chan struct{}
+	mu      sync.Mutex
+	in      *asynq.Inspector
+	client  *asynq.Client
+	stopped bool
+}
+
+// takeoverInterval is how often a pass looks for abandoned runs: a quarter
+// of the lease, from 100ms to 1s.
+func takeoverInterval(lease time.Duration) time.Duration {
+	return min(max(lease/4, 100*time.Millisecond), time.Second)
+}
+
+// startTakeover starts the loop, once.
+func (i *Idempotency) startTakeover() {
+	if i.opts.DisableTakeover {
+		return
+	}
+	tk := &i.takeover
+	tk.once.Do(func() {
+		tk.stop, tk.done = make(chan struct{}), make(chan struct{})
+		tk.in = asynq.NewInspectorFromRedisClient(i.asynqRedis())
+		tk.client = asynq.NewClientFromRedisClient(i.asynqRedis())
+		go i.takeoverLoop()
+	})
+}
+
+func (i *Idempotency) asynqRedis() redis.UniversalClient {
+	if i.opts.AsynqRedis != nil {
+		return i.opts.AsynqRedis
+	}
+	return i.rdb
+}
+
+// Close stops the store's takeover loop, if it runs, and waits for it. The
+// store's calls keep working; a middleware handling tasks after Close takes
+// no part in takeovers. It never closes the Redis clients it was given.
+func (i *Idempotency) Close() error {
+	tk := &i.takeover
+	tk.once.Do(func() {}) // no loop starts after Close
+	tk.mu.Lock()
+	if tk.stop == nil || tk.stopped {
+		tk.stopped = true
+		tk.mu.Unlock()
+		return nil
+	}
+	tk.stopped = true
+	close(tk.stop)
+	tk.mu.Unlock()
+	<-tk.done
+	return nil
+}
+
+func (i *Idempotency) takeoverLoop() {
+	tk := &i.takeover
+	defer close(tk.done)
+	every := takeoverInterval(i.opts.Lease)
+	for {
+		// ±10% so that many processes do not look at the same moment.
+		d := every - every/10 + rand.N(every/5+1)
+		select {
+		case <-tk.stop:
+			return
+		case <-time.After(d):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), max(every, time.Second))
+		if _, err := i.takeoverPass(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			i.log.LogAttrs(ctx, slog.LevelDebug, "zclaim: takeover pass failed", slog.String("error", err.Error()))
+		}
+		cancel()
+	}
+}
+
+// activeRun is an asynq task that is active now, with the key the
+// middleware gives it.
+type activeRun struct {
+	task *asynq.TaskInfo
+	key  string
+	job  JobInfo // for a task that carries one
+	has  bool
+}
+
+// activeRuns lists the active tasks of the queues a pass looks at, with
+// their keys (tasks whose key cannot be told from the task alone are left
+// out).
+func (i *Idempotency) activeRuns(queues []string) ([]activeRun, error) {
+	var out []activeRun
+	var firstErr error
+	for _, q := range queues {
+		for page := 1; ; page++ {
+			tasks, err := i.takeover.in.ListActiveTasks(q, asynq.PageSize(500), asynq.Page(page))
+			if err != nil {
+				if firstErr == nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+					firstErr = err
+				}
+				break
+			}
+			for _, ti := range tasks {
+				if r, ok := i.runOf(ti); ok {
+					out = append(out, r)
+				}
+			}
+			if len(tasks) < 500 {
+				break
+			}
+		}
+	}
+	return out, firstErr
+}
+
+// runOf tells the key of an active task as the middleware gives it.
+func (i *Idempotency) runOf(ti *asynq.TaskInfo) (activeRun, bool) {
+	t := asynq.NewTaskWithHeaders(ti.Type, ti.Payload, ti.Headers)
+	job, has := jobOf(t, ti.ID)
+	r := activeRun{task: ti, job: job, has: has}
+	if k := ti.Headers[headerTakeover]; k != "" {
+		r.key = k
+		return r, true
+	}
+	if i.defaultKey {
+		r.key = ti.ID
+		if has {
+			r.key = job.Occurrence()
+		}
+		return r, true
+	}
+	ctx := context.Background()
+	if has {
+		ctx = context.WithValue(ctx, jobInfoKey{}, job)
+	}
+	k, err := i.opts.Key(ctx, t)
+	if err != nil || k == "" {
+		return r, false
+	}
+	r.key = k
+	return r, true
+}
+
+// parseRecord reads a run record: state, token and its number.
+func parseRecord(rec string) (state string, token int64, n int64, ok bool) {
+	f := strings.Fields(rec)
+	if len(f) != 3 {
+		return "", 0, 0, false
+	}
+	t, err1 := strconv.ParseInt(f[1], 10, 64)
+	v, err2 := strconv.ParseInt(f[2], 10, 64)
+	return f[0], t, v, err1 == nil && err2 == nil
+}
+
+// takeoverPass looks once at the active tasks of the queues, takes over
+// each whose run record says its lease ran out (its worker is gone), and
+// enqueues a copy of its task. It returns how many it took over.
+func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
+	queues := i.opts.TakeoverQueues
+	if len(queues) == 0 {
+		var err error
+		if queues, err = i.takeover.in.Queues(); err != nil {
+			return 0, err
+		}
+	}
+	runs, err := i.activeRuns(queues)
+	if len(runs) == 0 {
+		return 0, err
+	}
+	cmds := make([]*redis.StringCmd, len(runs))
+	_, perr := i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for n, r := range runs {
+			cmds[n] = p.Get(ctx, i.recordKey(r.key))
+		}
+		return nil
+	})
+	if perr != nil && !errors.Is(perr, redis.Nil) {
+		return 0, perr
+	}
+	// A first look by the local clock; the script decides by Redis'.
+	now := time.Now().Add(500 * time.Millisecond).UnixMilli()
+	took := 0
+	for n, r := range runs {
+		rec, err := cmds[n].Result()
+		if err != nil {
+			continue
+		}
+		state, token, until, ok := parseRecord(rec)
+		if !ok || (state != "run" && state != "take") || until > now {
+			continue
+		}
+		if i.takeOver(ctx, r, token) {
+			took++
+		}
+	}
+	return took, err
+}
+
+// takeOver marks r's abandoned run (of token) as taken over and enqueues a
+// copy of its task. It reports whether it did.
+func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64) bool {
+	lease := i.opts.Lease
+	reply, err := takeoverScript.Run(ctx, i.rdb, []string{i.recordKey(r.key)}, strconv.FormatInt(token, 10),
+		ms(lease), ms(lease)).Result()
+	raw, ok := int64s(reply)
+	if err != nil || !ok || len(raw) != 3 || raw[0] != 1 {
+		return false
+	}
+	silent := time.Duration(raw[1]) * time.Millisecond
+	ti := r.task
+	base, _, _ := strings.Cut(ti.ID, takeoverSep)
+	headers := make(map[string]string, len(ti.Headers)+2)
+	for k, v := range ti.Headers {
+		headers[k] = v
+	}
+	headers[headerTakeover] = r.key
+	if r.has {
+		headers[HeaderJob] = r.job.header() // the copy's TaskID does not name it
+	}
+	opts := []asynq.Option{asynq.Queue(ti.Queue), asynq.MaxRetry(ti.MaxRetry),
+		asynq.TaskID(base + takeoverSep + strconv.FormatInt(raw[2], 10))}
+	if ti.Timeout > 0 {
+		opts = append(opts, asynq.Timeout(ti.Timeout))
+	}
+	if !ti.Deadline.IsZero() {
+		opts = append(opts, asynq.Deadline(ti.Deadline))
+	}
+	if ti.Retention > 0 {
+		opts = append(opts, asynq.Retention(ti.Retention))
+	}
+	_, err = i.takeover.client.EnqueueContext(ctx, asynq.NewTaskWithHeaders(ti.Type, ti.Payload, headers), opts...)
+	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		// The take marker lapses after a lease, and a later pass tries again.
+		i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not enqueue the takeover of an abandoned run; trying again later",
+			slog.String("key", short(r.key)), slog.Int64("token", token), slog.String("error", err.Error()))
+		return false
+	}
+	i.takeovers.Add(1)
+	i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: took over a run whose worker is gone",
+		slog.String("key", short(r.key)), slog.Int64("token", token), slog.Duration("silent", silent),
+		slog.String("task", short(ti.ID)), slog.String("queue", ti.Queue))
+	return true
+}
+
+// short cuts an id for a log line: at most about 200 bytes.
+func short(s string) string {
+	if len(s) <= 200 {
+		return s
+	}
+	return s[:180] + "…(" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// RunState is where a run of an asynq task that is active now stands.
+type RunState string
+
+// The states of a run.
+const (
+	RunLive      RunState = "running"    // its lease is being renewed
+	RunAbandoned RunState = "abandoned"  // its lease ran out: its worker is gone; a takeover will start it again
+	RunTakenOver RunState = "taken over" // a live process enqueued a copy, which has not begun yet
+	RunFinished  RunState = "finished"   // the task is still active in asynq (its worker died), but the work is done
+	RunNone      RunState = "no record"  // active in asynq, no run record (not yet begun, or expired)
+)
+
+// RunInfo is a run of an asynq task that is active now, as the
+// idempotency store's records and asynq's active lists tell it.
+type RunInfo struct {
+	Key        string    // the idempotency key
+	State      RunState  // see RunState
+	Token      int64     `json:",omitzero"` // the run's fencing token
+	Started    time.Time `json:",omitzero"` // when the run began, by Redis' clock (from its token)
+	LeaseUntil time.Time `json:",omitzero"` // running or abandoned: the lease deadline by Redis' clock
+	Queue      string    // the asynq task's queue
+	TaskID     string    // the asynq task's id
+	Type       string    // the asynq task's type
+	Job        JobInfo   `json:",omitzero"` // the job, for a task a Dispatcher sent
+}
+
+// Runs returns the runs of the asynq tasks that are active now in the
+// takeover's queues (IdempotencyOptions.TakeoverQueues, else every queue):
+// live, abandoned (its worker died: a takeover will start it again), taken
+// over, or finished while asynq still holds the dead worker's task. They
+// are read from Redis, ordered by queue and task id, after the run whose
+// queue and task id after names ("queue/taskid"; "" for the first), at
+// most limit (0: all). next is the cursor of the page after, "" at the end.
+func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs []RunInfo, next string, err error) {
+	in := asynq.NewInspectorFromRedisClient(i.asynqRedis())
+	queues := i.opts.TakeoverQueues
+	if len(queues) == 0 {
+		if queues, err = in.Queues(); err != nil {
+			return nil, "", wrap(ctx, "runs", err, nil)
+		}
+	}
+	var active []activeRun
+	for _, q := range queues {
+		for page := 1; ; page++ {
+			tasks, err := in.ListActiveTasks(q, asynq.PageSize(500), asynq.Page(page))
+			if err != nil {
+				if errors.Is(err, asynq.ErrQueueNotFound) {
+					break
+				}
+				return nil, "", wrap(ctx, "runs", err, nil)
+			}
+			for _, ti := range tasks {
+				if r, ok := i.runOf(ti); ok && ti.Queue+"/"+ti.ID > after {
+					active = append(active, r)
+				}
+			}
+			if len(tasks) < 500 {
+				break
+			}
+		}
+	}
+	slices.SortFunc(active, func(a, b activeRun) int {
+		return strings.Compare(a.task.Queue+"/"+a.task.ID, b.task.Queue+"/"+b.task.ID)
+	})
+	if limit > 0 && len(active) > limit {
+		active = active[:limit]
+		next = active[limit-1].task.Queue + "/" + active[limit-1].task.ID
+	}
+	if len(active) == 0 {
+		return nil, "", nil
+	}
+	cmds := make([]*redis.StringCmd, len(active))
+	var clock *redis.TimeCmd
+	_, err = i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		clock = p.Time(ctx)
+		for n, r := range active {
+			cmds[n] = p.Get(ctx, i.recordKey(r.key))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, "", wrap(ctx, "runs", err, nil)
+	}
+	now := clock.Val()
+	for n, r := range active {
+		ri := RunInfo{Key: r.key, State: RunNone, Queue: r.task.Queue, TaskID: r.task.ID, Type: r.task.Type}
+		if r.has {
+			ri.Job = r.job
+		}
+		if rec, err := cmds[n].Result(); err == nil {
+			if state, tok, until, ok := parseRecord(rec); ok {
+				ri.Token = tok
+				ri.Started = time.UnixMicro(tok)
+				switch state {
+				case "run":
+					ri.LeaseUntil = time.UnixMilli(until)
+					ri.State = RunLive
+					if !ri.LeaseUntil.After(now) {
+						ri.State = RunAbandoned
+					}
+				case "take":
+					ri.State = RunTakenOver
+				case "done":
+					ri.State = RunFinished
+				case "free":
+					ri.State = RunNone
+				}
+			}
+		}
+		runs = append(runs, ri)
+	}
+	return runs, next, nil
+}

@@ -1,0 +1,307 @@
+package zclaim
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim/internal/proc"
+)
+
+// workerRole makes the test binary a worker process of the quick start's
+// shape (runWorkerRole, called from TestMain).
+const workerRole = "ZCLAIM_TEST_WORKER"
+
+// runWorkerRole runs this process as a worker if the environment says so:
+// an asynq server on one queue whose handler, under the middleware, notes
+// "<key> <pid>" in a list of the sink key and then blocks (ZT_BLOCK=1)
+// until the process is killed.
+func runWorkerRole() bool {
+	if os.Getenv(workerRole) == "" {
+		return false
+	}
+	addr, queue, prefix, sink := os.Getenv("ZT_REDIS"), os.Getenv("ZT_QUEUE"), os.Getenv("ZT_PREFIX"), os.Getenv("ZT_SINK")
+	lease, _ := time.ParseDuration(os.Getenv("ZT_LEASE"))
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	idem, err := NewIdempotency(rdb, IdempotencyOptions{Prefix: prefix, Lease: lease, TakeoverQueues: []string{queue},
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	h := idem.Middleware()(noteRuns(rdb, sink, strconv.Itoa(os.Getpid()), os.Getenv("ZT_BLOCK") == "1"))
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Queues: map[string]int{queue: 1}, Concurrency: 10,
+		TaskCheckInterval: 10 * time.Millisecond, IsFailure: IsFailure, RetryDelayFunc: RetryDelay,
+		Logger: quietLogger{}, LogLevel: asynq.FatalLevel})
+	if err := srv.Run(h); err != nil {
+		os.Exit(2)
+	}
+	return true
+}
+
+// noteRuns is the handler: it notes "<key> <who> <resumed>" in the sink
+// list, then blocks if block is set.
+func noteRuns(rdb redis.UniversalClient, sink, who string, block bool) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		e, _ := ExecutionFromContext(ctx)
+		if err := rdb.RPush(ctx, sink, fmt.Sprintf("%s %s %v", e.Key, who, e.Resumed)).Err(); err != nil {
+			return err
+		}
+		if block {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	})
+}
+
+// startWorker starts a worker process of the test binary.
+func startWorker(t *testing.T, queue, prefix, sink string, lease time.Duration, block bool) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), workerRole+"=1", "ZT_REDIS="+testAddr, "ZT_QUEUE="+queue, "ZT_PREFIX="+prefix,
+		"ZT_SINK="+sink, "ZT_LEASE="+lease.String(), "ZT_BLOCK="+map[bool]string{true: "1"}[block])
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	proc.DieWithParent(cmd)
+	must(t, cmd.Start())
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if stderr.Len() > 0 {
+			t.Logf("worker stderr: %s", stderr.String())
+		}
+	})
+	return cmd
+}
+
+// runsNoted reads the sink: who ran each key, in order.
+func runsNoted(t *testing.T, rdb redis.UniversalClient, sink string) map[string][]string {
+	t.Helper()
+	all, err := rdb.LRange(ctx, sink, 0, -1).Result()
+	must(t, err)
+	out := map[string][]string{}
+	for _, l := range all {
+		f := strings.Fields(l)
+		out[f[0]] = append(out[f[0]], f[1]+" "+f[2])
+	}
+	return out
+}
+
+// A worker process of the quick start's shape (Lease 2s) is SIGKILLed while
+// six handlers run. A live process of the same shape runs each of those
+// occurrences again within Lease + 3 s, once each, as resumed runs; the
+// originals, still active in asynq, would be skipped when asynq brings them
+// back (their keys are done). With takeover turned off nothing runs again
+// in that time: the runs wait for asynq's own recovery (a minute or more).
+func TestTakeoverAfterSIGKILL(t *testing.T) {
+	t.Parallel()
+	for _, takeover := range []bool{true, false} {
+		t.Run(map[bool]string{true: "takeover", false: "control"}[takeover], func(t *testing.T) {
+			t.Parallel()
+			const lease, n = 2 * time.Second, 6
+			rdb := newClient(t)
+			q := testQueue(t)
+			key := testKey(t)
+			prefix, sink := key+":run:", key+":sink"
+			victim := startWorker(t, q, prefix, sink, lease, true)
+			c := newAsynqClient(t, testAddr)
+			for k := range n {
+				_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID("tk-"+strconv.Itoa(k)),
+					asynq.Retention(time.Hour))
+				must(t, err)
+			}
+			waitFor(t, 20*time.Second, "the victim to start every handler", func() bool {
+				return len(runsNoted(t, rdb, sink)) == n
+			})
+			// The live process: the same shape, in this test process.
+			idem, err := NewIdempotency(rdb, IdempotencyOptions{Prefix: prefix, Lease: lease, TakeoverQueues: []string{q},
+				DisableTakeover: !takeover, Logger: slog.New(slog.DiscardHandler)})
+			must(t, err)
+			t.Cleanup(func() { idem.Close() })
+			// Two more processes look for abandoned runs: each is taken
+			// over once all the same.
+			var lookers []*Idempotency
+			for range 2 {
+				l, err := NewIdempotency(rdb, IdempotencyOptions{Prefix: prefix, Lease: lease, TakeoverQueues: []string{q},
+					DisableTakeover: !takeover, Logger: slog.New(slog.DiscardHandler)})
+				must(t, err)
+				t.Cleanup(func() { l.Close() })
+				l.Middleware()
+				lookers = append(lookers, l)
+			}
+			startAsynq(t, testAddr, q, idem.Middleware()(noteRuns(rdb, sink, "live", false)),
+				asynq.Config{IsFailure: IsFailure, RetryDelayFunc: RetryDelay, Concurrency: 10})
+			must(t, victim.Process.Kill())
+			killed := time.Now()
+			victim.Wait()
+			limit := lease + 3*time.Second
+			if !takeover {
+				time.Sleep(limit)
+				for k, who := range runsNoted(t, rdb, sink) {
+					if len(who) != 1 {
+						t.Fatalf("control: %s ran %v within %v of the kill; want only the victim's run", k, who, limit)
+					}
+				}
+				return
+			}
+			var took time.Duration
+			waitFor(t, limit+2*time.Second, "every occurrence to run again", func() bool {
+				for _, who := range runsNoted(t, rdb, sink) {
+					if len(who) < 2 {
+						return false
+					}
+				}
+				took = time.Since(killed)
+				return true
+			})
+			if took > limit {
+				t.Fatalf("the last re-run came %v after the kill; want within Lease + 3s = %v", took, limit)
+			}
+			time.Sleep(300 * time.Millisecond) // a second takeover, if any, would show now
+			for k, who := range runsNoted(t, rdb, sink) {
+				if len(who) != 2 || who[1] != "live true" {
+					t.Fatalf("%s ran %v; want the victim's run, then one resumed run by the live process", k, who)
+				}
+				_, err := idem.Begin(ctx, k)
+				wantErr(t, err, ErrAlreadyDone) // what the original meets when asynq brings it back
+			}
+			total := idem.Stats().Takeovers
+			for _, l := range lookers {
+				total += l.Stats().Takeovers
+			}
+			if total != n {
+				t.Fatalf("%d takeovers by the three processes, want %d", total, n)
+			}
+			in := newInspector(t)
+			for k := range n {
+				ti, err := in.GetTaskInfo(q, "tk-"+strconv.Itoa(k))
+				must(t, err)
+				if ti.State != asynq.TaskStateActive || ti.Retried != 0 {
+					t.Fatalf("original %s: %v, retried %d; want still active, no retry spent", ti.ID, ti.State, ti.Retried)
+				}
+			}
+			t.Logf("all %d runs again %v after the SIGKILL (Lease %v)", n, took.Round(10*time.Millisecond), lease)
+		})
+	}
+}
+
+// A run that is slow but renews its lease is never taken over, however
+// many processes look.
+func TestTakeoverOnlyAbandonedOnce(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	q := testQueue(t)
+	key := testKey(t)
+	prefix := key + ":run:"
+	const lease = 60 * time.Millisecond
+	var stores []*Idempotency
+	for range 5 {
+		stores = append(stores, newIdem(t, rdb, IdempotencyOptions{Prefix: prefix, Lease: lease, TakeoverQueues: []string{q}}))
+	}
+	// A slow handler under the first store, renewing its lease.
+	release := make(chan struct{})
+	var mu sync.Mutex
+	runs := map[string]int{}
+	h := stores[0].Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		e, _ := ExecutionFromContext(ctx)
+		mu.Lock()
+		runs[e.Key]++
+		mu.Unlock()
+		if e.Key == "slow" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}))
+	for _, s := range stores[1:] {
+		s.Middleware() // every store looks
+	}
+	startAsynq(t, testAddr, q, h, asynq.Config{IsFailure: IsFailure, RetryDelayFunc: fastRetry})
+	c := newAsynqClient(t, testAddr)
+	_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID("slow"))
+	must(t, err)
+	time.Sleep(8 * lease) // many passes of five loops
+	close(release)
+	waitFor(t, 5*time.Second, "the slow run to complete", func() bool {
+		_, err := stores[1].Begin(ctx, "slow")
+		return errors.Is(err, ErrAlreadyDone)
+	})
+	mu.Lock()
+	slowRuns := runs["slow"]
+	mu.Unlock()
+	var takeovers int64
+	for _, s := range stores {
+		takeovers += s.Stats().Takeovers
+	}
+	if slowRuns != 1 || takeovers != 0 {
+		t.Fatalf("the slow run ran %d times, %d takeovers; want once, none", slowRuns, takeovers)
+	}
+}
+
+// The takeover script fences by token: of many calls for one abandoned
+// run, one takes it over; a live run, another token, a finished run or a
+// missing record is not taken.
+func TestTakeoverScriptFenced(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	i := newIdem(t, rdb, IdempotencyOptions{Lease: 20 * time.Millisecond})
+	e, err := i.Begin(ctx, "k")
+	must(t, err)
+	tok := strconv.FormatInt(e.Token, 10)
+	take := func(key, token string) bool {
+		raw, err := takeoverScript.Run(ctx, rdb, []string{i.recordKey(key)}, token, 1000, 20).Int64Slice()
+		must(t, err)
+		return raw[0] == 1
+	}
+	if take("k", tok) {
+		t.Fatal("a live run was taken over")
+	}
+	time.Sleep(30 * time.Millisecond)
+	if take("k", strconv.FormatInt(e.Token+1, 10)) {
+		t.Fatal("taken over with another token")
+	}
+	var wg sync.WaitGroup
+	wins := make(chan bool, 20)
+	for range 20 {
+		wg.Add(1)
+		go func() { defer wg.Done(); wins <- take("k", tok) }()
+	}
+	wg.Wait()
+	close(wins)
+	n := 0
+	for w := range wins {
+		if w {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d of 20 racing calls took the run over; want 1", n)
+	}
+	if err := e.Extend(ctx); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("the dead run's Extend after the takeover: %v, want ErrLeaseLost", err)
+	}
+	e2, err := i.Begin(ctx, "k") // the copy begins at once, resumed
+	must(t, err)
+	if !e2.Resumed || e2.Token <= e.Token {
+		t.Fatalf("copy's run: resumed %v, token %d after %d", e2.Resumed, e2.Token, e.Token)
+	}
+	must(t, e2.Complete(ctx))
+	if take("k", strconv.FormatInt(e2.Token, 10)) || take("missing", tok) {
+		t.Fatal("a finished run or a missing record was taken over")
+	}
+}
