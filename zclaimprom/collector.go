@@ -77,12 +77,14 @@ var (
 
 	runsDesc      = desc("zclaim_middleware_tasks_total", "Tasks the idempotency middleware handled, by outcome: skipped (finished before), in_progress (running elsewhere), completed, released (failed), lease_lost.", "prefix", "outcome")
 	stateLostDesc = desc("zclaim_middleware_state_lost_total", "Times the idempotency store noticed that Redis lost its records.", "prefix")
+	takeoverDesc  = desc("zclaim_middleware_takeovers_total", "Abandoned runs (their worker gone) this process took over and enqueued again.", "prefix")
+	abandonedDesc = desc("zclaim_middleware_abandoned_runs", "Runs of active asynq tasks whose worker is gone (lease run out, or taken over and not yet begun again), read from Redis.", "prefix")
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{upDesc, scheduledDesc, dueDesc, inflightDesc, expiredDesc, deadDesc, oldestDesc, lostDesc,
 		claimedDesc, enqueuedDesc, conflictsDesc, failedDesc, dispDeadDesc, lagDesc,
-		requeuedDesc, recDeadDesc, trimmedDesc, runsDesc, stateLostDesc} {
+		requeuedDesc, recDeadDesc, trimmedDesc, runsDesc, stateLostDesc, takeoverDesc, abandonedDesc} {
 		ch <- d
 	}
 }
@@ -184,6 +186,17 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if sum == nil {
 			mw[p] = &st
 			prefixes = append(prefixes, p)
+			// Abandoned runs are read from Redis, once per prefix, so the
+			// gauge survives the restart of the process that watched them.
+			if runs, _, err := s.Runs(ctx, "", 0); err == nil {
+				n := 0
+				for _, r := range runs {
+					if r.State == zclaim.RunAbandoned || r.State == zclaim.RunTakenOver {
+						n++
+					}
+				}
+				gauge(abandonedDesc, float64(n), p)
+			}
 			continue
 		}
 		sum.Skipped += st.Skipped
@@ -192,6 +205,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		sum.Released += st.Released
 		sum.LeaseLost += st.LeaseLost
 		sum.StateLost += st.StateLost
+		sum.Takeovers += st.Takeovers
 	}
 	for _, p := range prefixes {
 		st := mw[p]
@@ -201,5 +215,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(runsDesc, st.Released, p, "released")
 		counter(runsDesc, st.LeaseLost, p, "lease_lost")
 		counter(stateLostDesc, st.StateLost, p)
+		counter(takeoverDesc, st.Takeovers, p)
 	}
 }

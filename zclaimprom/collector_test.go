@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -194,4 +195,118 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger written from the takeover loop.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// An abandoned run (an active asynq task whose run record's lease ran out,
+// as a dead worker leaves it) shows in the gauge read from Redis; a store
+// that takes it over counts the takeover and logs it at Warn with the key,
+// the dead run's token and how long it had been silent.
+func TestAbandonedRunsAndTakeovers(t *testing.T) {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	queue := "prom-abandoned"
+	prefix := "zt:{" + t.Name() + "}:run:"
+	t.Cleanup(func() {
+		rdb.Del(ctx, prefix+"order-14", prefix)
+		rdb.SRem(ctx, "asynq:queues", queue)
+	})
+	asrv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Queues: map[string]int{queue: 1}, Concurrency: 2,
+		TaskCheckInterval: 10 * time.Millisecond, Logger: redisproc.QuietAsynq{}, LogLevel: asynq.FatalLevel})
+	started := make(chan string, 4)
+	block := make(chan struct{})
+	must(t, asrv.Start(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		started <- id
+		select {
+		case <-block:
+		case <-ctx.Done():
+		}
+		return nil
+	})))
+	t.Cleanup(func() { close(block); asrv.Shutdown() })
+	c := asynq.NewClientFromRedisClient(rdb)
+	t.Cleanup(func() { c.Close() })
+	_, err := c.Enqueue(asynq.NewTask("order:reminder", nil), asynq.Queue(queue), asynq.TaskID("order-14"))
+	must(t, err)
+	<-started
+	dead, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: prefix, Lease: 20 * time.Millisecond, DisableTakeover: true})
+	must(t, err)
+	e, err := dead.Begin(ctx, "order-14") // and then its worker died
+	must(t, err)
+	time.Sleep(30 * time.Millisecond)
+
+	// A fresh process: the gauge comes from Redis, not from what it saw.
+	var logs syncBuffer
+	live, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: prefix, Lease: 200 * time.Millisecond,
+		TakeoverQueues: []string{queue}, DisableTakeover: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	must(t, err)
+	coll := zclaimprom.NewCollector(zclaimprom.Options{Idempotency: []*zclaim.Idempotency{live}})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(coll)
+	if got := scrape(t, reg, "zclaim_middleware_abandoned_runs"); got != 1 {
+		t.Fatalf("abandoned runs %v, want 1", got)
+	}
+
+	taker, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: prefix, Lease: 200 * time.Millisecond,
+		TakeoverQueues: []string{queue}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	must(t, err)
+	t.Cleanup(func() { taker.Close() })
+	taker.Middleware()
+	select {
+	case id := <-started: // the copy, under a TaskID of its own
+		if !strings.HasPrefix(id, "order-14~takeover-") {
+			t.Fatalf("copy's task id %q", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no takeover within 5s")
+	}
+	reg2 := prometheus.NewPedanticRegistry()
+	reg2.MustRegister(zclaimprom.NewCollector(zclaimprom.Options{Idempotency: []*zclaim.Idempotency{taker}}))
+	if got := scrape(t, reg2, "zclaim_middleware_takeovers_total"); got != 1 {
+		t.Fatalf("takeovers %v, want 1", got)
+	}
+	line := logs.String()
+	for _, w := range []string{"level=WARN", "took over a run whose worker is gone", "key=order-14", fmt.Sprintf("token=%d", e.Token), "silent="} {
+		if !strings.Contains(line, w) {
+			t.Fatalf("log has no %q:\n%s", w, line)
+		}
+	}
+}
+
+// scrape gathers reg and returns the value of the one series of name.
+func scrape(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	must(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		if m.Gauge != nil {
+			return m.Gauge.GetValue()
+		}
+		return m.Counter.GetValue()
+	}
+	t.Fatalf("no %s in the scrape", name)
+	return 0
 }

@@ -21,12 +21,22 @@ func cmdStats(ctx context.Context, c *cli, args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
+	runs, _, err := c.runsOf(ctx, "", 0)
+	if err != nil {
+		return c.fail(err)
+	}
+	count := map[zclaim.RunState]int{}
+	for _, r := range runs {
+		count[r.State]++
+	}
 	if c.json {
 		c.printJSON(struct {
 			Key string
 			zclaim.Stats
 			OldestDueSeconds float64
-		}{c.key, st, st.OldestDue.Seconds()})
+			Running          int
+			Abandoned        int
+		}{c.key, st, st.OldestDue.Seconds(), count[zclaim.RunLive], count[zclaim.RunAbandoned] + count[zclaim.RunTakenOver]})
 		return exitOK
 	}
 	rows := [][]string{
@@ -38,6 +48,8 @@ func cmdStats(ctx context.Context, c *cli, args []string) int {
 		{"dead", strconv.FormatInt(st.Dead, 10)},
 		{"next due", when(st.Next, time.Now())},
 		{"oldest due", st.OldestDue.Round(time.Millisecond).String()},
+		{"running", strconv.Itoa(count[zclaim.RunLive])},
+		{"abandoned", strconv.Itoa(count[zclaim.RunAbandoned] + count[zclaim.RunTakenOver]) + " (runs whose worker is gone)"},
 	}
 	table(c.out, rows)
 	return exitOK
@@ -56,8 +68,11 @@ func cmdList(ctx context.Context, c *cli, args []string) int {
 	if len(args) == 1 && args[0] == "periodic" {
 		return listPeriodic(ctx, c)
 	}
+	if len(args) == 1 && args[0] == "running" {
+		return listRunning(ctx, c)
+	}
 	if len(args) != 1 || states[args[0]] == zclaim.StateUnknown {
-		fmt.Fprintln(c.errw, "usage: zclaim ls scheduled|inflight|dead|periodic [--limit N] [--after CURSOR] [--json]")
+		fmt.Fprintln(c.errw, "usage: zclaim ls scheduled|inflight|dead|running|periodic [--limit N] [--after CURSOR] [--json]")
 		return exitUsage
 	}
 	l, err := c.b.List(ctx, states[args[0]], zclaim.ListOptions{After: *listAfter, Limit: *listLimit})
@@ -115,19 +130,42 @@ func cmdShow(ctx context.Context, c *cli, args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
+	runs, _, err := c.runsOf(ctx, "", 0)
+	if err != nil {
+		return c.fail(err)
+	}
+	var mine []zclaim.RunInfo
+	for _, r := range runs {
+		if r.Job.ID == args[0] || r.Key == args[0] || r.TaskID == args[0] {
+			mine = append(mine, r)
+		}
+	}
 	if c.json {
 		if all == nil {
 			all = []zclaim.JobInfo{}
 		}
-		c.printJSON(all)
+		if mine == nil {
+			mine = []zclaim.RunInfo{}
+		}
+		c.printJSON(struct {
+			Jobs []zclaim.JobInfo
+			Runs []zclaim.RunInfo
+		}{all, mine})
 	}
-	if len(all) == 0 {
-		fmt.Fprintf(c.errw, "zclaim: job %q is not scheduled, in flight or dead (key %s)\n", args[0], c.key)
+	if len(all) == 0 && len(mine) == 0 {
+		fmt.Fprintf(c.errw, "zclaim: job %q is not scheduled, in flight or dead (key %s), and no active asynq task runs it (runs %s)\n",
+			args[0], c.key, c.runs)
 		return exitPartial
 	}
 	if c.json {
 		return exitOK
 	}
+	defer func() {
+		for _, r := range mine {
+			fmt.Fprintln(c.out)
+			table(c.out, runRows(r, time.Now()))
+		}
+	}()
 	now := time.Now()
 	for i, j := range all {
 		if i > 0 {
@@ -262,5 +300,57 @@ func listPeriodic(ctx context.Context, c *cli) int {
 		rows = append(rows, []string{p.Name, p.Spec, p.Location.String(), p.Type, orDash(p.Queue), when(p.Next, now)})
 	}
 	table(c.out, rows)
+	return exitOK
+}
+
+// runsOf reads the idempotency store's runs of active asynq tasks.
+func (c *cli) runsOf(ctx context.Context, after string, limit int) ([]zclaim.RunInfo, string, error) {
+	idem, err := c.store()
+	if err != nil {
+		return nil, "", err
+	}
+	return idem.Runs(ctx, after, limit)
+}
+
+// runRows describes one run for show.
+func runRows(r zclaim.RunInfo, now time.Time) [][]string {
+	rows := [][]string{{"run of", r.Key}, {"state", string(r.State)}, {"asynq task", r.Queue + "/" + r.TaskID + " (" + r.Type + ")"}}
+	if r.Token != 0 {
+		rows = append(rows, []string{"token", strconv.FormatInt(r.Token, 10)}, []string{"started", when(r.Started, now)})
+	}
+	if !r.LeaseUntil.IsZero() {
+		rows = append(rows, []string{"lease until", when(r.LeaseUntil, now)})
+	}
+	return rows
+}
+
+func listRunning(ctx context.Context, c *cli) int {
+	runs, next, err := c.runsOf(ctx, *listAfter, *listLimit)
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		if runs == nil {
+			runs = []zclaim.RunInfo{}
+		}
+		c.printJSON(struct {
+			Runs []zclaim.RunInfo
+			Next string
+		}{runs, next})
+		return exitOK
+	}
+	now := time.Now()
+	rows := [][]string{{"KEY", "STATE", "TOKEN", "STARTED", "LEASE UNTIL", "QUEUE", "TASK"}}
+	for _, r := range runs {
+		tok := "-"
+		if r.Token != 0 {
+			tok = strconv.FormatInt(r.Token, 10)
+		}
+		rows = append(rows, []string{r.Key, string(r.State), tok, when(r.Started, now), when(r.LeaseUntil, now), r.Queue, r.TaskID})
+	}
+	table(c.out, rows)
+	if next != "" {
+		fmt.Fprintf(c.errw, "more: zclaim ls running --runs %q --after %q\n", c.runs, next)
+	}
 	return exitOK
 }

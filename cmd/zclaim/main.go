@@ -50,6 +50,7 @@ const usage = `usage: zclaim <command> [flags] [args]
 commands:
   stats                          counts of the schedule
   ls scheduled|inflight|dead     list jobs, a page at a time (--limit, --after)
+  ls running                     list the runs of active asynq tasks: live, abandoned (worker gone), taken over
   ls periodic                    list the periodic definitions and their next ticks
   show ID                        where a job is, and what it carries
   cancel ID...                   remove scheduled jobs
@@ -64,6 +65,7 @@ flags of every command (anywhere; "--" ends them):
   --redis URL   redis:// URL (default $REDIS_URL, else redis://127.0.0.1:6379)
   --cluster     the URL names Redis Cluster nodes
   --key KEY     the schedule key (default zclaim:{default})
+  --runs PREFIX the idempotency store's prefix (default zclaim:run:)
   --unit s|ms   the schedule's score unit (default s)
   --json        JSON output
 
@@ -83,6 +85,7 @@ type cli struct {
 	url       string
 	cluster   bool
 	key       string
+	runs      string
 	unit      string
 	json      bool
 
@@ -144,6 +147,7 @@ func run(ctx context.Context, args []string, out, errw io.Writer, envURL string)
 	c.fs.StringVar(&c.url, "redis", envURL, "redis:// URL")
 	c.fs.BoolVar(&c.cluster, "cluster", false, "the URL names Redis Cluster nodes")
 	c.fs.StringVar(&c.key, "key", zclaim.DefaultKey, "the schedule key")
+	c.fs.StringVar(&c.runs, "runs", zclaim.DefaultIdempotencyPrefix, "the idempotency store's prefix")
 	c.fs.StringVar(&c.unit, "unit", "s", "the schedule's score unit: s or ms")
 	c.fs.BoolVar(&c.json, "json", false, "JSON output")
 	if cmd.flags != nil {
@@ -216,6 +220,13 @@ func (c *cli) connect(raw bool) int {
 	}
 	c.b = b
 	return exitOK
+}
+
+// store returns the idempotency store of --runs, for reading its runs: it
+// takes no part in takeovers and logs nothing.
+func (c *cli) store() (*zclaim.Idempotency, error) {
+	return zclaim.NewIdempotency(c.rdb, zclaim.IdempotencyOptions{Prefix: c.runs, AllowEviction: true, DisableTakeover: true,
+		Logger: slog.New(slog.DiscardHandler)})
 }
 
 // fail reports a Redis error and returns its exit code.

@@ -9,10 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim"
 	"github.com/zclaim/zclaim/internal/redisproc"
@@ -170,9 +172,13 @@ func TestShow(t *testing.T) {
 	}
 	out, errOut, code := runCLI(t, srv, "show", "b-killed", "--key", key, "--json")
 	want(t, "show --json", code, 0, out, errOut)
-	var js []map[string]any
-	if err := json.Unmarshal([]byte(out), &js); err != nil || len(js) != 1 || js[0]["State"] != "dead" || js[0]["Reason"] != "bad address" || js[0]["PayloadSize"] != 2.0 {
-		t.Fatalf("show --json: %v %v\n%s", js, err, out)
+	var shown struct{ Jobs, Runs []map[string]any }
+	js := shown.Jobs
+	if err := json.Unmarshal([]byte(out), &shown); err == nil {
+		js = shown.Jobs
+	}
+	if len(js) != 1 || js[0]["State"] != "dead" || js[0]["Reason"] != "bad address" || js[0]["PayloadSize"] != 2.0 || len(shown.Runs) != 0 {
+		t.Fatalf("show --json: %v\n%s", shown, out)
 	}
 	_, errOut, code = runCLI(t, srv, "show", "nobody", "--key", key)
 	want(t, "show nobody", code, 1, "", errOut)
@@ -512,5 +518,79 @@ func TestListPeriodic(t *testing.T) {
 	want(t, "ls periodic --json", code, 0, out, errOut)
 	if !strings.Contains(out, `"Missed": "skip"`) {
 		t.Fatalf("ls periodic --json:\n%s", out)
+	}
+}
+
+// A run whose worker is gone (an asynq task still active, its run record's
+// lease run out, as a SIGKILLed worker leaves it) shows in stats, ls
+// running and show.
+func TestAbandonedRun(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	queue := "cli-abandoned"
+	prefix := "cli:{" + t.Name() + "}:run:"
+	// A worker whose handler never returns: the task stays active.
+	asrv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Queues: map[string]int{queue: 1}, Concurrency: 2,
+		TaskCheckInterval: 10 * time.Millisecond, Logger: redisproc.QuietAsynq{}, LogLevel: asynq.FatalLevel})
+	block := make(chan struct{})
+	started := make(chan struct{}, 1)
+	if err := asrv.Start(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		started <- struct{}{}
+		select {
+		case <-block:
+		case <-ctx.Done():
+		}
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { close(block); asrv.Shutdown() })
+	c := asynq.NewClientFromRedisClient(rdb)
+	t.Cleanup(func() { c.Close() })
+	if _, err := c.Enqueue(asynq.NewTask("order:reminder", nil), asynq.Queue(queue), asynq.TaskID("order-14")); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	// Its run began and its worker died: the record's lease runs out.
+	idem, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: prefix, Lease: 20 * time.Millisecond,
+		DisableTakeover: true, AllowEviction: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := idem.Begin(ctx, "order-14")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Millisecond)
+
+	out, errOut, code := runCLI(t, srv, "stats", "--runs", prefix)
+	want(t, "stats", code, 0, out, errOut)
+	if !regexp.MustCompile(`(?m)^abandoned +1 `).MatchString(out) {
+		t.Fatalf("stats:\n%s", out)
+	}
+	out, errOut, code = runCLI(t, srv, "ls", "running", "--runs", prefix, "--json")
+	want(t, "ls running", code, 0, out, errOut)
+	var l struct {
+		Runs []zclaim.RunInfo
+		Next string
+	}
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var found *zclaim.RunInfo
+	for i, r := range l.Runs {
+		if r.Key == "order-14" {
+			found = &l.Runs[i]
+		}
+	}
+	if found == nil || found.State != zclaim.RunAbandoned || found.Token != e.Token || found.TaskID != "order-14" || found.Queue != queue {
+		t.Fatalf("ls running: %+v\n%s", found, out)
+	}
+	out, errOut, code = runCLI(t, srv, "show", "order-14", "--runs", prefix)
+	want(t, "show", code, 0, out, errOut)
+	for _, w := range []string{`(?m)^state +abandoned$`, `(?m)^token +` + strconv.FormatInt(e.Token, 10) + `$`, `(?m)^asynq task +` + queue + `/order-14 `, `(?m)^lease until +.* ago\)$`} {
+		if !regexp.MustCompile(w).MatchString(out) {
+			t.Fatalf("show: no %s in\n%s", w, out)
+		}
 	}
 }
