@@ -49,7 +49,7 @@ func cmdStats(ctx context.Context, c *cli, args []string) int {
 		{"next due", when(st.Next, time.Now())},
 		{"oldest due", st.OldestDue.Round(time.Millisecond).String()},
 		{"running", strconv.Itoa(count[zclaim.RunLive])},
-		{"abandoned", strconv.Itoa(count[zclaim.RunAbandoned] + count[zclaim.RunTakenOver]) + " (runs whose worker is gone)"},
+		{"abandoned", strconv.Itoa(count[zclaim.RunAbandoned]+count[zclaim.RunTakenOver]) + " (runs whose worker is gone)"},
 	}
 	table(c.out, rows)
 	return exitOK
