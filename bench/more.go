@@ -60,6 +60,7 @@ func middlewareScenario() {
 		cpu          [2]time.Duration // per task: Redis, this process
 	}
 	contenders := []string{"asynq, no middleware", "asynq + idempotency middleware",
+		"asynq + idempotency middleware, `DisableTakeover` (no takeover loop)",
 		"floor: asynq + one plain SET NX per task (no script, no fencing, never completed)",
 		"floor of start + finish: plain SET NX GET before the handler, plain SET after (no script, no token, no fence)"}
 	last := make([]run, len(contenders))
@@ -86,14 +87,16 @@ func middlewareScenario() {
 			var trips atomic.Int64
 			idemClient := newClient(32)
 			idemClient.AddHook(scriptCounter{&trips})
+			var idem *zclaim.Idempotency
 			switch k {
-			case 1:
-				idem, err := zclaim.NewIdempotency(idemClient, zclaim.IdempotencyOptions{Prefix: key + ":run:"})
+			case 1, 2:
+				var err error
+				idem, err = zclaim.NewIdempotency(idemClient, zclaim.IdempotencyOptions{Prefix: key + ":run:", DisableTakeover: k == 2})
 				if err != nil {
 					panic(err)
 				}
 				h = idem.Middleware()(h)
-			case 2:
+			case 3:
 				next := h
 				h = asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 					id, _ := asynq.GetTaskID(ctx)
@@ -102,7 +105,7 @@ func middlewareScenario() {
 					}
 					return next.ProcessTask(ctx, t)
 				})
-			case 3:
+			case 4:
 				next := h
 				h = asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 					id, _ := asynq.GetTaskID(ctx)
@@ -131,6 +134,9 @@ func middlewareScenario() {
 			r1, s1 := cpuMeter(admin)
 			calls := commandCalls(admin) - calls0
 			srv.Shutdown()
+			if idem != nil {
+				idem.Close()
+			}
 			last[k] = run{rate: float64(n) / el.Seconds(), cmdsPerTask: float64(calls) / float64(n), tripsPerTask: float64(trips.Load()) / float64(n),
 				cpu: [2]time.Duration{(r1 - r0) / time.Duration(n), (s1 - s0) / time.Duration(n)}}
 			rates[k] = append(rates[k], last[k].rate)

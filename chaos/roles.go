@@ -139,12 +139,15 @@ func dispatcher(f roleFlags) {
 // a token lower than one seen for the key is stale; a key applied already
 // is a duplicate. It records every attempt and early starts by its TIME.
 // KEYS[1] applied (key -> token)  KEYS[2] max token seen  KEYS[3] attempts  KEYS[4] counters
+// KEYS[5] the times of re-runs (Unix µs), a list
 // ARGV key, token, due (Unix µs). Returns "applied", "dup" or "stale".
 var sinkScript = redis.NewScript(`
 local key, tok, due = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local t = redis.call('TIME')
 if tonumber(t[1]) * 1000000 + tonumber(t[2]) < due then redis.call('HINCRBY', KEYS[4], 'early', 1) end
-redis.call('HINCRBY', KEYS[3], key, 1)
+if redis.call('HINCRBY', KEYS[3], key, 1) > 1 then
+  redis.call('RPUSH', KEYS[5], tonumber(t[1]) * 1000000 + tonumber(t[2]))
+end
 local seen = tonumber(redis.call('HGET', KEYS[2], key) or '0')
 if tok < seen then redis.call('HINCRBY', KEYS[4], 'stale', 1) return 'stale' end
 redis.call('HSET', KEYS[2], key, ARGV[2])
@@ -153,7 +156,7 @@ redis.call('HSET', KEYS[1], key, ARGV[2])
 redis.call('HINCRBY', KEYS[4], 'applied', 1)
 return 'applied'`)
 
-var sinkKeys = []string{"sink:applied", "sink:maxtoken", "sink:attempts", "sink:counters"}
+var sinkKeys = []string{"sink:applied", "sink:maxtoken", "sink:attempts", "sink:counters", "sink:reruns"}
 
 // worker runs an asynq server whose handler applies a side effect to the
 // sink, wrapped in the idempotency middleware.

@@ -1,0 +1,29 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// The short form of zclaimpg's fault test, in make test: 300 jobs over
+// 10 s, a worker SIGKILLed every second, Redis restarted from an older RDB
+// snapshot; 0 lost and 0 twice with Complete, duplicates in the control.
+func TestPGChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for about half a minute")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatal("the fault test needs redis-server on PATH (apt-get install redis-server)")
+	}
+	cmd := exec.Command("go", "run", ".", "-jobs", "300", "-over", "10s")
+	cmd.Env = os.Environ()
+	out, err := cmd.CombinedOutput()
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		t.Log(l)
+	}
+	if err != nil {
+		t.Fatalf("pgchaos: %v", err)
+	}
+}
