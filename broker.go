@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -269,6 +270,32 @@ func NewBroker(rdb redis.UniversalClient, opts BrokerOptions) (*Broker, error) {
 func (b *Broker) Key() string { return b.opts.Key }
 
 // validateJob checks one job against the documented limits.
+// unfitForAsynq says why an asynq task of id, type typ and queue q could
+// never be enqueued (asynq refuses its TaskID, type or queue before it
+// writes anything), or "" when it could. An empty type or queue means the
+// dispatcher's defaults.
+func unfitForAsynq(id, typ, q string) string {
+	switch {
+	case id == "":
+		return "empty job id"
+	case len(id) > MaxIDLen:
+		return fmt.Sprintf("job id of %d bytes, longer than MaxIDLen (%d)", len(id), MaxIDLen)
+	case !utf8.ValidString(id):
+		return "job id is not valid UTF-8 (asynq task ids must be)"
+	case blank(id):
+		return "job id of white space only (asynq refuses such a task id)"
+	case !utf8.ValidString(typ):
+		return "task type is not valid UTF-8"
+	case typ != "" && blank(typ):
+		return "task type of white space only (asynq refuses it)"
+	case !utf8.ValidString(q):
+		return "queue name is not valid UTF-8"
+	case q != "" && blank(q):
+		return "queue name of white space only (asynq refuses it)"
+	}
+	return ""
+}
+
 func validateJob(j *Job) error {
 	switch {
 	case j.ID == "":
@@ -277,6 +304,8 @@ func validateJob(j *Job) error {
 		return ErrIDTooLong
 	case strings.HasPrefix(j.ID, PeriodicPrefix):
 		return ErrReservedID
+	case unfitForAsynq(j.ID, j.Type, j.Queue) != "":
+		return fmt.Errorf("%w: %s", ErrUnfitForAsynq, unfitForAsynq(j.ID, j.Type, j.Queue))
 	case j.RunAt.IsZero():
 		return ErrNoRunAt
 	case !inScoreRange(j.RunAt):

@@ -380,7 +380,7 @@ func (p *pipeline) enqueueClaims(ctx context.Context, res claimResult) {
 	for _, bad := range res.corrupt {
 		d.dead.Add(1)
 		d.log.LogAttrs(ctx, slog.LevelError, "zclaim: job record is corrupt; moved to the dead set",
-			slog.String("key", d.b.keys.schedule), slog.String("id", bad.c.ID), slog.String("error", bad.err.Error()))
+			slog.String("key", d.b.keys.schedule), slog.String("id", short(bad.c.ID)), slog.String("error", bad.err.Error()))
 		run.settled(bad.index, outcome{dead: "corrupt record: " + bad.err.Error()}, p.acks)
 	}
 	for k, c := range res.claims {

@@ -309,12 +309,13 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 	stop := runDispatcher(t, d2)
 	must(t, b.rdb.HSet(ctx, b.keys.pending, "garbled", "0:9zz").Err())
 	must(t, b.rdb.ZAdd(ctx, key, redis.Z{Score: 1, Member: "typeless"}, redis.Z{Score: 1, Member: "garbled"}).Err())
-	// What asynq would refuse, before writing anything, dies at once too.
-	must(t, b.Schedule(ctx, Job{ID: " \t", RunAt: time.Unix(1, 0), Type: "x"},
-		Job{ID: "blank-type", RunAt: time.Unix(1, 0), Type: " "},
-		Job{ID: "blank-queue", RunAt: time.Unix(1, 0), Type: "x", Queue: " "}))
+	// What asynq would refuse, before writing anything, dies at once too
+	// (Schedule refuses it; a foreign producer's ZADD does not).
+	long := strings.Repeat("x", MaxIDLen+1)
+	must(t, b.rdb.ZAdd(ctx, key, redis.Z{Score: 1, Member: " \t"}, redis.Z{Score: 1, Member: ""},
+		redis.Z{Score: 1, Member: "caf\xe9"}, redis.Z{Score: 1, Member: long}).Err())
 	b.rdb.Publish(ctx, b.keys.notice, "1")
-	waitFor(t, 5*time.Second, "the five unfit jobs to die", func() bool { return d2.Stats().Dead == 5 })
+	waitFor(t, 5*time.Second, "the six unfit jobs to die", func() bool { return d2.Stats().Dead == 6 })
 	stop()
 	dead, err := b.Dead(ctx, 10)
 	must(t, err)
@@ -322,9 +323,9 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 	for _, j := range dead {
 		reasons[j.ID] = j.Reason
 	}
-	if len(dead) != 5 || !strings.Contains(reasons["typeless"], "no task type") || !strings.HasPrefix(reasons["garbled"], "corrupt record") ||
-		!strings.Contains(reasons[" \t"], "task id") || !strings.Contains(reasons["blank-type"], "task type") ||
-		!strings.Contains(reasons["blank-queue"], "queue name") {
+	if len(dead) != 6 || !strings.Contains(reasons["typeless"], "no task type") || !strings.HasPrefix(reasons["garbled"], "corrupt record") ||
+		!strings.Contains(reasons[" \t"], "white space") || !strings.Contains(reasons[""], "empty job id") ||
+		!strings.Contains(reasons["caf\xe9"], "not valid UTF-8") || !strings.Contains(reasons[long], "longer than MaxIDLen") {
 		t.Fatalf("%+v", dead)
 	}
 	if n := d2.Stats().Failed; n != 0 {
@@ -332,7 +333,7 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 	}
 	st, err := b.Stats(ctx)
 	must(t, err)
-	if st.Inflight != 0 || st.Dead != 5 {
+	if st.Inflight != 0 || st.Dead != 6 {
 		t.Fatalf("stats %+v", st)
 	}
 }

@@ -27,7 +27,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, c Claim, redisNow, claimedAt 
 		// the batch is settled before recovery looks.
 		d.failed.Add(1)
 		d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: lease ran out before the enqueue; not enqueued, the job goes back",
-			slog.String("id", c.ID), slog.Int("attempt", c.Attempt))
+			slog.String("id", short(c.ID)), slog.Int("attempt", c.Attempt))
 		err := fmt.Errorf("%w: the lease ran out before the enqueue", ErrLeaseLost)
 		d.report(c, redisNow, claimedAt, err)
 		return outcome{retry: max(time.Millisecond, d.b.opts.Backoff(c.Attempt))}
@@ -49,22 +49,15 @@ func (d *Dispatcher) dispatch(ctx context.Context, c Claim, redisNow, claimedAt 
 	}
 	// What asynq refuses before it writes anything can never become a
 	// task: dead at once, not retried until its attempts run out.
-	var unfit string
-	switch {
-	case typ == "":
+	unfit := unfitForAsynq(c.ID, typ, c.Queue)
+	if unfit == "" && typ == "" {
 		unfit = "no task type (set DispatcherOptions.DefaultType)"
-	case blank(typ):
-		unfit = "asynq refuses a task type of white space"
-	case blank(c.ID):
-		unfit = "asynq refuses a task id of white space"
-	case c.Queue != "" && blank(c.Queue):
-		unfit = "asynq refuses a queue name of white space"
 	}
 	if unfit != "" {
 		d.dead.Add(1)
 		if typ != "" { // a missing type is logged once per batch, with its fix
 			d.log.LogAttrs(ctx, slog.LevelError, "zclaim: job that cannot become an asynq task sent to the dead set",
-				slog.String("id", c.ID), slog.String("reason", unfit))
+				slog.String("id", short(c.ID)), slog.String("reason", unfit))
 		}
 		d.report(c, redisNow, claimedAt, errors.New("zclaim: "+unfit))
 		return outcome{dead: unfit, noType: typ == ""}
@@ -86,7 +79,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, c Claim, redisNow, claimedAt 
 		if perr := callback("TaskOptions", func() { more = d.opts.TaskOptions(c.Job) }); perr != nil {
 			d.dead.Add(1)
 			d.log.LogAttrs(ctx, slog.LevelError, "zclaim: TaskOptions panicked; the job goes to the dead set",
-				slog.String("id", c.ID), slog.String("panic", fmt.Sprint(perr.Value)), slog.String("stack", string(perr.Stack)))
+				slog.String("id", short(c.ID)), slog.String("panic", fmt.Sprint(perr.Value)), slog.String("stack", string(perr.Stack)))
 			d.report(c, redisNow, claimedAt, perr)
 			return outcome{dead: perr.Error()}
 		}
@@ -113,7 +106,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, c Claim, redisNow, claimedAt 
 		// or the same ZADD repeated), so it is not enqueued again.
 		d.conflicts.Add(1)
 		d.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: asynq already has a task of this occurrence; not enqueued again",
-			slog.String("task_id", info.Occurrence()), slog.String("queue", c.Queue))
+			slog.String("task_id", short(info.Occurrence())), slog.String("queue", c.Queue))
 		err = zerr("zclaim: dispatch %q: %w", info.Occurrence(), err)
 	default:
 		if advance != nil && c.Attempt >= d.b.opts.MaxAttempts {
@@ -121,7 +114,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, c Claim, redisNow, claimedAt 
 		}
 		d.failed.Add(1)
 		d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: enqueue failed; the job goes back with backoff",
-			slog.String("id", c.ID), slog.Int("attempt", c.Attempt), slog.String("error", err.Error()))
+			slog.String("id", short(c.ID)), slog.Int("attempt", c.Attempt), slog.String("error", err.Error()))
 		d.report(c, redisNow, claimedAt, err)
 		return outcome{retry: max(time.Millisecond, d.b.opts.Backoff(c.Attempt))}
 	}
@@ -175,7 +168,7 @@ func (d *Dispatcher) report(c Claim, redisNow, claimedAt time.Time, err error) {
 		}
 		if perr := callback("OnDispatch", func() { d.opts.OnDispatch(c.info(), lag, err) }); perr != nil {
 			d.log.LogAttrs(context.Background(), slog.LevelError, "zclaim: OnDispatch panicked; the dispatch stands",
-				slog.String("id", c.ID), slog.String("panic", fmt.Sprint(perr.Value)), slog.String("stack", string(perr.Stack)))
+				slog.String("id", short(c.ID)), slog.String("panic", fmt.Sprint(perr.Value)), slog.String("stack", string(perr.Stack)))
 		}
 	}
 }

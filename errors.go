@@ -24,6 +24,10 @@ var (
 	ErrEmptyID = errors.New("zclaim: empty id")
 	// ErrIDTooLong: a job id is longer than MaxIDLen bytes.
 	ErrIDTooLong = fmt.Errorf("zclaim: id longer than %d bytes", MaxIDLen)
+	// ErrUnfitForAsynq: a job id, type or queue that asynq refuses (not
+	// valid UTF-8, or only white space), so the job could never become a
+	// task.
+	ErrUnfitForAsynq = errors.New("zclaim: asynq refuses it")
 	// ErrPayloadTooLarge: a job's Type, Queue and Payload together exceed MaxPayloadLen bytes.
 	ErrPayloadTooLarge = fmt.Errorf("zclaim: payload larger than %d bytes", MaxPayloadLen)
 	// ErrNoRunAt: a job has a zero RunAt.

@@ -107,7 +107,8 @@ func FuzzRunRecord(f *testing.F) {
 
 // The record of a batch lease (the jobs of a dispatcher's claim), damaged
 // or written by someone else: recovery and settling read what they can
-// and never fail with a Lua error, hang, or schedule an empty id.
+// and never fail with a Lua error, hang, or schedule an empty id (an empty
+// member goes to the dead set).
 func FuzzBatchRecord(f *testing.F) {
 	f.Add("1:a0:1:b5:2:xyz")
 	f.Add("3:abc12:0:t/q/payload")

@@ -133,7 +133,7 @@ func (b *Broker) Retry(ctx context.Context, c Claim, at time.Time) error {
 		return b.leaseLost(ctx, "retry", c)
 	case 2:
 		b.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: job attempts exhausted; moved to the dead set",
-			slog.String("key", k.schedule), slog.String("id", c.ID), slog.Int("attempt", c.Attempt))
+			slog.String("key", k.schedule), slog.String("id", short(c.ID)), slog.Int("attempt", c.Attempt))
 	}
 	return nil
 }

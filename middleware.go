@@ -114,12 +114,12 @@ func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 			case errors.Is(err, ErrAlreadyDone):
 				i.skipped.Add(1)
 				i.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: skipped a task whose work already finished",
-					slog.String("key", key), slog.String("type", t.Type()))
+					slog.String("key", short(key)), slog.String("type", t.Type()))
 				return nil
 			case errors.Is(err, ErrInProgress):
 				i.inProgress.Add(1)
 				i.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: task's work is running elsewhere; asynq will try it again",
-					slog.String("key", key), slog.String("type", t.Type()))
+					slog.String("key", short(key)), slog.String("type", t.Type()))
 				return err
 			case errors.Is(err, ErrIDTooLong):
 				return fmt.Errorf("%w (%w)", err, asynq.SkipRetry)
@@ -206,7 +206,7 @@ func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler,
 		skipped := errors.Is(handlerErr, ErrAlreadyDone)
 		if skipped {
 			i.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: skipped a task whose work already finished (its database says so)",
-				slog.String("key", e.Key), slog.String("type", t.Type()))
+				slog.String("key", short(e.Key)), slog.String("type", t.Type()))
 		}
 		if handlerErr == nil && !panicked || skipped {
 			cerr := e.Complete(sctx)
@@ -217,7 +217,7 @@ func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler,
 			}
 			if cerr != nil {
 				i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not complete a run",
-					slog.String("key", e.Key), slog.Int64("token", e.Token), slog.String("error", cerr.Error()))
+					slog.String("key", short(e.Key)), slog.Int64("token", e.Token), slog.String("error", cerr.Error()))
 				return zerr("zclaim: complete %q: %w", e.Key, cerr)
 			}
 			return nil
@@ -226,7 +226,7 @@ func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler,
 		i.count(rerr, &i.released)
 		if rerr != nil {
 			i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not release a run",
-				slog.String("key", e.Key), slog.Int64("token", e.Token), slog.String("error", rerr.Error()))
+				slog.String("key", short(e.Key)), slog.Int64("token", e.Token), slog.String("error", rerr.Error()))
 		}
 		return handlerErr
 	}
@@ -289,7 +289,7 @@ func (i *Idempotency) heartbeat(ctx context.Context, e *Execution, cancel contex
 			return
 		case <-expire.C:
 			i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: lease not renewed before it ended; cancelling the handler",
-				slog.String("key", e.Key), slog.Int64("token", e.Token))
+				slog.String("key", short(e.Key)), slog.Int64("token", e.Token))
 			cancel(ErrLeaseLost)
 			return
 		case <-kick:
@@ -304,12 +304,12 @@ func (i *Idempotency) heartbeat(ctx context.Context, e *Execution, cancel contex
 				expire.Reset(time.Until(localDeadline))
 			case errors.Is(r.err, ErrLeaseLost):
 				i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: lease lost; cancelling the handler",
-					slog.String("key", e.Key), slog.Int64("token", e.Token))
+					slog.String("key", short(e.Key)), slog.Int64("token", e.Token))
 				cancel(ErrLeaseLost)
 				return
 			default:
 				i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: lease renewal failed; trying again",
-					slog.String("key", e.Key), slog.String("error", r.err.Error()))
+					slog.String("key", short(e.Key)), slog.String("error", r.err.Error()))
 			}
 		}
 	}

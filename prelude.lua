@@ -114,7 +114,7 @@ local function parse_batch(blob)
     if not l2 then break end
     local s2 = e1 + #l2 + 2
     local e2 = s2 + tonumber(l2) - 1
-    if e2 > #blob or e1 < s1 then break end
+    if e2 > #blob then break end
     ids[#ids + 1] = string.sub(blob, s1, e1)
     recs[#recs + 1] = string.sub(blob, s2, e2)
     pos = e2 + 1

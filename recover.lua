@@ -33,7 +33,11 @@ local function delay(attempt)
 end
 local function back(id, attempt, due, rest)
   local score = now + delay(attempt) * ups / 1000
-  local r = settle_back(KEYS[1], KEYS[3], KEYS[5], KEYS[6], id, attempt, due, rest, score, max, now_ms, 'lease expired')
+  -- An empty member (a foreign producer's) can never become a task: dead
+  -- now, not after its attempts; the dispatcher's claim tells the rest.
+  local m, reason = max, 'lease expired'
+  if id == '' then m, reason = 0, 'empty job id' end
+  local r = settle_back(KEYS[1], KEYS[3], KEYS[5], KEYS[6], id, attempt, due, rest, score, m, now_ms, reason)
   if r == 2 then dead = dead + 1 else requeued = requeued + 1 end
   if r == 1 and (min == nil or score < min) then min = score end
 end
