@@ -145,3 +145,35 @@ func TestScheduleRefusesUnfit(t *testing.T) {
 		t.Fatalf("%d jobs written", n)
 	}
 }
+
+// A password changed under a running Broker and store: every call says
+// WRONGPASS (the pipelined reads too), never an empty reply.
+func TestWrongPassword(t *testing.T) {
+	t.Parallel()
+	s := ownRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, Password: "old", PoolSize: 1, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { admin.Close() })
+	must(t, admin.ConfigSet(ctx, "requirepass", "old").Err())
+	b, err := NewBroker(rdb, BrokerOptions{Key: "zt:{wrongpass}", AllowEviction: true})
+	must(t, err)
+	idem, err := NewIdempotency(rdb, IdempotencyOptions{AllowEviction: true, DisableTakeover: true})
+	must(t, err)
+	must(t, b.Schedule(ctx, Job{ID: "a", RunAt: time.Now()}))
+	must(t, admin.Do(ctx, "CONFIG", "SET", "requirepass", "new").Err())
+	must(t, admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err()) // the pool dials again
+	checks := map[string]error{}
+	_, checks["Stats"] = b.Stats(ctx)
+	_, checks["Claim"] = b.Claim(ctx, 1)
+	checks["Schedule"] = b.Schedule(ctx, Job{ID: "b", RunAt: time.Now()})
+	_, checks["Job"] = b.Job(ctx, "a")
+	_, checks["List"] = b.List(ctx, StateScheduled, ListOptions{})
+	_, checks["Recover"] = b.Recover(ctx)
+	_, checks["Begin"] = idem.Begin(ctx, "k")
+	for call, err := range checks {
+		if err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+			t.Errorf("%s after the password changed: %v, want WRONGPASS", call, err)
+		}
+	}
+}

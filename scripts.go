@@ -101,13 +101,21 @@ func (b *Broker) writeShards(ctx context.Context, s *redis.Script, shards []*key
 // again, alone, with the script's body.
 func (b *Broker) pipelined(ctx context.Context, s *redis.Script, shards []*keys, args func(k *keys) ([]string, []any)) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(shards))
-	b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, perr := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range shards {
 			keys, a := args(k)
 			cmds[i] = s.EvalSha(ctx, p, keys, a...)
 		}
 		return nil
 	})
+	// A pipeline that never ran (its connection could not be made or
+	// authenticated: WRONGPASS, NOAUTH) leaves its commands without a
+	// reply or an error: they get the pipeline's.
+	for _, c := range cmds {
+		if perr != nil && c.Err() == nil && c.Val() == nil {
+			c.SetErr(perr)
+		}
+	}
 	for i, k := range shards {
 		if err := cmds[i].Err(); redis.HasErrorPrefix(err, "NOSCRIPT") || retryable(err) {
 			keys, a := args(k)

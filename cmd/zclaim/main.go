@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -191,14 +192,14 @@ func (c *cli) connect(raw bool) int {
 	if c.cluster {
 		o, err := redis.ParseClusterURL(c.url)
 		if err != nil {
-			fmt.Fprintf(c.errw, "zclaim: --redis: %v\n", err)
+			fmt.Fprintf(c.errw, "zclaim: --redis: %s\n", urlError(err))
 			return exitUsage
 		}
 		c.rdb = redis.NewClusterClient(o)
 	} else {
 		o, err := redis.ParseURL(c.url)
 		if err != nil {
-			fmt.Fprintf(c.errw, "zclaim: --redis: %v\n", err)
+			fmt.Fprintf(c.errw, "zclaim: --redis: %s\n", urlError(err))
 			return exitUsage
 		}
 		o.MaxRetries = 1
@@ -220,6 +221,16 @@ func (c *cli) connect(raw bool) int {
 	}
 	c.b = b
 	return exitOK
+}
+
+// quoted matches what a URL parse error quotes: the URL, or a part of it
+// (a port, an escape), any of which may hold a password.
+var quoted = regexp.MustCompile(`"[^"]*"`)
+
+// urlError tells what is wrong with a --redis URL without repeating any of
+// it: it may hold a password.
+func urlError(err error) string {
+	return "not a valid redis:// URL (" + quoted.ReplaceAllString(err.Error(), `"…"`) + "); the URL is not shown: it may hold a password"
 }
 
 // store returns the idempotency store of --runs, for reading its runs: it

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -591,6 +592,64 @@ func TestAbandonedRun(t *testing.T) {
 	for _, w := range []string{`(?m)^state +abandoned$`, `(?m)^token +` + strconv.FormatInt(e.Token, 10) + `$`, `(?m)^asynq task +` + queue + `/order-14 `, `(?m)^lease until +.* ago\)$`} {
 		if !regexp.MustCompile(w).MatchString(out) {
 			t.Fatalf("show: no %s in\n%s", w, out)
+		}
+	}
+}
+
+// No output of any subcommand shows a password: not for a malformed URL
+// (in --redis or $REDIS_URL), nor for a wrong password, which every
+// subcommand reports as WRONGPASS.
+func TestNoPasswordShown(t *testing.T) {
+	s, err := redisproc.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr})
+	if err := admin.ConfigSet(ctx, "requirepass", "right-one").Err(); err != nil {
+		t.Fatal(err)
+	}
+	admin.Close()
+	_, port, _ := strings.Cut(s.Addr, ":")
+	const secret = "Sup3rS3cret"
+	cmds := [][]string{{"stats"}, {"ls", "scheduled"}, {"ls", "inflight"}, {"ls", "dead"}, {"ls", "running"}, {"ls", "periodic"},
+		{"show", "a"}, {"cancel", "a"}, {"run-now", "a"}, {"revive", "a"}, {"delete-dead", "a"}, {"watch", "--count", "1"},
+		{"doctor"}, {"audit"}}
+	bad := []string{
+		"redis://:" + secret + "@127.0.0.1:abc/0",
+		"redis://:" + secret + "%zz@127.0.0.1:" + port + "/0",
+		"redis://us er:" + secret + "@127.0.0.1:" + port + "/0",
+		"redis://:" + secret + "@127.0.0.1:" + port + "/x" + secret,
+		"rediss://:" + secret + "@[::1:" + port,
+	}
+	for _, cmd := range cmds {
+		for _, u := range bad {
+			for _, viaEnv := range []bool{false, true} {
+				args := cmd
+				env := "REDIS_URL=" + u
+				if !viaEnv {
+					args = append(slices.Clone(cmd), "--redis", u)
+					env = "REDIS_URL="
+				}
+				c := exec.Command(bin, args...)
+				c.Env = append(os.Environ(), env)
+				out, _ := c.CombinedOutput()
+				if strings.Contains(string(out), secret) || strings.Contains(string(out), "S3cret") {
+					t.Fatalf("zclaim %v with %q (env %v) shows the password:\n%s", cmd, u, viaEnv, out)
+				}
+				if c.ProcessState.ExitCode() != exitUsage {
+					t.Fatalf("zclaim %v with %q: exit %d, want %d\n%s", cmd, u, c.ProcessState.ExitCode(), exitUsage, out)
+				}
+			}
+		}
+		// A well-formed URL with a wrong password.
+		c := exec.Command(bin, append(slices.Clone(cmd), "--redis", "redis://:"+secret+"@"+s.Addr+"/0")...)
+		out, _ := c.CombinedOutput()
+		if strings.Contains(string(out), secret) {
+			t.Fatalf("zclaim %v with a wrong password shows it:\n%s", cmd, out)
+		}
+		if !strings.Contains(string(out), "WRONGPASS") || c.ProcessState.ExitCode() == 0 {
+			t.Fatalf("zclaim %v with a wrong password: exit %d, want WRONGPASS:\n%s", cmd, c.ProcessState.ExitCode(), out)
 		}
 	}
 }
