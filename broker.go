@@ -255,8 +255,9 @@ func NewBroker(rdb redis.UniversalClient, opts BrokerOptions) (*Broker, error) {
 		ups = 1000
 	}
 	b := &Broker{rdb: rdb, opts: opts, keys: k, shards: shards, ups: ups, log: opts.Logger,
-		repl:  replication{opts.WaitReplicas, opts.WaitTimeout},
-		state: &stateMarker{rdb: rdb, key: k.marker, log: opts.Logger, what: "the schedule's keys (" + k.schedule + ")"}}
+		repl: replication{opts.WaitReplicas, opts.WaitTimeout},
+		state: &stateMarker{rdb: rdb, key: k.marker, log: opts.Logger, what: "the schedule's keys (" + k.schedule + ")",
+			every: stateCheckInterval}}
 	if err := startup(rdb, k.schedule, opts.AllowEviction, b.log, b.state); err != nil {
 		return nil, err
 	}

@@ -79,6 +79,7 @@ const (
 
 // claim runs claim.lua on shard k in mode.
 func (b *Broker) claim(ctx context.Context, k *keys, max int, mode claimMode) (claimResult, error) {
+	b.state.poll()
 	batch := mode != leasePerJob
 	if err := ctx.Err(); err != nil {
 		return claimResult{}, wrap(ctx, "claim", err, nil)

@@ -194,7 +194,9 @@ func (b *Broker) checkNode(ctx context.Context, node redis.UniversalClient, wher
 			Detail: "the server persists nothing: a restart loses every job",
 			Fix:    "CONFIG SET appendonly yes (appendfsync everysec or always), and set it in redis.conf"})
 	} else {
-		add("persistence", where+"appendonly no, RDB save points "+strconv.Quote(s)+" (a crash loses the writes since the last save)", nil)
+		add("persistence", where+"appendonly no, RDB save points "+strconv.Quote(s), &Problem{
+			Detail: "a crash rolls back to the last save: work finished since runs again, and jobs scheduled since are lost",
+			Fix:    "CONFIG SET appendonly yes (appendfsync everysec or always), and set it in redis.conf"})
 	}
 
 	t0 := doctorNow()

@@ -63,6 +63,14 @@ func TestEvictionPolicyRefused(t *testing.T) {
 	if !strings.Contains(buf.String(), "persists nothing") {
 		t.Errorf("no warning for a server without AOF or save points:\n%s", buf.String())
 	}
+	must(t, rdb.ConfigSet(ctx, "save", "3600 1").Err())
+	var rdbOnly syncBuffer
+	_, err = NewIdempotency(rdb, IdempotencyOptions{Logger: slog.New(slog.NewTextHandler(&rdbOnly, nil)), DisableTakeover: true})
+	must(t, err)
+	if !strings.Contains(rdbOnly.String(), "RDB snapshots only: a crash rolls back") {
+		t.Errorf("no warning for a server with RDB save points only:\n%s", rdbOnly.String())
+	}
+	must(t, rdb.ConfigSet(ctx, "save", "").Err())
 	must(t, rdb.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err())
 	old := serverCheckInterval
 	serverCheckInterval = 0

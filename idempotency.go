@@ -122,8 +122,6 @@ type Idempotency struct {
 	log   *slog.Logger
 	repl  replication
 	state *stateMarker
-	// checkedAt is when Begin last had the state marker checked (Unix ns).
-	checkedAt atomic.Int64
 
 	skipped, inProgress, completed, released, leaseLost, takeovers atomic.Int64
 
@@ -189,32 +187,18 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 		repl: replication{opts.WaitReplicas, opts.WaitTimeout},
 		// The bare prefix is the record key of no key (keys are never
 		// empty): it holds the store's state marker.
-		state: &stateMarker{rdb: rdb, key: opts.Prefix, log: opts.Logger, what: "the idempotency records (" + opts.Prefix + "*)"}}
+		state: &stateMarker{rdb: rdb, key: opts.Prefix, log: opts.Logger, what: "the idempotency records (" + opts.Prefix + "*)",
+			every: stateCheckInterval}}
 	if err := startup(rdb, opts.Prefix, opts.AllowEviction, i.log, i.state); err != nil {
 		return nil, err
 	}
-	i.checkedAt.Store(time.Now().UnixNano())
+	i.state.polled.Store(time.Now().UnixNano())
 	return i, nil
 }
 
-// stateCheckInterval is how often Begin has the store's state marker
-// checked, in the background (a variable for the tests).
+// stateCheckInterval is how often a store or a Broker has its state
+// marker checked, in the background (a variable for the tests).
 var stateCheckInterval = time.Second
-
-// checkState has the state marker checked, in the background, at most
-// once per stateCheckInterval.
-func (i *Idempotency) checkState() {
-	last := i.checkedAt.Load()
-	now := time.Now().UnixNano()
-	if now-last < int64(stateCheckInterval) || !i.checkedAt.CompareAndSwap(last, now) {
-		return
-	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), stateCheckInterval)
-		defer cancel()
-		i.state.check(ctx)
-	}()
-}
 
 func (i *Idempotency) stateLosses() int64 {
 	_, n := i.state.lost()
@@ -256,7 +240,7 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 	if err := checkID(ctx, "begin", key); err != nil {
 		return nil, err
 	}
-	i.checkState()
+	i.state.poll()
 	rk := i.recordKey(key)
 	sent := time.Now()
 	reply, err := i.repl.run(ctx, i.rdb, beginScript, []string{rk}, ms(i.opts.Lease), ms(i.opts.Lease+i.opts.Retention)).Result()

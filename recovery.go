@@ -145,7 +145,7 @@ func (b *Broker) RunRecovery(ctx context.Context, every time.Duration) error {
 		r, err := b.Recover(ctx)
 		// So can its state (a restart without persistence, a failover):
 		// the pass read the marker; only another one costs a round trip.
-		if err == nil && (r.marker == "" || r.marker != b.state.current()) {
+		if err == nil && !b.state.knows(r.marker) {
 			b.state.check(ctx)
 		}
 		switch {

@@ -65,12 +65,15 @@ var (
 	settleLua string
 	//go:embed takeover.lua
 	takeoverLua string
+	//go:embed marker.lua
+	markerLua string
 
 	// Without the broker's prelude: a run record's scripts need none of
 	// it, and defining its helpers costs each call.
 	beginScript    = redis.NewScript(beginLua)
 	settleScript   = redis.NewScript(settleLua)
 	takeoverScript = redis.NewScript(takeoverLua)
+	markerScript   = redis.NewScript(markerLua)
 )
 
 // eachShard runs script s, a read, on every shard of the schedule, with

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -76,9 +78,14 @@ func checkServer(ctx context.Context, rdb redis.UniversalClient, key string, all
 	}
 	if startup && infoField(info, "aof_enabled") == "0" {
 		save, err := node.ConfigGet(ctx, "save").Result()
-		if err == nil && strings.TrimSpace(save["save"]) == "" {
+		switch {
+		case err == nil && strings.TrimSpace(save["save"]) == "":
 			log.LogAttrs(ctx, slog.LevelWarn, "zclaim: the Redis server persists nothing (no AOF, no RDB save points): a restart loses every job",
 				slog.String("key", key))
+		case err == nil:
+			log.LogAttrs(ctx, slog.LevelWarn, "zclaim: the Redis server keeps RDB snapshots only: a crash rolls back to the last save, "+
+				"so work finished since runs again and jobs scheduled since are lost (appendonly yes)",
+				slog.String("key", key), slog.String("save", strings.TrimSpace(save["save"])))
 		}
 	}
 	return nil
@@ -107,80 +114,136 @@ func infoField(info, field string) string {
 	return ""
 }
 
-// stateMarker notices that the keys zclaim wrote were lost. It writes a
-// marker key with a random value at first use and remembers the value;
-// later, a marker that is missing or has another value means the server
-// lost (or replaced) what it held. It then logs the loss once, counts it,
-// and marks the new state so that the next loss is noticed too.
+// stateMarker notices that the keys zclaim wrote were lost or rolled back.
+// The marker key holds "<id> <seq>": a random id written at first use, and
+// a sequence that every check advances by one (marker.lua). A process
+// remembers the id and the sequence it last wrote; later, a marker that is
+// missing or has another id means the server lost (or replaced) what it
+// held, and one with the same id but a lower sequence means the server's
+// state went back (restored from an older RDB snapshot or AOF, or a replica
+// promoted without the last writes). The process then logs the loss once,
+// counts it, and (for a rollback) marks a new id, so that every other
+// process notices too. Checks run at most once per every, in the
+// background (poll), and when a script's reply shows another marker.
 type stateMarker struct {
-	rdb  redis.UniversalClient
-	key  string
-	log  *slog.Logger
-	what string // what was lost, for the log
+	rdb   redis.UniversalClient
+	key   string
+	log   *slog.Logger
+	what  string        // what was lost, for the log
+	every time.Duration // how often poll checks
+
+	checkMu sync.Mutex // one check at a time: a process's own advances are in order
+	polled  atomic.Int64
 
 	mu     sync.Mutex
-	value  string    // the marker this process knows; "" before the first read
+	id     string    // the marker id this process knows; "" before the first read
+	seq    int64     // the sequence this process last wrote: the server's must not be lower
 	lostAt time.Time // when a loss was last noticed
 	losses int64
 }
 
-// check reads the marker (writing it at first use) and reports whether the
-// state was lost since the last check.
+// newMarkerID returns a fresh marker id: random, with the time it was made.
+func newMarkerID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:]) + "@" + time.Now().UTC().Format(time.RFC3339)
+}
+
+// markerID returns the id of a marker value.
+func markerID(v string) string {
+	id, _, _ := strings.Cut(v, " ")
+	return id
+}
+
+// poll has the marker checked in the background, at most once per every.
+func (m *stateMarker) poll() {
+	last := m.polled.Load()
+	now := time.Now().UnixNano()
+	if now-last < int64(m.every) || !m.polled.CompareAndSwap(last, now) {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), max(m.every, time.Second))
+		defer cancel()
+		m.check(ctx)
+	}()
+}
+
+// check reads and advances the marker (writing it at first use) and
+// reports whether the state was lost or rolled back since the last check.
 func (m *stateMarker) check(ctx context.Context) (lost bool, err error) {
+	m.checkMu.Lock()
+	defer m.checkMu.Unlock()
 	m.mu.Lock()
-	known := m.value
+	knownID, knownSeq := m.id, m.seq
 	m.mu.Unlock()
-	cur, err := m.rdb.Get(ctx, m.key).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	id, seq, err := m.advance(ctx, "")
+	if err != nil {
 		return false, err
 	}
-	if err == nil && cur == known {
-		return false, nil
-	}
-	if err == nil && known == "" {
-		m.mu.Lock()
-		m.value = cur
-		m.mu.Unlock()
-		return false, nil
-	}
-	// Missing, or another process already marked a new state.
-	if errors.Is(err, redis.Nil) {
-		var b [8]byte
-		rand.Read(b[:])
-		mark := hex.EncodeToString(b[:]) + "@" + time.Now().UTC().Format(time.RFC3339)
-		prev, err := m.rdb.SetArgs(ctx, m.key, mark, redis.SetArgs{Mode: "NX", Get: true}).Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-			cur = mark
-		case err != nil:
-			return false, err
-		default:
-			cur = prev // another process marked it first
+	rolledBack := knownID != "" && id == knownID && seq < knownSeq
+	if rolledBack {
+		// A new id, so that every other process notices too, however far
+		// the sequence has come again meanwhile.
+		if nid, nseq, err := m.advance(ctx, id); err == nil {
+			id, seq = nid, nseq
 		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.value == cur {
-		return false, nil // another check of this process saw it first
-	}
-	prev := m.value
-	m.value = cur
-	if prev == "" {
-		return false, nil // first use
+	m.id, m.seq = id, seq+1
+	if knownID == "" || id == knownID && !rolledBack {
+		return false, nil // first use, or the state this process knows
 	}
 	m.lostAt = time.Now()
 	m.losses++
+	if rolledBack {
+		m.log.LogAttrs(ctx, slog.LevelError, "zclaim: the Redis server's state went back: "+m.what+
+			" are as they were earlier (restored from an older RDB snapshot, or a replica promoted without the last writes); "+
+			"work finished since may run again; claims and runs made before are void",
+			slog.String("marker", m.key), slog.Int64("seen", knownSeq), slog.Int64("found", seq))
+		return true, nil
+	}
 	m.log.LogAttrs(ctx, slog.LevelError, "zclaim: the Redis server lost "+m.what+
 		" (it restarted without persistence, was flushed, or failed over to a replica that lacked them); claims and runs made before are void",
 		slog.String("marker", m.key))
 	return true, nil
 }
 
-// current returns the marker value this process knows ("" if none yet).
+// advance runs marker.lua: it returns the marker's id and its sequence
+// before this call. With replace (an id), a marker that still holds that
+// id gets a new one.
+func (m *stateMarker) advance(ctx context.Context, replace string) (string, int64, error) {
+	raw, err := markerScript.Run(ctx, m.rdb, []string{m.key}, newMarkerID(), replace).Slice()
+	if err != nil {
+		return "", 0, err
+	}
+	if len(raw) != 2 {
+		return "", 0, zerr("zclaim: state marker: %w: reply %v", ErrCorrupt, raw)
+	}
+	id, _ := raw[0].(string)
+	seq, _ := raw[1].(int64)
+	return id, seq, nil
+}
+
+// knows reports whether v, a marker value a script read, names the state
+// this process knows.
+func (m *stateMarker) knows(v string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return v != "" && markerID(v) == m.id
+}
+
+// current names the state this process knows ("" before the first read):
+// the marker's id and the losses noticed, so that it changes at each loss.
+// Claims and runs carry it, to tell whether a loss came after them.
 func (m *stateMarker) current() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.value
+	if m.id == "" {
+		return ""
+	}
+	return m.id + "#" + strconv.FormatInt(m.losses, 10)
 }
 
 // lost returns when a loss was last noticed (zero: never) and how many.

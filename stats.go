@@ -48,7 +48,7 @@ func (b *Broker) Stats(ctx context.Context) (Stats, error) {
 		}
 		// Shard 0's state marker came with its counts; only one that is
 		// not the marker this Broker knows costs another round trip.
-		if marker, _ := raw[7].(string); i == 0 && (marker == "" || marker != b.state.current()) {
+		if marker, _ := raw[7].(string); i == 0 && !b.state.knows(marker) {
 			if _, err := b.state.check(ctx); err != nil {
 				return Stats{}, wrap(ctx, "stats", err, nil)
 			}

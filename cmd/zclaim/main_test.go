@@ -279,6 +279,14 @@ func TestDoctor(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Problems != 2 {
 		t.Fatalf("doctor --json: %+v %v\n%s", rep, err, out)
 	}
+	// RDB snapshots only: a crash rolls back, and finished work runs again.
+	rdb.ConfigSet(ctx, "save", "3600 1")
+	out, errOut, code = runCLI(t, bad, "doctor", "--key", "delay:jobs")
+	want(t, "doctor with RDB only", code, 1, out, errOut)
+	if !regexp.MustCompile(`PROBLEM  persistence .*RDB save points`).MatchString(out) ||
+		!strings.Contains(out, "a crash rolls back to the last save: work finished since runs again") || !strings.Contains(out, "appendonly yes") {
+		t.Fatalf("doctor with RDB only:\n%s", out)
+	}
 	rdb.Set(ctx, "{delay:jobs}:inflight", "x", 0)
 	out, errOut, code = runCLI(t, bad, "doctor", "--key", "delay:jobs")
 	want(t, "doctor with a wrong type", code, 1, out, errOut)
