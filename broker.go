@@ -179,7 +179,8 @@ type Broker struct {
 
 	noticeDenied sync.Once // a refused notice is logged once
 	recovered    struct{ requeued, dead, trimmed atomic.Int64 }
-	nextShard    atomic.Int64 // where Claim starts, with Shards
+	nextShard    atomic.Int64  // where Claim starts, with Shards
+	quietShards  []atomic.Bool // by shard: its last claim found nothing due and nothing in flight
 }
 
 // Job is one piece of work on the schedule. Its ID is the member of the
@@ -254,7 +255,7 @@ func NewBroker(rdb redis.UniversalClient, opts BrokerOptions) (*Broker, error) {
 	if opts.ScoreUnit == time.Millisecond {
 		ups = 1000
 	}
-	b := &Broker{rdb: rdb, opts: opts, keys: k, shards: shards, ups: ups, log: opts.Logger,
+	b := &Broker{rdb: rdb, opts: opts, keys: k, shards: shards, ups: ups, log: opts.Logger, quietShards: make([]atomic.Bool, len(shards)),
 		repl: replication{opts.WaitReplicas, opts.WaitTimeout},
 		state: &stateMarker{rdb: rdb, key: k.marker, log: opts.Logger, what: "the schedule's keys (" + k.schedule + ")",
 			every: stateCheckInterval}}

@@ -79,7 +79,6 @@ const (
 
 // claim runs claim.lua on shard k in mode.
 func (b *Broker) claim(ctx context.Context, k *keys, max int, mode claimMode) (claimResult, error) {
-	b.state.poll()
 	batch := mode != leasePerJob
 	if err := ctx.Err(); err != nil {
 		return claimResult{}, wrap(ctx, "claim", err, nil)
@@ -97,6 +96,13 @@ func (b *Broker) claim(ctx context.Context, k *keys, max int, mode claimMode) (c
 	jobs, err := claimedJobs(raw, batch, max)
 	if err != nil {
 		return claimResult{}, err
+	}
+	// Whether this shard has nothing in flight: an idle claim says so; a
+	// claim that took jobs has put some there.
+	quiet := len(raw) == 5 && raw[4] == int64(0)
+	b.quietShards[k.shard].Store(quiet)
+	if len(jobs) > 0 {
+		b.state.poll() // working: the state is checked at most once per interval
 	}
 	deadline, _ := raw[0].(int64)
 	first, _ := raw[1].(int64)
@@ -245,7 +251,7 @@ type claimed struct{ id, score, rec string }
 // claimedJobs reads the jobs of a claim script's reply, in either form.
 func claimedJobs(raw []any, batch bool, max int) (jobs []claimed, err error) {
 	switch {
-	case len(raw) == 4:
+	case len(raw) == 4 || len(raw) == 5:
 	case len(raw) == 6 && batch:
 		blob, _ := raw[4].(string)
 		scores, _ := raw[5].(string) // false (nil) for leaseBatchIDs

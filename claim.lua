@@ -14,7 +14,8 @@
 --   {record1|false, record2|false, ...}} where tokens run first_token,
 --   first_token+1, ... in reply order, now is Redis TIME in score units and
 --   next is the earliest remaining score or false (after a full batch: now,
---   since more may be due); {0, 0, now, next} when nothing is due.
+--   since more may be due); {0, 0, now, next, inflight} when nothing is
+--   due, where inflight counts the in-flight members and batch leases.
 --   A batch claim answers its jobs as the record of its lease (see
 --   prelude.lua) and their scores joined by spaces instead:
 --   {deadline_ms, first_token, now, next, jobs, "score1 score2 ..." or false}.
@@ -41,7 +42,9 @@ local function next_score()
   if head[2] then return head[2] end
   return false
 end
-if n == 0 then return {0, 0, now_s, next_score()} end
+-- Nothing due: also whether anything is in flight (claims or batch
+-- leases), so that an idle claimer's recovery loop can rest.
+if n == 0 then return {0, 0, now_s, next_score(), redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[6])} end
 
 local ids = due
 if scored then

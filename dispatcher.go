@@ -32,9 +32,11 @@ type DispatcherOptions struct {
 	// the dispatcher at once when it adds an earlier job, and so does a
 	// plain ZADD by another program where the server publishes keyspace
 	// events for sorted sets (notify-keyspace-events with K and z, or
-	// KEA); elsewhere a plain ZADD is found within MaxWait. The dispatcher
-	// also looks again whenever its subscription comes back after a lost
-	// connection. Default: DefaultMaxWait (50ms).
+	// KEA); elsewhere a plain ZADD is found within MaxWait. Where those
+	// events are published, an idle dispatcher sleeps up to a second
+	// (or MaxWait, if longer). The dispatcher also looks again whenever its
+	// subscription comes back after a lost connection.
+	// Default: DefaultMaxWait (50ms).
 	MaxWait time.Duration
 	// EnqueueTimeout bounds one enqueue (each has between 90% and all of
 	// it: a worker's timeout serves the enqueues that start in its first
@@ -130,6 +132,9 @@ type Dispatcher struct {
 
 	claimed, enqueued, conflicts, failed, dead atomic.Int64
 	lag                                        lagHistogram
+
+	keyspace  atomic.Bool // the server publishes keyspace events for the schedule, and they are subscribed
+	claimWarn rateLog
 }
 
 // NewDispatcher returns a dispatcher of b's jobs into c. It never closes c.
@@ -330,7 +335,7 @@ func (p *pipeline) claimUntil(ctx context.Context) {
 			}
 		}
 		now := time.Now()
-		next := d.opts.MaxWait
+		next := d.idleWait()
 		need = 1
 		for n := range shards {
 			i := (first + n) % len(shards)
@@ -349,8 +354,11 @@ func (p *pipeline) claimUntil(ctx context.Context) {
 				if ctx.Err() != nil {
 					return
 				}
-				backoff = min(max(2*backoff, 10*time.Millisecond), d.opts.MaxWait)
-				d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: dispatcher claim failed; backing off",
+				// A claim that keeps failing (a wrong key type, bad auth, a
+				// server away) backs off to seconds, and says so once per
+				// cause per claimWarnEvery.
+				backoff = min(max(2*backoff, 10*time.Millisecond), claimBackoffMax)
+				d.claimWarn.warn(ctx, d.log, err.Error(), "zclaim: dispatcher claim failed; backing off",
 					slog.String("key", shards[i].schedule), slog.Duration("backoff", backoff), slog.String("error", err.Error()))
 				look[i] = now.Add(backoff)
 				next = min(next, backoff)
@@ -398,10 +406,57 @@ func (p *pipeline) nextLook(res claimResult, want int) (after time.Duration, nee
 		// is free, so that claims stay batched under load.
 		return 0, max(1, cap(p.queue)/2)
 	case !res.next:
-		return p.d.opts.MaxWait, 1
+		return p.d.idleWait(), 1
 	case res.wait == 0 && len(res.claims) == 0:
 		// Due by a hair less than the clock's resolution: do not spin.
 		return 500 * time.Microsecond, 1
 	}
-	return min(res.wait, p.d.opts.MaxWait), 1
+	return min(res.wait, p.d.idleWait()), 1
+}
+
+// idleWait is the longest the claim stage sleeps when no job is due
+// sooner: MaxWait, or at least a second where the server publishes
+// keyspace events for the schedule (a ZADD by any program wakes it then).
+func (d *Dispatcher) idleWait() time.Duration {
+	if d.keyspace.Load() {
+		return max(d.opts.MaxWait, time.Second)
+	}
+	return d.opts.MaxWait
+}
+
+// claimBackoffMax caps the backoff of a claim that keeps failing.
+const claimBackoffMax = 5 * time.Second
+
+// claimWarnEvery is how often a claim failure of one cause is logged.
+const claimWarnEvery = 10 * time.Second
+
+// rateLog logs a warning once per cause per claimWarnEvery, with how many
+// of that cause went unlogged since.
+type rateLog struct {
+	mu    sync.Mutex
+	last  map[string]time.Time
+	quiet map[string]int
+}
+
+func (r *rateLog) warn(ctx context.Context, log *slog.Logger, cause, msg string, attrs ...slog.Attr) {
+	r.mu.Lock()
+	if r.last == nil {
+		r.last, r.quiet = map[string]time.Time{}, map[string]int{}
+	}
+	if len(cause) > 200 {
+		cause = cause[:200]
+	}
+	if time.Since(r.last[cause]) < claimWarnEvery {
+		r.quiet[cause]++
+		r.mu.Unlock()
+		return
+	}
+	n := r.quiet[cause]
+	r.last[cause], r.quiet[cause] = time.Now(), 0
+	if len(r.last) > 100 { // causes that vary without end: start over
+		clear(r.last)
+		r.last[cause] = time.Now()
+	}
+	r.mu.Unlock()
+	log.LogAttrs(ctx, slog.LevelWarn, msg, append(attrs, slog.Int("unlogged_since", n))...)
 }

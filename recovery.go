@@ -117,9 +117,26 @@ var serverCheckInterval = time.Minute
 // DefaultRecoveryInterval is RunRecovery's interval when every is not positive.
 const DefaultRecoveryInterval = time.Second
 
+// quietRecovery is the longest a recovery loop rests while its Broker's
+// claims find nothing due and nothing in flight.
+const quietRecovery = 30 * time.Second
+
+// quiet reports whether this Broker's last claim of every shard found
+// nothing due and nothing in flight.
+func (b *Broker) quiet() bool {
+	for i := range b.quietShards {
+		if !b.quietShards[i].Load() {
+			return false
+		}
+	}
+	return true
+}
+
 // RunRecovery runs Recover every interval until ctx is done, and at once
 // again after a pass that found a full batch (of expired leases, or of dead
-// jobs to trim). Errors are logged and the
+// jobs to trim). While this Broker's claims find nothing due and nothing in
+// flight (an idle dispatcher), passes rest, for up to 30 s. Errors are
+// logged and the
 // loop goes on. It returns nil when ctx is done. every <= 0 means
 // DefaultRecoveryInterval.
 func (b *Broker) RunRecovery(ctx context.Context, every time.Duration) error {
@@ -128,7 +145,7 @@ func (b *Broker) RunRecovery(ctx context.Context, every time.Duration) error {
 	}
 	t := time.NewTimer(0)
 	defer t.Stop()
-	var checked time.Time
+	var checked, lastPass time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -142,6 +159,14 @@ func (b *Broker) RunRecovery(ctx context.Context, every time.Duration) error {
 				b.log.LogAttrs(ctx, slog.LevelError, "zclaim: "+strings.TrimPrefix(err.Error(), "zclaim: "), slog.String("key", b.keys.schedule))
 			}
 		}
+		// A schedule whose last claims found nothing due and nothing in
+		// flight has nothing to recover: an idle dispatcher rests, and
+		// looks again at least every quietRecovery.
+		if b.quiet() && time.Since(lastPass) < quietRecovery {
+			t.Reset(every)
+			continue
+		}
+		lastPass = time.Now()
 		r, err := b.Recover(ctx)
 		// So can its state (a restart without persistence, a failover):
 		// the pass read the marker; only another one costs a round trip.

@@ -32,8 +32,8 @@ func (l *lockedBuffer) count(s string) int {
 
 // A Redis with RDB snapshots only, SIGKILLed and restarted from its own
 // older dump: a broker, a dispatcher and the middleware that ran before it
-// each notice at their next calls that the state went back, log it at
-// Error once, and count it as state lost.
+// working since the snapshot each notice at their next calls that the
+// state went back, log it at Error once, and count it as state lost.
 func TestRollbackNoticed(t *testing.T) {
 	t.Parallel()
 	s := ownRedis(t, "--save", "3600 1000000")
@@ -60,9 +60,12 @@ func TestRollbackNoticed(t *testing.T) {
 	h := idem.Middleware()(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }))
 	work := func(tag string) {
 		for i := range 5 {
-			must(t, h.ProcessTask(ctx, asynq.NewTask("x", []byte(tag+string(rune('a'+i))))))
-			b.Claim(ctx, 1)
+			id := tag + string(rune('a'+i))
+			must(t, h.ProcessTask(ctx, asynq.NewTask("x", []byte(id))))
+			// Jobs for the dispatcher and for the broker's own claims.
+			must(t, b.Schedule(ctx, Job{ID: id + "-1", RunAt: time.Now()}, Job{ID: id + "-2", RunAt: time.Now()}))
 			time.Sleep(3 * every)
+			b.Claim(ctx, 1)
 		}
 	}
 	work("before-")

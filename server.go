@@ -231,7 +231,11 @@ func (m *stateMarker) advance(ctx context.Context, replace string) (string, int6
 func (m *stateMarker) knows(v string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return v != "" && markerID(v) == m.id
+	id, seq, _ := strings.Cut(v, " ")
+	n, _ := strconv.ParseInt(seq, 10, 64)
+	// A lower sequence than this process wrote: read before its own last
+	// check wrote, or a rollback; a check tells which.
+	return v != "" && id == m.id && n >= m.seq
 }
 
 // current names the state this process knows ("" before the first read):

@@ -205,7 +205,7 @@ func TestTakeoverOnlyAbandonedOnce(t *testing.T) {
 	q := testQueue(t)
 	key := testKey(t)
 	prefix := key + ":run:"
-	const lease = 60 * time.Millisecond
+	const lease = 150 * time.Millisecond // renewed every 50ms: a loaded machine keeps it
 	var stores []*Idempotency
 	for range 5 {
 		stores = append(stores, newIdem(t, rdb, IdempotencyOptions{Prefix: prefix, Lease: lease, TakeoverQueues: []string{q}}))
@@ -235,7 +235,7 @@ func TestTakeoverOnlyAbandonedOnce(t *testing.T) {
 	c := newAsynqClient(t, testAddr)
 	_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID("slow"))
 	must(t, err)
-	time.Sleep(8 * lease) // many passes of five loops
+	time.Sleep(4 * lease) // six passes of each of five loops
 	close(release)
 	waitFor(t, 5*time.Second, "the slow run to complete", func() bool {
 		_, err := stores[1].Begin(ctx, "slow")
@@ -260,17 +260,20 @@ func TestTakeoverScriptFenced(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
 	i := newIdem(t, rdb, IdempotencyOptions{Lease: 20 * time.Millisecond})
-	e, err := i.Begin(ctx, "k")
-	must(t, err)
-	tok := strconv.FormatInt(e.Token, 10)
 	take := func(key, token string) bool {
 		raw, err := takeoverScript.Run(ctx, rdb, []string{i.recordKey(key)}, token, 1000, 20).Int64Slice()
 		must(t, err)
 		return raw[0] == 1
 	}
-	if take("k", tok) {
+	long := newIdem(t, rdb, IdempotencyOptions{Prefix: i.Prefix(), Lease: time.Minute})
+	live, err := long.Begin(ctx, "live")
+	must(t, err)
+	if take("live", strconv.FormatInt(live.Token, 10)) {
 		t.Fatal("a live run was taken over")
 	}
+	e, err := i.Begin(ctx, "k")
+	must(t, err)
+	tok := strconv.FormatInt(e.Token, 10)
 	time.Sleep(30 * time.Millisecond)
 	if take("k", strconv.FormatInt(e.Token+1, 10)) {
 		t.Fatal("taken over with another token")

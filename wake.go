@@ -6,6 +6,7 @@ package zclaim
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +47,18 @@ func (d *Dispatcher) listen(ctx context.Context, wake chan<- struct{}) {
 	d.listenOn(ctx, d.b.rdb.Subscribe, channels, ks, wake)
 }
 
+// keyspaceOn reports whether the server publishes keyspace events for
+// sorted sets (notify-keyspace-events with K, and z or A). A server that
+// will not say (CONFIG refused) counts as not publishing them.
+func (d *Dispatcher) keyspaceOn(ctx context.Context) bool {
+	cfg, err := d.b.rdb.ConfigGet(ctx, "notify-keyspace-events").Result()
+	if err != nil {
+		return false
+	}
+	f := cfg["notify-keyspace-events"]
+	return strings.ContainsRune(f, 'K') && strings.ContainsAny(f, "zA")
+}
+
 // listenOn is listen on one subscription to channels, ks the keyspace
 // channel among them ("" for none).
 func (d *Dispatcher) listenOn(ctx context.Context, subscribe func(context.Context, ...string) *redis.PubSub, channels []string, ks string, wake chan<- struct{}) {
@@ -64,6 +77,9 @@ func (d *Dispatcher) listenOn(ctx context.Context, subscribe func(context.Contex
 	for ctx.Err() == nil {
 		ps := subscribe(ctx, channels...)
 		ch := ps.ChannelWithSubscriptions()
+		// Keyspace events let an idle claim stage sleep longer; asked
+		// again at each subscription (the setting can change).
+		d.keyspace.Store(hasKS && d.keyspaceOn(ctx))
 	recv:
 		for {
 			select {
@@ -96,6 +112,7 @@ func (d *Dispatcher) listenOn(ctx context.Context, subscribe func(context.Contex
 			}
 		}
 		ps.Close()
+		d.keyspace.Store(false) // events are lost while the subscription is down
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff):

@@ -5,7 +5,7 @@
 //	go run ./bench                    # starts its own redis-server (from PATH)
 //	go run ./bench -redis host:port   # or uses yours (only keys of its own; never flushed)
 //	go run ./bench -quick             # smaller numbers, for a smoke test
-//	go run ./bench -only claim,lag    # some scenarios: claim, lag, zadd, throughput, middleware, memory, replicas, scale, recovery, takeover, periodic, cluster, instructions
+//	go run ./bench -only claim,lag    # some scenarios: claim, lag, zadd, throughput, middleware, memory, replicas, scale, recovery, takeover, idle, periodic, cluster, instructions
 //	go run ./bench -only middleware -cpuprofile mw.pprof   # and look with go tool pprof
 package main
 
@@ -33,7 +33,7 @@ var (
 	addrFlag = flag.String("redis", "", "Redis address (default: start redis-server on a free port)")
 	quick    = flag.Bool("quick", false, "smaller numbers: a smoke test, not a measurement")
 	rounds   = flag.Int("rounds", 3, "rounds per contender (interleaved), for median and spread; at least 9 for throughput and middleware")
-	only     = flag.String("only", "", "comma-separated scenarios to run (claim, lag, zadd, throughput, middleware, memory, replicas, scale, recovery, takeover, periodic, cluster, instructions)")
+	only     = flag.String("only", "", "comma-separated scenarios to run (claim, lag, zadd, throughput, middleware, memory, replicas, scale, recovery, takeover, idle, periodic, cluster, instructions)")
 	cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of this process (all scenarios run) to this file")
 )
 
@@ -103,6 +103,7 @@ func main() {
 		{"scale", scaleScenario},
 		{"recovery", recoveryScenario},
 		{"takeover", takeoverScenario},
+		{"idle", idleScenario},
 		{"periodic", periodicScenario},
 		{"cluster", clusterScenario},
 		{"instructions", instructionsScenario},

@@ -224,23 +224,30 @@ type TxBeginner interface {
 }
 
 // InTx runs fn in a transaction of db in which the handler's occurrence is
-// recorded as done, and commits. The done row is written first: a run whose
-// occurrence another run committed stops there, before fn runs, with an
-// error matching zclaim.ErrAlreadyDone (return it from the handler, and the
-// task succeeds as skipped); a run that meets another's uncommitted row
-// waits for that transaction to end. Any error of fn rolls the transaction
-// back, done row included. opts are those of db.BeginTx.
+// recorded as done, and commits. The done row goes before anything fn does,
+// in the same round trip as fn's first Exec with arguments (or on its own
+// before any other call): a run whose occurrence another run committed
+// stops there, with an error matching zclaim.ErrAlreadyDone, before any of
+// fn's writes is made (return it from the handler, and the task succeeds as
+// skipped); a run that meets another's uncommitted row waits for that
+// transaction to end. Any error of fn rolls the transaction back, done row
+// included. opts are those of db.BeginTx.
 func InTx(ctx context.Context, db TxBeginner, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
-	if _, ok := zclaim.ExecutionFromContext(ctx); !ok {
+	e, ok := zclaim.ExecutionFromContext(ctx)
+	if !ok {
 		return ErrNoExecution
 	}
 	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("zclaimpg: begin: %w", err)
 	}
-	err = Complete(ctx, tx)
+	dt := &doneTx{Tx: tx, ctx: ctx, e: e, pending: true}
+	err = fn(dt)
 	if err == nil {
-		err = fn(tx)
+		err = dt.flush(ctx) // fn made no call that carried it
+	}
+	if dt.err != nil {
+		err = dt.err // the done row's verdict, even if fn let it pass
 	}
 	if err != nil {
 		tx.Rollback(context.WithoutCancel(ctx))
@@ -251,6 +258,148 @@ func InTx(ctx context.Context, db TxBeginner, opts pgx.TxOptions, fn func(pgx.Tx
 	}
 	return nil
 }
+
+// doneTx is the transaction InTx hands to fn. Its done row waits for fn's
+// first call: an Exec with arguments carries it in one batch (one round
+// trip for both); any other call writes it on its own first.
+type doneTx struct {
+	pgx.Tx
+	ctx     context.Context // the handler's
+	e       *zclaim.Execution
+	pending bool  // the done row is not written yet
+	err     error // the done row's error, once written
+}
+
+func (t *doneTx) verdict(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case isDone(err):
+		return alreadyDone(t.e.Key)
+	}
+	return fmt.Errorf("zclaimpg: complete %q: %w", t.e.Key, err)
+}
+
+// flush writes the done row if it is still pending.
+func (t *doneTx) flush(ctx context.Context) error {
+	if t.pending {
+		t.pending = false
+		_, err := t.Tx.Exec(ctx, completeSQL, t.e.Key, t.e.Token)
+		t.err = t.verdict(err)
+	}
+	return t.err
+}
+
+// batchable reports whether an Exec of args can share a batch: it has
+// arguments (pgx runs one without them as a simple query, which may hold
+// several statements) and no query option first.
+func batchable(args []any) bool {
+	if len(args) == 0 {
+		return false
+	}
+	switch args[0].(type) {
+	case pgx.QueryExecMode, pgx.QueryRewriter, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
+		return false
+	}
+	return true
+}
+
+func (t *doneTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if !t.pending || !batchable(args) {
+		if err := t.flush(ctx); err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		return t.Tx.Exec(ctx, sql, args...)
+	}
+	t.pending = false
+	b := &pgx.Batch{}
+	b.Queue(completeSQL, t.e.Key, t.e.Token)
+	b.Queue(sql, args...)
+	br := t.Tx.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		t.err = t.verdict(err)
+		br.Close()
+		return pgconn.CommandTag{}, t.err
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+func (t *doneTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := t.flush(ctx); err != nil {
+		return nil, err
+	}
+	return t.Tx.Query(ctx, sql, args...)
+}
+
+func (t *doneTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := t.flush(ctx); err != nil {
+		return errRow{err}
+	}
+	return t.Tx.QueryRow(ctx, sql, args...)
+}
+
+func (t *doneTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if t.pending && b != nil {
+		// The done row goes first in the caller's batch.
+		t.pending = false
+		nb := &pgx.Batch{QueuedQueries: append([]*pgx.QueuedQuery{{SQL: completeSQL, Arguments: []any{t.e.Key, t.e.Token}}}, b.QueuedQueries...)}
+		br := t.Tx.SendBatch(ctx, nb)
+		if _, err := br.Exec(); err != nil {
+			t.err = t.verdict(err)
+		}
+		return br
+	}
+	return t.Tx.SendBatch(ctx, b)
+}
+
+func (t *doneTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	if err := t.flush(ctx); err != nil {
+		return 0, err
+	}
+	return t.Tx.CopyFrom(ctx, table, cols, src)
+}
+
+func (t *doneTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := t.flush(ctx); err != nil {
+		return nil, err
+	}
+	return t.Tx.Prepare(ctx, name, sql)
+}
+
+func (t *doneTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := t.flush(ctx); err != nil {
+		return nil, err
+	}
+	return t.Tx.Begin(ctx)
+}
+
+func (t *doneTx) LargeObjects() pgx.LargeObjects {
+	t.flush(t.ctx)
+	return t.Tx.LargeObjects()
+}
+
+func (t *doneTx) Conn() *pgx.Conn {
+	t.flush(t.ctx) // what is done on the connection comes after the done row
+	return t.Tx.Conn()
+}
+
+// Commit and Rollback are InTx's.
+func (t *doneTx) Commit(context.Context) error {
+	return errors.New("zclaimpg: InTx commits the transaction itself when fn returns nil")
+}
+
+func (t *doneTx) Rollback(context.Context) error {
+	return errors.New("zclaimpg: InTx rolls the transaction back itself when fn returns an error")
+}
+
+// errRow is a pgx.Row that fails with err.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 func alreadyDone(key string) error {
 	return fmt.Errorf("zclaimpg: %w: another run of %q committed (roll back and return this error)", zclaim.ErrAlreadyDone, key)

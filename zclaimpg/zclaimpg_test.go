@@ -352,12 +352,14 @@ func TestMigrateConcurrentAndAgain(t *testing.T) {
 func TestResumedAfterDeadRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	idem := b.idem(t, "", zclaim.IdempotencyOptions{Lease: 30 * time.Millisecond})
 	// A run that began and whose worker died: Begin, then silence.
-	if _, err := idem.Begin(ctx, "job-r"); err != nil {
+	dead := b.idem(t, "", zclaim.IdempotencyOptions{Lease: 30 * time.Millisecond})
+	if _, err := dead.Begin(ctx, "job-r"); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(40 * time.Millisecond)
+	// The live process: a lease that a loaded machine cannot lose.
+	idem := b.idem(t, "", zclaim.IdempotencyOptions{Lease: 5 * time.Second})
 	var resumed []bool
 	h := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
 		e, _ := zclaim.ExecutionFromContext(ctx)
@@ -398,5 +400,67 @@ func TestPrune(t *testing.T) {
 	must(t, zclaimpg.PruneLoop(lctx, b.pool, zclaimpg.PruneOptions{MaxAge: time.Hour, Interval: 10 * time.Millisecond}))
 	if ok, _ := zclaimpg.Done(ctx, b.pool, "old-again"); ok {
 		t.Fatal("PruneLoop left an old row")
+	}
+}
+
+// However fn uses the transaction (an Exec first, a query first, a batch,
+// nothing at all, or swallowing the error of its first Exec), a duplicate
+// run gets ErrAlreadyDone and none of its writes stands.
+func TestInTxShapes(t *testing.T) {
+	t.Parallel()
+	write := func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "INSERT INTO effects (key) VALUES ($1)", "w")
+		return err
+	}
+	shapes := map[string]func(ctx context.Context, tx pgx.Tx) error{
+		"exec first": write,
+		"query first": func(ctx context.Context, tx pgx.Tx) error {
+			var one int
+			if err := tx.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+				return err
+			}
+			return write(ctx, tx)
+		},
+		"batch": func(ctx context.Context, tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			b.Queue("INSERT INTO effects (key) VALUES ($1)", "w")
+			return tx.SendBatch(ctx, b).Close()
+		},
+		"exec without arguments": func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "INSERT INTO effects (key) VALUES ('w'); INSERT INTO effects (key) VALUES ('w2')")
+			return err
+		},
+		"nothing": func(context.Context, pgx.Tx) error { return nil },
+		"swallows the error": func(ctx context.Context, tx pgx.Tx) error {
+			write(ctx, tx)
+			return nil
+		},
+	}
+	for name, fn := range shapes {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			idem := b.idem(t, "", zclaim.IdempotencyOptions{})
+			var errs []error
+			h := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+				err := zclaimpg.InTx(ctx, b.pool, pgx.TxOptions{}, func(tx pgx.Tx) error { return fn(ctx, tx) })
+				errs = append(errs, err)
+				return err
+			}))
+			must(t, deliver(h, "k"))
+			b.forget()
+			must(t, deliver(h, "k"))
+			if len(errs) != 2 || errs[0] != nil || !errors.Is(errs[1], zclaim.ErrAlreadyDone) {
+				t.Fatalf("InTx: %v, want nil then ErrAlreadyDone", errs)
+			}
+			rows := b.effects(t)
+			if name == "nothing" && len(rows) != 0 || name != "nothing" && rows["w"] != 1 {
+				t.Fatalf("effects %v", rows)
+			}
+			ok, err := zclaimpg.Done(ctx, b.pool, "k")
+			if err != nil || !ok {
+				t.Fatalf("done row: %v %v", ok, err)
+			}
+		})
 	}
 }
