@@ -2,8 +2,10 @@
 // go test's own line per package (ok, FAIL, no test files), the output of
 // every test that failed, and, as they happen, the lines a slow test marks
 // with "progress: " (what it is doing, what it is waiting for). It ends
-// with a count of the tests, "tests: N passed, N failed", and exits 1 when
-// anything failed.
+// with the names of the tests that failed and the last lines of each one's
+// output (so that a failure in CI reads without scrolling), then a count
+// of the tests, "tests: N passed, N failed", and exits 1 when anything
+// failed.
 package main
 
 import (
@@ -27,6 +29,10 @@ type event struct {
 
 const marker = "progress: "
 
+// lastLines is how many lines of a failed test's output the summary at the
+// end repeats.
+const lastLines = 5
+
 func main() { os.Exit(run(os.Stdin, os.Stdout)) }
 
 // run formats the events of in onto w and returns the exit code.
@@ -36,6 +42,11 @@ func run(in io.Reader, w io.Writer) int {
 	flush := func() { out.Flush() }
 	buf := map[string][]string{} // output per package/test, until it passes or fails
 	passed, failed, failedPkgs := 0, 0, 0
+	type failure struct {
+		name string
+		last []string
+	}
+	var failures []failure
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
@@ -71,6 +82,13 @@ func run(in io.Reader, w io.Writer) int {
 		case "fail":
 			if e.Test != "" {
 				failed++
+				var last []string
+				for _, l := range buf[id] {
+					if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "=== ") && !strings.HasPrefix(t, "--- ") {
+						last = append(last, l)
+					}
+				}
+				failures = append(failures, failure{path.Base(e.Package) + "." + e.Test, last[max(0, len(last)-lastLines):]})
 			} else {
 				failedPkgs++
 			}
@@ -88,6 +106,16 @@ func run(in io.Reader, w io.Writer) int {
 				fmt.Fprint(out, l)
 			}
 		}
+	}
+	if len(failures) > 0 {
+		fmt.Fprintf(out, "\nfailed:\n")
+		for _, f := range failures {
+			fmt.Fprintf(out, "--- %s\n", f.name)
+			for _, l := range f.last {
+				fmt.Fprint(out, l)
+			}
+		}
+		fmt.Fprintln(out)
 	}
 	fmt.Fprintf(out, "make test: %s\n", time.Since(start).Round(time.Second))
 	fmt.Fprintf(out, "tests: %d passed, %d failed\n", passed, failed)

@@ -27,7 +27,7 @@ func TestRun(t *testing.T) {
 {"Action":"fail","Package":"p","Test":"TestB"}
 {"Action":"output","Package":"p","Output":"FAIL\tp\t1.0s\n"}
 {"Action":"fail","Package":"p"}`, 1,
-			[]string{"b_test.go:9: wrong answer", "FAIL\tp", "tests: 0 passed, 1 failed"}, nil},
+			[]string{"b_test.go:9: wrong answer", "FAIL\tp", "failed:\n--- p.TestB\n    b_test.go:9: wrong answer\n", "tests: 0 passed, 1 failed"}, nil},
 		{"build fails", `{"ImportPath":"p","Action":"build-output","Output":"p/x.go:3:1: syntax error\n"}
 {"ImportPath":"p","Action":"build-fail"}
 {"Action":"output","Package":"p","Output":"FAIL\tp [build failed]\n"}
