@@ -80,6 +80,10 @@ type BrokerOptions struct {
 	// may evict keys, which loses jobs in silence; it logs a warning
 	// instead of failing with ErrEvictionPolicy. Default: false.
 	AllowEviction bool
+	// Runs is the idempotency store whose runs Job, Jobs and Stats also
+	// report: the runs of asynq tasks that are active now, running or
+	// abandoned by a dead worker (see Idempotency.Runs). Default: none.
+	Runs *Idempotency
 	// WaitReplicas makes every write wait (WAIT) until this many replicas
 	// have it, and fail with ErrNotReplicated when they do not within
 	// WaitTimeout: a job whose Schedule returned nil then survives a

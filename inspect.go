@@ -22,11 +22,18 @@ const (
 	StateScheduled          // on the schedule, waiting for its due time (or due and not yet claimed)
 	StateInFlight           // claimed, under a lease
 	StateDead               // in the dead set
+	StateRunning            // its asynq task's handler runs under the middleware (BrokerOptions.Runs)
+	StateAbandoned          // its asynq task's worker is gone; a takeover starts it again (BrokerOptions.Runs)
 )
 
-// String returns "scheduled", "in flight", "dead" or "unknown".
+// String returns "scheduled", "in flight", "dead", "running", "abandoned"
+// or "unknown".
 func (s JobState) String() string {
 	switch s {
+	case StateRunning:
+		return "running"
+	case StateAbandoned:
+		return "abandoned"
 	case StateScheduled:
 		return "scheduled"
 	case StateInFlight:
@@ -42,7 +49,7 @@ func (s JobState) MarshalText() ([]byte, error) { return []byte(s.String()), nil
 
 // UnmarshalText reads what MarshalText writes.
 func (s *JobState) UnmarshalText(b []byte) error {
-	for _, st := range []JobState{StateUnknown, StateScheduled, StateInFlight, StateDead} {
+	for _, st := range []JobState{StateUnknown, StateScheduled, StateInFlight, StateDead, StateRunning, StateAbandoned} {
 		if st.String() == string(b) {
 			*s = st
 			return nil
@@ -90,8 +97,9 @@ func (b *Broker) Job(ctx context.Context, id string) (JobInfo, error) {
 }
 
 // Jobs returns every entry of id, read at one instant: its runs in
-// flight (lease deadline order), its scheduled run, its dead entry. None is
-// not an error.
+// flight (lease deadline order), its scheduled run, its dead entry; then,
+// with BrokerOptions.Runs, the runs of its asynq tasks that are active now
+// (running, or abandoned by a dead worker). None is not an error.
 func (b *Broker) Jobs(ctx context.Context, id string) ([]JobInfo, error) {
 	if err := checkID(ctx, "job", id); err != nil {
 		return nil, err
@@ -113,7 +121,38 @@ func (b *Broker) Jobs(ctx context.Context, id string) ([]JobInfo, error) {
 			}
 		}
 	}
+	if b.opts.Runs == nil {
+		return out, nil
+	}
+	runs, _, err := b.opts.Runs.Runs(ctx, "", 0)
+	if err != nil {
+		return out, err
+	}
+	for _, r := range runs {
+		if r.Job.ID == id || r.Job.ID == "" && r.Key == id {
+			if j, ok := r.jobInfo(id); ok {
+				out = append(out, j)
+			}
+		}
+	}
 	return out, nil
+}
+
+// jobInfo describes a run of an active asynq task as an entry of job id:
+// running or abandoned (taken over counts as abandoned until its copy
+// begins). A finished run, or one not begun, is no entry.
+func (r RunInfo) jobInfo(id string) (JobInfo, bool) {
+	j := JobInfo{ID: id, Due: r.Job.Due, Attempt: r.Job.Attempt, Type: r.Type, Queue: r.Queue,
+		LeaseUntil: r.LeaseUntil, Token: r.Token, TaskID: r.TaskID, Started: r.Started}
+	switch r.State {
+	case RunLive:
+		j.State = StateRunning
+	case RunAbandoned, RunTakenOver:
+		j.State = StateAbandoned
+	default:
+		return JobInfo{}, false
+	}
+	return j, true
 }
 
 // List returns one page of the jobs in state: scheduled jobs by due time,

@@ -33,10 +33,12 @@ type JobInfo struct {
 	Type        string    `json:",omitzero"` // asynq task type; "" for a member written by another program
 	Queue       string    `json:",omitzero"` // asynq queue; "" means "default"
 	PayloadSize int       `json:",omitzero"` // bytes of payload
-	LeaseUntil  time.Time `json:",omitzero"` // in flight: the lease deadline by Redis' clock
-	Token       int64     `json:",omitzero"` // in flight: the claim's fencing token
+	LeaseUntil  time.Time `json:",omitzero"` // in flight, running or abandoned: the lease deadline by Redis' clock
+	Token       int64     `json:",omitzero"` // in flight, running or abandoned: the claim's or the run's fencing token
 	DiedAt      time.Time `json:",omitzero"` // dead: when, by Redis' clock
 	Reason      string    `json:",omitzero"` // dead: why ("lease expired", "attempts exhausted", Kill's reason)
+	TaskID      string    `json:",omitzero"` // running or abandoned: the asynq task whose run it is
+	Started     time.Time `json:",omitzero"` // running or abandoned: when the run began, by Redis' clock
 	Err         error     `json:"-"`         // set when the stored record could not be decoded
 }
 

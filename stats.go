@@ -25,6 +25,10 @@ type Stats struct {
 	// to a replica that lacked them); zero if never. Counts read after a
 	// loss describe what is left.
 	StateLost time.Time
+	// Running and Abandoned count, with BrokerOptions.Runs, the runs of
+	// asynq tasks active now: running under the middleware, or abandoned
+	// by a worker that is gone (taken over or about to be). Zero without.
+	Running, Abandoned int64
 }
 
 // Stats returns the schedule's counts.
@@ -67,6 +71,20 @@ func (b *Broker) Stats(ctx context.Context) (Stats, error) {
 		}
 	}
 	st.StateLost, _ = b.state.lost()
+	if b.opts.Runs != nil {
+		runs, _, err := b.opts.Runs.Runs(ctx, "", 0)
+		if err != nil {
+			return Stats{}, err
+		}
+		for _, r := range runs {
+			switch r.State {
+			case RunLive:
+				st.Running++
+			case RunAbandoned, RunTakenOver:
+				st.Abandoned++
+			}
+		}
+	}
 	if hasNext {
 		st.Next = b.scoreTime(strconv.FormatFloat(next, 'f', -1, 64))
 		if now > next {

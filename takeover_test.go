@@ -308,3 +308,56 @@ func TestTakeoverScriptFenced(t *testing.T) {
 		t.Fatal("a finished run or a missing record was taken over")
 	}
 }
+
+// With BrokerOptions.Runs, Job and Stats report the runs of active asynq
+// tasks: one running under a live lease, one abandoned by a worker that
+// is gone.
+func TestBrokerReportsRuns(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	q := testQueue(t)
+	key := testKey(t)
+	prefix := key + ":run:"
+	block := make(chan struct{})
+	started := make(chan struct{}, 2)
+	startAsynq(t, testAddr, q, asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		started <- struct{}{}
+		select {
+		case <-block:
+		case <-ctx.Done():
+		}
+		return nil
+	}), asynq.Config{})
+	t.Cleanup(func() { close(block) })
+	c := newAsynqClient(t, testAddr)
+	for _, id := range []string{"order-1", "order-2"} {
+		_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID(id))
+		must(t, err)
+		<-started
+	}
+	long := newIdem(t, rdb, IdempotencyOptions{Prefix: prefix, Lease: time.Minute, TakeoverQueues: []string{q}, DisableTakeover: true})
+	short := newIdem(t, rdb, IdempotencyOptions{Prefix: prefix, Lease: 20 * time.Millisecond})
+	live, err := long.Begin(ctx, "order-1")
+	must(t, err)
+	_, err = short.Begin(ctx, "order-2") // and then its worker died
+	must(t, err)
+	time.Sleep(30 * time.Millisecond)
+	b := newBroker(t, BrokerOptions{Key: key, Runs: long})
+	j, err := b.Job(ctx, "order-1")
+	must(t, err)
+	if j.State != StateRunning || j.Token != live.Token || j.TaskID != "order-1" || j.Queue != q || j.LeaseUntil.IsZero() {
+		t.Fatalf("order-1: %+v, want running with its token and task", j)
+	}
+	j, err = b.Job(ctx, "order-2")
+	must(t, err)
+	if j.State != StateAbandoned || !j.LeaseUntil.Before(time.Now()) {
+		t.Fatalf("order-2: %+v, want abandoned", j)
+	}
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if st.Running != 1 || st.Abandoned != 1 {
+		t.Fatalf("stats %+v, want 1 running, 1 abandoned", st)
+	}
+	_, err = b.Job(ctx, "order-3")
+	wantErr(t, err, ErrNotFound)
+}
