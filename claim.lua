@@ -3,8 +3,8 @@
 -- KEYS[2] in-flight ZSet (member = id .. "|" .. token, or id .. "|" .. token .. "@" .. due
 --   for a job without a record; score = lease deadline, Unix ms)
 -- KEYS[3] token counter (string: the last token)   KEYS[4] pending records hash (id -> record)
--- KEYS[5] run records hash (token -> record of a claimed run; batch leases: see prelude.lua)
--- KEYS[6] batches ZSet (batch leases, see prelude.lua)
+-- KEYS[5] run records hash (token -> record of a claimed run; batch leases: see lua/prelude.lua)
+-- KEYS[6] batches ZSet (batch leases, see lua/prelude.lua)
 -- ARGV[1] max (1..1000)   ARGV[2] lease in ms   ARGV[3] score units per second (1 or 1000)
 -- ARGV[4] "batch" for one lease over the whole batch (a dispatcher's claim,
 --   settled with finish.lua) instead of one in-flight member per job;
@@ -62,7 +62,7 @@ if not (base < 9007199254740991 - max) then return redis.error_reply('ZCLAIM_COR
 recs, err = read('HMGET', KEYS[4], unpack(ids))
 if err then return err end
 
--- Every claimed run carries its occurrence's due (see prelude.lua): a job
+-- Every claimed run carries its occurrence's due (see lua/prelude.lua): a job
 -- without one in its record (a plain ZADD, or a record of an older version)
 -- takes its score, read only for those jobs when the claim reads no scores.
 -- A per-job claim of a job without a record carries it in its in-flight

@@ -1,7 +1,8 @@
 package zclaim
 
 // The Lua scripts, each in its own .lua file that opens with its KEYS /
-// ARGV / return contract, embedded and wrapped here, once.
+// ARGV / return contract, embedded and wrapped here, once: claim.lua, the
+// entry point of the design, beside the Go files, the rest in lua/.
 
 import (
 	"context"
@@ -11,33 +12,33 @@ import (
 )
 
 var (
-	//go:embed prelude.lua
+	//go:embed lua/prelude.lua
 	preludeLua string
 	//go:embed claim.lua
 	claimLua string
-	//go:embed schedule.lua
+	//go:embed lua/schedule.lua
 	scheduleLua string
-	//go:embed ack.lua
+	//go:embed lua/ack.lua
 	ackLua string
-	//go:embed extend.lua
+	//go:embed lua/extend.lua
 	extendLua string
-	//go:embed retry.lua
+	//go:embed lua/retry.lua
 	retryLua string
-	//go:embed kill.lua
+	//go:embed lua/kill.lua
 	killLua string
-	//go:embed recover.lua
+	//go:embed lua/recover.lua
 	recoverLua string
-	//go:embed finish.lua
+	//go:embed lua/finish.lua
 	finishLua string
-	//go:embed stats.lua
+	//go:embed lua/stats.lua
 	statsLua string
-	//go:embed move.lua
+	//go:embed lua/move.lua
 	moveLua string
-	//go:embed inspect.lua
+	//go:embed lua/inspect.lua
 	inspectLua string
-	//go:embed periodic.lua
+	//go:embed lua/periodic.lua
 	periodicLua string
-	//go:embed dead.lua
+	//go:embed lua/dead.lua
 	deadLua string
 
 	claimScript    = newScript(claimLua)
@@ -59,13 +60,13 @@ var (
 func newScript(body string) *redis.Script { return redis.NewScript(preludeLua + "\n" + body) }
 
 var (
-	//go:embed begin.lua
+	//go:embed lua/begin.lua
 	beginLua string
-	//go:embed settle.lua
+	//go:embed lua/settle.lua
 	settleLua string
-	//go:embed takeover.lua
+	//go:embed lua/takeover.lua
 	takeoverLua string
-	//go:embed marker.lua
+	//go:embed lua/marker.lua
 	markerLua string
 
 	// Without the broker's prelude: a run record's scripts need none of

@@ -18,7 +18,7 @@
 -- then the oldest beyond ARGV[5] jobs.
 -- Returns {requeued, dead, scanned, trimmed, marker|false} where scanned
 -- counts the jobs touched, trimmed those removed from the dead set, and
--- marker is the state marker's value (see stateMarker in server.go).
+-- marker is the state marker's value (see stateMarker in redis.go).
 local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'zset', KEYS[6], 'hash', KEYS[7], 'zset', KEYS[8], 'string'})
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 local batch, ups, max = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])

@@ -1,4 +1,4 @@
--- marker.lua: read and advance a state marker (see stateMarker in server.go).
+-- marker.lua: read and advance a state marker (see stateMarker in redis.go).
 -- KEYS[1] the marker: a string "<id> <seq>" (an older "<id>" reads as seq 0)
 -- ARGV[1] an id for a new marker
 -- ARGV[2] "" to advance the marker by one; or an id, which a marker that

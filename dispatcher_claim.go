@@ -1,0 +1,166 @@
+package zclaim
+
+// The dispatcher's claim stage: when to look at the schedule, how much to
+// claim, and what to do when a claim fails.
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// claimUntil is the claim stage: it sleeps until the earliest due job (or
+// a wake-up), waits for room in the queue, claims, and queues the claims,
+// until ctx is done. With Shards it keeps each shard's next look (from its
+// claim's reply) and claims the shards that are due, one after another; a
+// wake-up makes it look at every shard.
+func (p *pipeline) claimUntil(ctx context.Context) {
+	d := p.d
+	shards := d.b.shards
+	p.timer = time.NewTimer(0)
+	defer p.timer.Stop()
+	backoff := time.Duration(0)
+	need := 1                              // free queue places to wait for before claiming
+	look := make([]time.Time, len(shards)) // when each shard is looked at next; zero: now
+	for first := 0; ; first++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.timer.C:
+		case <-p.wake:
+			clear(look)
+		}
+		for cap(p.queue)-len(p.queue) < need {
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.freed:
+			}
+		}
+		now := time.Now()
+		next := d.idleWait()
+		need = 1
+		for n := range shards {
+			i := (first + n) % len(shards)
+			if look[i].After(now) {
+				next = min(next, look[i].Sub(now))
+				continue
+			}
+			room := cap(p.queue) - len(p.queue)
+			if room == 0 {
+				next, need = 0, max(1, cap(p.queue)/2)
+				break
+			}
+			want := min(room, d.b.opts.BatchSize)
+			res, err := d.b.claim(ctx, shards[i], want, p.mode)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				// A claim that keeps failing (a wrong key type, bad auth, a
+				// server away) backs off to seconds, and says so once per
+				// cause per claimWarnEvery.
+				backoff = min(max(2*backoff, 10*time.Millisecond), claimBackoffMax)
+				d.claimWarn.warn(ctx, d.log, err.Error(), "zclaim: dispatcher claim failed; backing off",
+					slog.String("key", shards[i].schedule), slog.Duration("backoff", backoff), slog.String("error", err.Error()))
+				look[i] = now.Add(backoff)
+				next = min(next, backoff)
+				continue
+			}
+			backoff = 0
+			p.enqueueClaims(ctx, res)
+			after, needHere := p.nextLook(res, want)
+			look[i] = now.Add(after)
+			next, need = min(next, after), max(need, needHere)
+		}
+		resetTimer(p.timer, next)
+	}
+}
+
+// enqueueClaims hands a claim's jobs to the workers (the queue has room:
+// only the claim stage adds to it) and settles its corrupt records as dead.
+func (p *pipeline) enqueueClaims(ctx context.Context, res claimResult) {
+	d := p.d
+	d.claimed.Add(int64(res.lease.n))
+	if res.lease.n == 0 {
+		return
+	}
+	claimedAt := time.Now()
+	run := &batchRun{end: batchEnd{lease: res.lease}}
+	run.left.Store(int64(res.lease.n))
+	for _, bad := range res.corrupt {
+		d.dead.Add(1)
+		d.log.LogAttrs(ctx, slog.LevelError, "zclaim: job record is corrupt; moved to the dead set",
+			slog.String("key", d.b.keys.schedule), slog.String("id", short(bad.c.ID)), slog.String("error", bad.err.Error()))
+		run.settled(bad.index, outcome{dead: "corrupt record: " + bad.err.Error()}, p.acks)
+	}
+	for k, c := range res.claims {
+		p.queue <- queued{c, run, res.index[k], res.now, claimedAt}
+	}
+}
+
+// nextLook returns when the claim stage looks at a shard again after
+// claim res (of want jobs), and how many free queue places it waits for
+// first.
+func (p *pipeline) nextLook(res claimResult, want int) (after time.Duration, need int) {
+	switch {
+	case len(res.claims) == want:
+		// A full batch: more may be due. Claim again once half the queue
+		// is free, so that claims stay batched under load.
+		return 0, max(1, cap(p.queue)/2)
+	case !res.next:
+		return p.d.idleWait(), 1
+	case res.wait == 0 && len(res.claims) == 0:
+		// Due by a hair less than the clock's resolution: do not spin.
+		return 500 * time.Microsecond, 1
+	}
+	return min(res.wait, p.d.idleWait()), 1
+}
+
+// idleWait is the longest the claim stage sleeps when no job is due
+// sooner: MaxWait, or at least a second where the server publishes
+// keyspace events for the schedule (a ZADD by any program wakes it then).
+func (d *Dispatcher) idleWait() time.Duration {
+	if d.keyspace.Load() {
+		return max(d.opts.MaxWait, time.Second)
+	}
+	return d.opts.MaxWait
+}
+
+// claimBackoffMax caps the backoff of a claim that keeps failing.
+const claimBackoffMax = 5 * time.Second
+
+// claimWarnEvery is how often a claim failure of one cause is logged.
+const claimWarnEvery = 10 * time.Second
+
+// rateLog logs a warning once per cause per claimWarnEvery, with how many
+// of that cause went unlogged since.
+type rateLog struct {
+	mu    sync.Mutex
+	last  map[string]time.Time
+	quiet map[string]int
+}
+
+func (r *rateLog) warn(ctx context.Context, log *slog.Logger, cause, msg string, attrs ...slog.Attr) {
+	r.mu.Lock()
+	if r.last == nil {
+		r.last, r.quiet = map[string]time.Time{}, map[string]int{}
+	}
+	if len(cause) > 200 {
+		cause = cause[:200]
+	}
+	if time.Since(r.last[cause]) < claimWarnEvery {
+		r.quiet[cause]++
+		r.mu.Unlock()
+		return
+	}
+	n := r.quiet[cause]
+	r.last[cause], r.quiet[cause] = time.Now(), 0
+	if len(r.last) > 100 { // causes that vary without end: start over
+		clear(r.last)
+		r.last[cause] = time.Now()
+	}
+	r.mu.Unlock()
+	log.LogAttrs(ctx, slog.LevelWarn, msg, append(attrs, slog.Int("unlogged_since", n))...)
+}
