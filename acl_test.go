@@ -14,13 +14,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// readmeACL returns the ACL SETUSER line of the README, as words.
+// readmeACL returns the ACL SETUSER line of docs/broker.md, as words.
 func readmeACL(t *testing.T) []string {
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile("docs/broker.md")
 	must(t, err)
 	line := regexp.MustCompile(`(?m)^ACL SETUSER orders .*$`).Find(readme)
 	if line == nil {
-		t.Fatal("the README has no ACL SETUSER orders line")
+		t.Fatal("docs/broker.md has no ACL SETUSER orders line")
 	}
 	return strings.Fields(string(line))
 }
