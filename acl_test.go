@@ -62,6 +62,7 @@ func slicesContains(xs []string, x string) bool {
 // middleware and an asynq server as that user: every job runs once, and
 // nothing zclaim logs carries the password.
 func TestACLDocumentedUser(t *testing.T) {
+	t.Parallel()
 	srv := ownRedis(t)
 	rdb := aclUser(t, srv, "orders")
 	if err := rdb.FlushAll(ctx).Err(); err == nil {
@@ -113,6 +114,7 @@ func TestACLDocumentedUser(t *testing.T) {
 // Without a permission the README's line grants, each call either fails
 // before writing anything or works without what it lacks.
 func TestACLMissingPermissions(t *testing.T) {
+	t.Parallel()
 	srv := ownRedis(t)
 	admin := serverClient(t, srv)
 	due := time.Now().Add(-time.Second)
@@ -164,6 +166,7 @@ func TestACLMissingPermissions(t *testing.T) {
 // Each role as a user of its own, with the lines of docs/operations.md: a
 // producer that schedules, a dispatcher, and a worker with the middleware.
 func TestACLPerRole(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("docs/operations.md")
 	must(t, err)
 	srv := ownRedis(t)

@@ -16,6 +16,7 @@ import (
 // A batch claim (the dispatcher's) is one lease: settling it finishes its
 // jobs but those given back or sent to the dead set, each with its record.
 func TestBatchFinish(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{Lease: time.Minute, MaxAttempts: 2})
 	past := time.Now().Add(-time.Second)
 	must(t, b.Schedule(ctx, jobsDue(4, "job-", past)...))
@@ -91,6 +92,7 @@ func TestBatchFinish(t *testing.T) {
 // dead set; an id scheduled again meanwhile keeps its newer entry. The old
 // holder's finish then changes nothing.
 func TestBatchLeaseRecovered(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{Lease: 20 * time.Millisecond, MaxAttempts: 2,
 		Backoff: func(int) time.Duration { return 0 }})
 	past := time.Now().Add(-time.Second)
@@ -143,6 +145,7 @@ func TestBatchLeaseRecovered(t *testing.T) {
 // names it, and changes nothing; keys a kind of claim does not touch do not
 // fail it.
 func TestBatchClaimWrongType(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []claimMode{leasePerJob, leaseBatch, leaseBatchIDs} {
 		batch := mode != leasePerJob
 		for _, which := range []string{"inflight", "tokens", "jobs", "runs", "batches"} {
@@ -183,6 +186,7 @@ func TestBatchClaimWrongType(t *testing.T) {
 // settled exactly once: a batch whose lease was recovered can no longer
 // be settled, and its jobs come back to be claimed again.
 func TestBatchClaimsRaceRecovery(t *testing.T) {
+	t.Parallel()
 	key := testKey(t)
 	opts := BrokerOptions{Key: key, Lease: 30 * time.Millisecond, MaxAttempts: 1000,
 		Backoff: func(int) time.Duration { return 0 }}
@@ -326,6 +330,7 @@ func slicesWithout(cs, lost []Claim) []Claim {
 // A batch lease whose record is damaged part-way: the jobs before the
 // damage come back, and the unreadable rest is kept in the dead set.
 func TestDamagedBatchRecord(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{Backoff: func(int) time.Duration { return 0 }})
 	past := float64(time.Now().Add(-time.Hour).UnixMilli())
 	must(t, b.rdb.ZAdd(ctx, b.keys.batches, redis.Z{Score: past, Member: "7:3"}).Err())
@@ -348,6 +353,7 @@ func TestDamagedBatchRecord(t *testing.T) {
 // A pending record that cannot be read is not overwritten by the claim:
 // the job goes to the dead set with the reason, in both claim forms.
 func TestCorruptPendingRecordKept(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []claimMode{leasePerJob, leaseBatchIDs} {
 		b := newBroker(t, BrokerOptions{})
 		must(t, b.rdb.ZAdd(ctx, b.Key(), redis.Z{Score: 1, Member: "bad"}).Err())

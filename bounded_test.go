@@ -14,6 +14,7 @@ import (
 // MaxBatchSize, and over a million expired leases a recovery pass takes at
 // most BatchSize; each call stays far below what would stall Redis.
 func TestScriptsBounded(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("loads a million members")
 	}
@@ -93,6 +94,7 @@ func TestScriptsBounded(t *testing.T) {
 // Lookups, pages and moves stay O(log n + page) on a schedule of a
 // million jobs with a hundred thousand dead ones.
 func TestInspectBounded(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("loads a million members")
 	}

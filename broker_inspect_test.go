@@ -15,6 +15,7 @@ import (
 // Job finds an id wherever it is, with what applies to its state, and
 // passes over ids that only look like it (glob characters, a "|").
 func TestJobLookup(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{Lease: time.Minute})
 	_, err := b.Job(ctx, "nope")
 	wantErr(t, err, ErrNotFound)
@@ -103,6 +104,7 @@ func TestJobLookup(t *testing.T) {
 // Paging visits every job once, in order, with pages of any size, while
 // the cursor's job leaves between pages.
 func TestListPaging(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{Lease: time.Minute})
 	base := time.Now().Add(time.Hour).Truncate(time.Second)
 	var jobs []Job
@@ -194,6 +196,7 @@ func TestListPaging(t *testing.T) {
 // a new one, of a job waiting for its retry keeps it; both pass over ids
 // that are not scheduled.
 func TestMoves(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{Lease: time.Minute})
 	later := time.UnixMilli(time.Now().Add(time.Hour).UnixMilli())
 	must(t, b.Schedule(ctx, Job{ID: "r", RunAt: later, Type: "t"}, Job{ID: "s", RunAt: later, Type: "t"}))
@@ -248,6 +251,7 @@ func TestMoves(t *testing.T) {
 // RunNow and claims race on separate connections: every job is claimed
 // once, and none is lost or left behind.
 func TestRunNowRacesClaims(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{Lease: time.Minute})
 	const n = 400
 	var jobs []Job

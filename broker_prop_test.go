@@ -474,6 +474,7 @@ func (m *brokerModel) check(t *rapid.T) {
 }
 
 func TestBrokerProperties(t *testing.T) {
+	t.Parallel()
 	rdb := newClient(t)
 	rapid.Check(t, func(rt *rapid.T) {
 		key := testKey(t) // deleted when the whole test ends

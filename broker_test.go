@@ -31,6 +31,7 @@ func jobsDue(n int, prefix string, at time.Time) []Job {
 // jobs in random batch sizes: each id is claimed exactly once, none is
 // lost, and tokens are never handed out twice.
 func TestClaimConcurrentExactlyOnce(t *testing.T) {
+	t.Parallel()
 	key := testKey(t)
 	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Minute})
 	const n, workers = 20000, 16
@@ -79,6 +80,7 @@ func TestClaimConcurrentExactlyOnce(t *testing.T) {
 // Acks racing from many goroutines: each claim acks exactly once; a second
 // ack of the same claim is ErrLeaseLost.
 func TestAckConcurrent(t *testing.T) {
+	t.Parallel()
 	key := testKey(t)
 	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Minute})
 	must(t, b.Schedule(ctx, jobsDue(500, "a", time.Now().Add(-time.Second))...))
@@ -115,6 +117,7 @@ func TestAckConcurrent(t *testing.T) {
 // AckMany takes any number of claims in one call: more than Lua's unpack
 // can pass to one command (about 8,000) too, all or nothing.
 func TestAckManyMoreThanUnpackTakes(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{Lease: time.Minute})
 	const n = 9000
 	must(t, b.Schedule(ctx, jobsDue(n, "a", time.Now().Add(-time.Second))...))
@@ -144,6 +147,7 @@ func TestAckManyMoreThanUnpackTakes(t *testing.T) {
 // Nothing due is an empty slice, not an error; a job is never claimed
 // before its due time by Redis' clock.
 func TestClaimNeverEarly(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{})
 	rdb := b.rdb
 	cs, err := b.Claim(ctx, 10)
@@ -178,6 +182,7 @@ func TestClaimNeverEarly(t *testing.T) {
 // year-9999 "never", or before 1678) keep their place: far-future jobs are
 // not due, far-past ones are, in both score units.
 func TestScheduleFarTimes(t *testing.T) {
+	t.Parallel()
 	for _, unit := range []time.Duration{time.Second, time.Millisecond} {
 		b := newBroker(t, BrokerOptions{ScoreUnit: unit})
 		never := time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
@@ -206,6 +211,7 @@ func TestScheduleFarTimes(t *testing.T) {
 // the old holder's Ack, Extend, Retry and Kill all fail with ErrLeaseLost,
 // the new holder's succeed. After MaxAttempts expiries the job is dead.
 func TestLeaseExpiryRecoverReclaim(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{Lease: 20 * time.Millisecond, MaxAttempts: 3,
 		Backoff: func(int) time.Duration { return 0 }})
 	must(t, b.Schedule(ctx, Job{ID: "j", RunAt: time.Now().Add(-time.Second), Type: "email", Payload: []byte("x")}))
@@ -268,6 +274,7 @@ func claimOne(t *testing.T, b *Broker) Claim {
 // Retry on the last attempt sends the job to the dead set; Kill does so
 // with its reason; Extend moves the lease by Redis' clock.
 func TestRetryKillExtend(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{MaxAttempts: 2, Backoff: func(int) time.Duration { return 0 }})
 	must(t, b.Schedule(ctx, Job{ID: "r", RunAt: time.Now()}, Job{ID: "k", RunAt: time.Now()}))
 	time.Sleep(2 * time.Millisecond)
@@ -316,6 +323,7 @@ func TestRetryKillExtend(t *testing.T) {
 // leaves the first alone: the first run's Ack does not delete the second's
 // payload, and the second is claimed with its own payload and token.
 func TestScheduleIDInFlight(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{})
 	must(t, b.Schedule(ctx, Job{ID: "o", RunAt: time.Now().Add(-time.Second), Payload: []byte("first")}))
 	first := claimOne(t, b)
@@ -344,6 +352,7 @@ func TestScheduleIDInFlight(t *testing.T) {
 // attempts spent; an id scheduled meanwhile keeps its newer entry;
 // DeleteDead forgets dead jobs. Bad input changes nothing.
 func TestReviveDeleteDead(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{Lease: time.Minute})
 	past := time.Now().Add(-time.Second)
 	must(t, b.Schedule(ctx, Job{ID: "a", RunAt: past, Type: "email", Queue: "q", Payload: []byte("x")},
@@ -413,6 +422,7 @@ func TestReviveDeleteDead(t *testing.T) {
 // Many goroutines, each on its own connection, revive the same dead jobs:
 // each comes back once.
 func TestReviveConcurrent(t *testing.T) {
+	t.Parallel()
 	key := testKey(t)
 	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Minute})
 	const n = 200
@@ -475,6 +485,7 @@ func deadIDs(t *testing.T, b *Broker) []string {
 // older than DeadRetention, then the oldest beyond DeadMax, at most
 // BatchSize a pass, each with its info.
 func TestDeadTrim(t *testing.T) {
+	t.Parallel()
 	key := testKey(t)
 	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Minute, BatchSize: 2})
 	ids := killAll(t, b, 12, "d")
@@ -530,6 +541,7 @@ func TestDeadTrim(t *testing.T) {
 // job is revived once, trimmed or still dead, never two of these, and no
 // dead info outlives its job.
 func TestDeadTrimConcurrent(t *testing.T) {
+	t.Parallel()
 	key := testKey(t)
 	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Minute})
 	const n, keep = 300, 50
@@ -577,6 +589,7 @@ func TestDeadTrimConcurrent(t *testing.T) {
 
 // Cancel removes a scheduled job and its payload, and reports whether it was there.
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{})
 	must(t, b.Schedule(ctx, Job{ID: "c", RunAt: time.Now(), Payload: []byte("x")}))
 	ok, err := b.Cancel(ctx, "c")
@@ -596,6 +609,7 @@ func TestCancel(t *testing.T) {
 // A set written by plain ZADD, scored in seconds (with and without a
 // fraction) or in milliseconds, is adopted as it is.
 func TestAdoptPlainZADD(t *testing.T) {
+	t.Parallel()
 	for _, unit := range []time.Duration{time.Second, time.Millisecond} {
 		t.Run(unit.String(), func(t *testing.T) {
 			key := plainKey(t)
@@ -651,6 +665,7 @@ func TestAdoptPlainZADD(t *testing.T) {
 
 // Bad input gets a clear zclaim error and writes nothing.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{})
 	rdb := b.rdb
 	now := time.Now()
@@ -719,6 +734,7 @@ func TestBadInput(t *testing.T) {
 
 // A key of the wrong Redis type is named in the error, and nothing is written.
 func TestWrongType(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{})
 	rdb := b.rdb
 	must(t, rdb.Set(ctx, b.keys.schedule, "oops", 0).Err())
@@ -770,6 +786,7 @@ func TestWrongType(t *testing.T) {
 // Derived keys share the schedule key's cluster slot, with or without a
 // hash tag of its own; a key that cannot is refused on a cluster client.
 func TestClusterKeys(t *testing.T) {
+	t.Parallel()
 	for _, key := range []string{"delay:jobs", "zclaim:{orders}", DefaultKey, "a{b"} {
 		k, err := deriveKeys(key, true)
 		must(t, err)
@@ -798,6 +815,7 @@ func TestClusterKeys(t *testing.T) {
 // A record that cannot be decoded sends the job to the dead set with a
 // reason, instead of handing out a half-read job.
 func TestCorruptRecord(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{})
 	must(t, b.Schedule(ctx, Job{ID: "bad", RunAt: time.Now().Add(-time.Second)}, Job{ID: "good", RunAt: time.Now().Add(-time.Second)}))
 	must(t, b.rdb.HSet(ctx, b.keys.pending, "bad", "0:9zz").Err())
@@ -816,6 +834,7 @@ func TestCorruptRecord(t *testing.T) {
 // Errors name the operation once and say "zclaim:" once, and still match
 // with errors.Is.
 func TestErrorsSayItOnce(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{})
 	_, err := b.Cancel(ctx, "")
 	if err == nil || err.Error() != "zclaim: cancel: empty id" || !errors.Is(err, ErrEmptyID) {

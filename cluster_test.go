@@ -13,6 +13,7 @@ import (
 // first key's, so this shows the derived keys share the schedule's slot,
 // for a hash-tagged key and for an adopted key without a tag.
 func TestRedisCluster(t *testing.T) {
+	t.Parallel()
 	srv := ownRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer admin.Close()

@@ -119,6 +119,7 @@ func runDispatcher(t *testing.T, d *Dispatcher) (stop func()) {
 // 1. 2,000 jobs due over 2 s, two dispatchers, one asynq server with the
 // middleware: every job handled exactly once, none before its due time.
 func TestDispatchExactlyOnceOnTime(t *testing.T) {
+	t.Parallel()
 	key, q, log := handledSetup(t)
 	var enqLags []time.Duration
 	var mu sync.Mutex
@@ -158,6 +159,7 @@ func TestDispatchExactlyOnceOnTime(t *testing.T) {
 // takes the claims back after their lease, and every job is handled
 // exactly once.
 func TestDispatcherStoppedMidRun(t *testing.T) {
+	t.Parallel()
 	key, q, log := handledSetup(t)
 	taskOpts := func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} }
 	const lease = 300 * time.Millisecond
@@ -214,6 +216,7 @@ func TestDispatcherStoppedMidRun(t *testing.T) {
 // 3. asynq unreachable for a while: failed enqueues give their claims
 // back with backoff; nothing is lost or run twice.
 func TestDispatcherEnqueueFailures(t *testing.T) {
+	t.Parallel()
 	key, q, log := handledSetup(t)
 	px := newProxy(t, testAddr)
 	px.SetDown(true)
@@ -244,6 +247,7 @@ func TestDispatcherEnqueueFailures(t *testing.T) {
 // A job scheduled earlier than the dispatcher's sleep wakes it at once;
 // a job without a task type goes to the dead set (or gets DefaultType).
 func TestDispatcherWakeAndTypes(t *testing.T) {
+	t.Parallel()
 	key := testKey(t)
 	q := testQueue(t)
 	var got sync.Map
@@ -342,6 +346,7 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 // the subscription comes back, the dispatcher looks at the schedule again
 // instead of sleeping out MaxWait.
 func TestDispatcherWakesAfterResubscribing(t *testing.T) {
+	t.Parallel()
 	key, q := testKey(t), testQueue(t)
 	px := newProxy(t, testAddr)
 	b, err := NewBroker(clientVia(t, px), BrokerOptions{Key: key})
@@ -379,6 +384,7 @@ func TestDispatcherWakesAfterResubscribing(t *testing.T) {
 // failure there is. (With Redis down, go-redis' own dial retries already
 // make each attempt slow.) Run still returns when its context is done.
 func TestDispatcherBacksOffOnErrors(t *testing.T) {
+	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: testAddr})
 	t.Cleanup(func() { rdb.Close() })
 	var cmds atomic.Int64
@@ -404,6 +410,7 @@ func TestDispatcherBacksOffOnErrors(t *testing.T) {
 // enqueues under way and at most max(Concurrency, 2×min(4×Concurrency,
 // BatchSize)) queued, so the rest stay scheduled instead of burning leases.
 func TestDispatcherBoundsClaimsWhileAsynqHangs(t *testing.T) {
+	t.Parallel()
 	key := testKey(t)
 	px := newProxy(t, testAddr)
 	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Minute})
@@ -431,6 +438,7 @@ func TestDispatcherBoundsClaimsWhileAsynqHangs(t *testing.T) {
 // it. The only conflict left is the enqueue that was under way; enqueuing
 // the waiting claims too would have made one for each of them.
 func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
+	t.Parallel()
 	key, q := testKey(t), testQueue(t)
 	log := &runsLog{runs: map[string][]JobInfo{}}
 	startAsynq(t, testAddr, q, WithJob(log.handler()), asynq.Config{Concurrency: 4})
@@ -476,6 +484,7 @@ func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
 // panic sends that job to the dead set with the panic as its reason, and
 // OnDispatch's is logged while the dispatch stands.
 func TestDispatcherCallbackPanics(t *testing.T) {
+	t.Parallel()
 	q := testQueue(t)
 	b := newBroker(t, BrokerOptions{})
 	var hooked atomic.Int64

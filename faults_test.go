@@ -88,6 +88,7 @@ func TestEvictionPolicyRefused(t *testing.T) {
 // A server at maxmemory with noeviction refuses writes: a Schedule that
 // fails part-way says exactly how many jobs it wrote, and those are there.
 func TestScheduleOutOfMemory(t *testing.T) {
+	t.Parallel()
 	srv := ownRedis(t, "--maxmemory-policy", "noeviction")
 	rdb := serverClient(t, srv)
 	b, err := NewBroker(rdb, BrokerOptions{Key: "delay:jobs", Logger: slog.New(slog.DiscardHandler)})
@@ -218,6 +219,7 @@ func TestRestartWithoutPersistence(t *testing.T) {
 // replica and tokens keep growing, even when the old primary's clock ran
 // ahead; without it, the writes of the lag are lost and tokens go back.
 func TestFailoverToReplica(t *testing.T) {
+	t.Parallel()
 	for _, wait := range []bool{true, false} {
 		t.Run(map[bool]string{true: "WaitReplicas 1", false: "no wait (control)"}[wait], func(t *testing.T) {
 			var link *proxy
@@ -315,6 +317,7 @@ func TestFailoverToReplica(t *testing.T) {
 // Times further out than a score holds are refused, never due at once;
 // everything computed from a score saturates.
 func TestTimesOutOfRange(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{})
 	for _, at := range []time.Time{
 		time.Date(300_000_000, 1, 1, 0, 0, 0, 0, time.UTC),
@@ -383,6 +386,7 @@ func TestTimesOutOfRange(t *testing.T) {
 // The middleware works as it did with WaitReplicas on a server with a
 // replica: a smoke test of the idempotency store's waits.
 func TestIdempotencyWaitsForReplica(t *testing.T) {
+	t.Parallel()
 	primary, replica := ownReplicaPair(t, nil)
 	rrdb := serverClient(t, replica)
 	prdb := serverClient(t, primary)
@@ -404,6 +408,7 @@ func TestIdempotencyWaitsForReplica(t *testing.T) {
 // schedules: the notice is skipped and logged once, the job is written and
 // Schedule reports success; a dispatcher finds the job within MaxWait.
 func TestScheduleWithoutPublishPermission(t *testing.T) {
+	t.Parallel()
 	srv := ownRedis(t)
 	admin := serverClient(t, srv)
 	must(t, admin.Do(ctx, "ACL", "SETUSER", "sched", "on", ">pw", "~*", "resetchannels", "+@all").Err())
@@ -434,6 +439,7 @@ func TestScheduleWithoutPublishPermission(t *testing.T) {
 // member, and scheduled jobs with records) goes to exactly one claimer,
 // every Ack lands, and the replica holds the same end state.
 func TestClaimConcurrentWithWait(t *testing.T) {
+	t.Parallel()
 	primary, replica := ownReplicaPair(t, nil)
 	rrdb := serverClient(t, replica)
 	admin := serverClient(t, primary)
@@ -491,6 +497,7 @@ func TestClaimConcurrentWithWait(t *testing.T) {
 // Checks racing after a loss count it once, and a second process's
 // broker notices the same loss on its own.
 func TestStateLossCountedOnce(t *testing.T) {
+	t.Parallel()
 	srv := ownRedis(t)
 	rdb := serverClient(t, srv)
 	quiet := slog.New(slog.DiscardHandler)
@@ -519,6 +526,7 @@ func TestStateLossCountedOnce(t *testing.T) {
 
 // The recovery loop notices a lost state from the marker its pass reads.
 func TestRecoveryLoopNoticesLoss(t *testing.T) {
+	t.Parallel()
 	srv := ownRedis(t)
 	rdb := serverClient(t, srv)
 	b, err := NewBroker(rdb, BrokerOptions{Key: "delay:jobs", Logger: slog.New(slog.DiscardHandler)})

@@ -13,6 +13,7 @@ import (
 // pass. At most one holder is current; tokens strictly increase; a stale
 // holder's calls fail with ErrLeaseLost; a finished key stays finished.
 func TestIdempotencyProperties(t *testing.T) {
+	t.Parallel()
 	rdb := newClient(t)
 	const lease = 30 * time.Millisecond
 	rapid.Check(t, func(rt *rapid.T) {

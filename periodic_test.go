@@ -23,6 +23,7 @@ import (
 // payload keeps the tick, a changed spec moves it; DeletePeriodic removes
 // both. Bad definitions change nothing.
 func TestSetPeriodic(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{})
 	defs := []Periodic{
 		{Name: "report", Spec: "0 6 * * *", Type: "report", Location: mustZone(t, "Europe/Paris")},
@@ -120,6 +121,7 @@ func backdate(t *testing.T, b *Broker, name string, at time.Time) {
 // tick once (RunLatest) or none (SkipMissed), and goes on from the next
 // tick to come.
 func TestPeriodicMissedTicks(t *testing.T) {
+	t.Parallel()
 	q := testQueue(t)
 	log := &runsLog{runs: map[string][]JobInfo{}}
 	startAsynq(t, testAddr, q, WithJob(log.handler()), asynq.Config{})
@@ -162,6 +164,7 @@ const periodicHelperEnv = "ZCLAIM_PERIODIC_HELPER"
 // TestPeriodicHelper is a child process of TestPeriodicAcrossProcesses: a
 // dispatcher on the schedule it is given, until it is killed.
 func TestPeriodicHelper(t *testing.T) {
+	t.Parallel()
 	cfg := os.Getenv(periodicHelperEnv)
 	if cfg == "" {
 		t.Skip("the child process of TestPeriodicAcrossProcesses")
@@ -193,6 +196,7 @@ func periodicDefs(queue string) []Periodic {
 // and restarted every 700 ms. Every tick from the first to the last runs
 // exactly once, none before its time.
 func TestPeriodicAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs for seconds")
 	}

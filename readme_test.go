@@ -12,6 +12,7 @@ import (
 // Every go block in the README is a whole program (the quick start) and
 // builds as it stands.
 func TestReadmePrograms(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds programs")
 	}

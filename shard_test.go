@@ -17,6 +17,7 @@ import (
 // Shards get tags of their own that spread evenly over the slot space;
 // a job's shard is FNV-1a of its id modulo the count.
 func TestShardKeys(t *testing.T) {
+	t.Parallel()
 	ks, err := shardKeys("zclaim:{orders}", 16, true)
 	must(t, err)
 	for i, k := range ks {
@@ -43,6 +44,7 @@ func TestShardKeys(t *testing.T) {
 // them; the count is recorded and another count is refused.
 // TestClusterShards runs the same on a 3-master cluster.
 func TestShardedSchedule(t *testing.T) {
+	t.Parallel()
 	shardedSchedule(t, newClient(t), testKey(t), plainKey(t))
 }
 
@@ -211,6 +213,7 @@ func (r *clusterRuns) count() (n int, twice int) {
 // every job once, none early, while a slot of a busy shard moves to another
 // master key by key (clients meet ASK and TRYAGAIN meanwhile).
 func TestClusterShards(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster")
 	}
@@ -307,6 +310,7 @@ func TestClusterShards(t *testing.T) {
 // takes over, and it comes back as a replica; every job still runs, none
 // early.
 func TestClusterFailover(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster")
 	}
@@ -378,6 +382,7 @@ func TestClusterFailover(t *testing.T) {
 // Schedule on shards: chunks of MaxBatchSize per shard, a round of them per
 // pipeline; a job given twice in one call is written once, as its last.
 func TestShardedScheduleChunks(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, BrokerOptions{Shards: 3})
 	var jobs []Job
 	for i := range 5000 {
