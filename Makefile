@@ -1,5 +1,5 @@
-# make test: vet and race-test every module (the root and zclaimpg, joined
-# by go.work) against a real Redis and PostgreSQL. It finds a
+# make test: vet and race-test every module (the root, zclaimpg, zclaimprom,
+# zclaimvet, cmd/zclaimvet and example, joined by go.work) against a real Redis and PostgreSQL. It finds a
 # redis-server 7 on PATH, or downloads Debian's package into .cache/redis
 # (internal/findredis), and puts it first on PATH; the tests start their
 # own servers from it on free ports, or use the server named by
@@ -11,7 +11,7 @@ GO ?= go
 SHELL := /bin/bash
 
 # Every module's packages, from the root (go.work joins them).
-MODULES := ./... ./zclaimpg/...
+MODULES := ./... ./cmd/zclaimvet/... ./example/... ./zclaimpg/... ./zclaimprom/... ./zclaimvet/...
 
 .PHONY: test vet fmt
 test: vet

@@ -16,11 +16,12 @@ import (
 )
 
 // dispatch enqueues one claim and returns how it ended (a failed enqueue
-// goes back after its backoff; one without a task type goes to the dead
-// set). ctx is the worker's (enqueueContext), not Run's: a shutdown lets
-// the enqueue finish.
+// goes back after its backoff; one that can never become a task goes to
+// the dead set). ctx is the worker's (enqueueContext), not Run's: a
+// shutdown lets the enqueue finish.
 func (d *Dispatcher) dispatch(ctx context.Context, c Claim, redisNow, claimedAt time.Time) outcome {
-	if !redisNow.Add(time.Since(claimedAt)).Before(c.LeaseUntil) {
+	now := redisNow.Add(time.Since(claimedAt)) // by Redis' clock
+	if !now.Before(c.LeaseUntil) {
 		// The lease ran out while the claim waited for a worker (asynq is
 		// slow): recovery gives the job back, or has, and an enqueue now
 		// would race the next claim of it. Given back here too, in case
@@ -28,21 +29,36 @@ func (d *Dispatcher) dispatch(ctx context.Context, c Claim, redisNow, claimedAt 
 		d.failed.Add(1)
 		d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: lease ran out before the enqueue; not enqueued, the job goes back",
 			slog.String("id", short(c.ID)), slog.Int("attempt", c.Attempt))
-		err := fmt.Errorf("%w: the lease ran out before the enqueue", ErrLeaseLost)
-		d.report(c, redisNow, claimedAt, err)
-		return outcome{retry: max(time.Millisecond, d.b.opts.Backoff(c.Attempt))}
+		d.report(c, redisNow, claimedAt, fmt.Errorf("%w: the lease ran out before the enqueue", ErrLeaseLost))
+		return d.later(c)
 	}
-	var advance func() error // a periodic definition's next tick
 	if strings.HasPrefix(c.ID, PeriodicPrefix) {
-		var run bool
-		run, advance = d.tick(ctx, &c, redisNow.Add(time.Since(claimedAt)))
-		if !run {
-			if advance() != nil {
-				return outcome{retry: max(time.Millisecond, d.b.opts.Backoff(c.Attempt))}
-			}
-			return outcome{}
-		}
+		return d.dispatchTick(ctx, c, redisNow, claimedAt, now)
 	}
+	return d.enqueue(ctx, c, redisNow, claimedAt, nil)
+}
+
+// later is the outcome of a claim that goes back after its backoff.
+func (d *Dispatcher) later(c Claim) outcome {
+	return outcome{retry: max(time.Millisecond, d.b.opts.Backoff(c.Attempt))}
+}
+
+// dispatchTick dispatches a tick of a periodic definition: enqueued if it
+// is still due, with the definition's next tick written after.
+func (d *Dispatcher) dispatchTick(ctx context.Context, c Claim, redisNow, claimedAt, now time.Time) outcome {
+	run, advance := d.tick(ctx, &c, now)
+	if !run {
+		if advance() != nil {
+			return d.later(c)
+		}
+		return outcome{}
+	}
+	return d.enqueue(ctx, c, redisNow, claimedAt, advance)
+}
+
+// enqueue makes claim c an asynq task of its occurrence. advance, for a
+// periodic tick, writes the definition's next tick.
+func (d *Dispatcher) enqueue(ctx context.Context, c Claim, redisNow, claimedAt time.Time, advance func() error) outcome {
 	typ := c.Type
 	if typ == "" {
 		typ = d.opts.DefaultType
@@ -62,6 +78,21 @@ func (d *Dispatcher) dispatch(ctx context.Context, c Claim, redisNow, claimedAt 
 		d.report(c, redisNow, claimedAt, errors.New("zclaim: "+unfit))
 		return outcome{dead: unfit, noType: typ == ""}
 	}
+	task, opts, perr := d.task(c, typ)
+	if perr != nil {
+		d.dead.Add(1)
+		d.log.LogAttrs(ctx, slog.LevelError, "zclaim: TaskOptions panicked; the job goes to the dead set",
+			slog.String("id", short(c.ID)), slog.String("panic", fmt.Sprint(perr.Value)), slog.String("stack", string(perr.Stack)))
+		d.report(c, redisNow, claimedAt, perr)
+		return outcome{dead: perr.Error()}
+	}
+	_, err := d.c.EnqueueContext(ctx, task, opts...)
+	return d.afterEnqueue(ctx, c, redisNow, claimedAt, err, advance)
+}
+
+// task builds claim c's asynq task of type typ and its options: the
+// occurrence as TaskID, TaskRetention, the queue, then TaskOptions'.
+func (d *Dispatcher) task(c Claim, typ string) (*asynq.Task, []asynq.Option, *PanicError) {
 	info := c.info()
 	opts := make([]asynq.Option, 0, 3)
 	opts = append(opts, asynq.TaskID(info.Occurrence()))
@@ -77,22 +108,21 @@ func (d *Dispatcher) dispatch(ctx context.Context, c Claim, redisNow, claimedAt 
 	if d.opts.TaskOptions != nil {
 		var more []asynq.Option
 		if perr := callback("TaskOptions", func() { more = d.opts.TaskOptions(c.Job) }); perr != nil {
-			d.dead.Add(1)
-			d.log.LogAttrs(ctx, slog.LevelError, "zclaim: TaskOptions panicked; the job goes to the dead set",
-				slog.String("id", short(c.ID)), slog.String("panic", fmt.Sprint(perr.Value)), slog.String("stack", string(perr.Stack)))
-			d.report(c, redisNow, claimedAt, perr)
-			return outcome{dead: perr.Error()}
+			return nil, nil, perr
 		}
 		for _, o := range more {
 			header = header || o != nil && o.Type() == asynq.TaskIDOpt
 		}
 		opts = append(opts, more...)
 	}
-	task := asynq.NewTask(typ, c.Payload)
 	if header {
-		task = asynq.NewTaskWithHeaders(typ, c.Payload, map[string]string{HeaderJob: info.header()})
+		return asynq.NewTaskWithHeaders(typ, c.Payload, map[string]string{HeaderJob: info.header()}), opts, nil
 	}
-	_, err := d.c.EnqueueContext(ctx, task, opts...)
+	return asynq.NewTask(typ, c.Payload), opts, nil
+}
+
+// afterEnqueue tells how claim c's enqueue ended (err) and counts it.
+func (d *Dispatcher) afterEnqueue(ctx context.Context, c Claim, redisNow, claimedAt time.Time, err error, advance func() error) outcome {
 	switch {
 	case err == nil:
 		d.enqueued.Add(1)
@@ -104,10 +134,11 @@ func (d *Dispatcher) dispatch(ctx context.Context, c Claim, redisNow, claimedAt 
 		// retrying, archived, or completed and retained. It is this
 		// occurrence's run already (a re-dispatch after a dispatcher died,
 		// or the same ZADD repeated), so it is not enqueued again.
+		occ := c.info().Occurrence()
 		d.conflicts.Add(1)
 		d.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: asynq already has a task of this occurrence; not enqueued again",
-			slog.String("task_id", short(info.Occurrence())), slog.String("queue", c.Queue))
-		err = zerr("zclaim: dispatch %q: %w", info.Occurrence(), err)
+			slog.String("task_id", short(occ)), slog.String("queue", c.Queue))
+		err = zerr("zclaim: dispatch %q: %w", occ, err)
 	default:
 		if advance != nil && c.Attempt >= d.b.opts.MaxAttempts {
 			advance() // the tick dies; the definition goes on
@@ -116,15 +147,14 @@ func (d *Dispatcher) dispatch(ctx context.Context, c Claim, redisNow, claimedAt 
 		d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: enqueue failed; the job goes back with backoff",
 			slog.String("id", short(c.ID)), slog.Int("attempt", c.Attempt), slog.String("error", err.Error()))
 		d.report(c, redisNow, claimedAt, err)
-		return outcome{retry: max(time.Millisecond, d.b.opts.Backoff(c.Attempt))}
+		return d.later(c)
 	}
+	d.report(c, redisNow, claimedAt, err)
 	if advance != nil && advance() != nil {
 		// Enqueued, but no next tick: the tick goes back, meets its
 		// TaskID (or the middleware) and writes the next tick then.
-		d.report(c, redisNow, claimedAt, err)
-		return outcome{retry: max(time.Millisecond, d.b.opts.Backoff(c.Attempt))}
+		return d.later(c)
 	}
-	d.report(c, redisNow, claimedAt, err)
 	return outcome{}
 }
 

@@ -310,7 +310,9 @@ func TestClusterShards(t *testing.T) {
 // takes over, and it comes back as a replica; every job still runs, none
 // early.
 func TestClusterFailover(t *testing.T) {
-	t.Parallel()
+	// Not parallel: under the load of the parallel tests, a call that the
+	// failovers cut can leave a task in asynq's hands until its own
+	// recovery (minutes); alone, the test takes about 18 s.
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster")
 	}
@@ -361,13 +363,8 @@ func TestClusterFailover(t *testing.T) {
 	must(t, victims[1].Restart())
 	must(t, cl.WaitOK(15*time.Second))
 	t.Logf("%s back, as a replica", victims[1].Addr)
-	// Almost every job runs within seconds. A task that asynq holds active
-	// while its worker's call was cut by the failover (before the
-	// middleware's Begin, so no run record to take over) comes back only
-	// through asynq's own recovery: its 30 s lease, then its recoverer's
-	// once-a-minute pass. Hence the long deadline.
 	start := time.Now()
-	for deadline := start.Add(100 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := start.Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if k, _ := runs.count(); k == n {
 			break
 		}
@@ -375,11 +372,8 @@ func TestClusterFailover(t *testing.T) {
 			k, _ := runs.count()
 			st, err := b.Stats(ctx)
 			qi, qerr := asynq.NewInspectorFromRedisClient(cc).GetQueueInfo(q)
-			t.Fatalf("ran %d of %d jobs in 100 s; stats %+v (%v); dispatcher %+v; asynq queue %+v (%v)", k, n, st, err, dsp.Stats(), qi, qerr)
+			t.Fatalf("ran %d of %d jobs in 30 s; stats %+v (%v); dispatcher %+v; asynq queue %+v (%v)", k, n, st, err, dsp.Stats(), qi, qerr)
 		}
-	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Logf("the last job ran %v after the failovers (asynq's own recovery)", d.Round(time.Second))
 	}
 	got, twice := runs.count()
 	t.Logf("ran %d of %d jobs, %d twice, %d early; dispatcher %+v", got, n, twice, runs.early, dsp.Stats())

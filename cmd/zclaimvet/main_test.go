@@ -10,10 +10,11 @@ import (
 	"time"
 )
 
-// go vet -vettool with the built analyzer: over this module it reports the
-// example's -naive poller (racy), and the benchmark's and the migration
-// example's checked pollers (milder), and nothing else: nothing in zclaim
-// itself; over asynq's and go-redis' sources it reports nothing.
+// go vet -vettool with the built analyzer: over the root module and the
+// example's it reports the example's -naive poller (racy), and the
+// benchmark's and the migration example's checked pollers (milder), and
+// nothing else: nothing in zclaim itself; over asynq's and go-redis'
+// sources it reports nothing.
 func TestVetTool(t *testing.T) {
 	if testing.Short() {
 		t.Skip("vets asynq and go-redis")
@@ -30,7 +31,7 @@ func TestVetTool(t *testing.T) {
 		return string(out), time.Since(start)
 	}
 
-	out, took := vet("./...")
+	out, took := vet("./...", "./example/...")
 	var got []string
 	for _, m := range regexp.MustCompile(`(?m)^(\S+\.go):\d+:\d+: (racy poller|checked ZREM)`).FindAllStringSubmatch(out, -1) {
 		got = append(got, filepath.ToSlash(m[1])+": "+m[2])
@@ -38,7 +39,7 @@ func TestVetTool(t *testing.T) {
 	sort.Strings(got)
 	want := []string{"bench/claim.go: checked ZREM", "example/main.go: racy poller", "example/migrate/main.go: checked ZREM"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("go vet ./... reported %q, want %q:\n%s", got, want, out)
+		t.Fatalf("go vet ./... ./example/... reported %q, want %q:\n%s", got, want, out)
 	}
 	t.Logf("this module: %v", took)
 

@@ -1,0 +1,12 @@
+module github.com/zclaim/zclaim/zclaimvet
+
+go 1.24.0
+
+require golang.org/x/tools v0.38.0
+
+require (
+	golang.org/x/mod v0.29.0 // indirect
+	golang.org/x/sync v0.17.0 // indirect
+)
+
+replace github.com/zclaim/zclaim => ../
