@@ -125,8 +125,9 @@ type Idempotency struct {
 
 	skipped, inProgress, completed, released, leaseLost, takeovers atomic.Int64
 
-	defaultKey bool // Key is OccurrenceKey: takeovers tell a task's key from its id
-	takeover   takeover
+	defaultKey bool     // Key is OccurrenceKey: takeovers tell a task's key from its id
+	takeover   takeover // the loop that takes over dead workers' runs
+	types      sync.Map // task types the middleware has handled (string -> struct{})
 }
 
 // MiddlewareStats count what an Idempotency store's middleware did since

@@ -82,7 +82,9 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 // Timeout, Deadline, Retention) under the TaskID "<original>~takeover-<n>",
 // which the middleware keys as the same work. The copy runs at once,
 // spending no retry, with Execution.Resumed set; when asynq later brings
-// the original back, it is skipped as done. A run that is slow but renewing
+// the original back, it is skipped as done. An active task of a type this
+// middleware handles that has no run record a Lease after a pass first saw
+// it (its worker died before Begin) is taken over too. A run that is slow but renewing
 // is never taken over. Each takeover is logged at Warn and counted in
 // Stats().Takeovers. Tasks keyed by a custom Key function take part when
 // that function can tell the key from the task alone (not from its
@@ -102,6 +104,9 @@ func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 	return func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 			ctx = withJob(ctx, t)
+			if _, ok := i.types.Load(t.Type()); !ok {
+				i.types.Store(t.Type(), struct{}{})
+			}
 			key, err := i.keyOf(ctx, t)
 			if err != nil {
 				return err

@@ -27,6 +27,7 @@ const takeoverSep = "~takeover-"
 // takeover is an Idempotency store's takeover loop: it starts with the
 // store's first Middleware and stops with Close.
 type takeover struct {
+	seen    map[string]time.Time // active tasks without a run record: when a pass first saw each
 	once    sync.Once
 	stop    chan struct{}
 	done    chan struct{}
@@ -206,8 +207,28 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 	// A first look by the local clock; the script decides by Redis'.
 	now := time.Now().Add(500 * time.Millisecond).UnixMilli()
 	took := 0
+	seen := make(map[string]time.Time, len(i.takeover.seen))
 	for n, r := range runs {
 		rec, err := cmds[n].Result()
+		if errors.Is(err, redis.Nil) {
+			// No record: its worker died between taking the task and the
+			// middleware's Begin, or has not reached Begin yet. Taken over
+			// once a lease has passed without one, for a task type this
+			// middleware handles (others are not its work).
+			if _, ok := i.types.Load(r.task.Type); !ok {
+				continue
+			}
+			first, ok := i.takeover.seen[r.task.ID]
+			if !ok {
+				first = time.Now()
+			}
+			if time.Since(first) >= i.opts.Lease && i.takeOver(ctx, r, 0) {
+				took++
+				continue
+			}
+			seen[r.task.ID] = first
+			continue
+		}
 		if err != nil {
 			continue
 		}
@@ -219,11 +240,13 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 			took++
 		}
 	}
+	i.takeover.seen = seen
 	return took, err
 }
 
-// takeOver marks r's abandoned run (of token) as taken over and enqueues a
-// copy of its task. It reports whether it did.
+// takeOver marks r's abandoned run (of token; 0 for a task whose run never
+// began) as taken over and enqueues a copy of its task. It reports whether
+// it did.
 func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64) bool {
 	lease := i.opts.Lease
 	reply, err := takeoverScript.Run(ctx, i.rdb, []string{i.recordKey(r.key)}, strconv.FormatInt(token, 10),

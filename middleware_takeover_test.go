@@ -41,6 +41,16 @@ func runWorkerRole() bool {
 		os.Exit(2)
 	}
 	h := idem.Middleware()(noteRuns(rdb, sink, strconv.Itoa(os.Getpid()), os.Getenv("ZT_BLOCK") == "1"))
+	if os.Getenv("ZT_BLOCK") == "outer" {
+		// Blocks before the middleware: the worker dies before Begin.
+		inner := h
+		h = asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			id, _ := asynq.GetTaskID(ctx)
+			rdb.RPush(ctx, sink, id+" outer false")
+			<-ctx.Done()
+			return inner.ProcessTask(ctx, t)
+		})
+	}
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Queues: map[string]int{queue: 1}, Concurrency: 10,
 		TaskCheckInterval: 10 * time.Millisecond, IsFailure: IsFailure, RetryDelayFunc: RetryDelay,
 		Logger: quietLogger{}, LogLevel: asynq.FatalLevel})
@@ -67,11 +77,11 @@ func noteRuns(rdb redis.UniversalClient, sink, who string, block bool) asynq.Han
 }
 
 // startWorker starts a worker process of the test binary.
-func startWorker(t *testing.T, queue, prefix, sink string, lease time.Duration, block bool) *exec.Cmd {
+func startWorker(t *testing.T, queue, prefix, sink string, lease time.Duration, block string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), workerRole+"=1", "ZT_REDIS="+testAddr, "ZT_QUEUE="+queue, "ZT_PREFIX="+prefix,
-		"ZT_SINK="+sink, "ZT_LEASE="+lease.String(), "ZT_BLOCK="+map[bool]string{true: "1"}[block])
+		"ZT_SINK="+sink, "ZT_LEASE="+lease.String(), "ZT_BLOCK="+block)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	proc.DieWithParent(cmd)
@@ -100,22 +110,29 @@ func runsNoted(t *testing.T, rdb redis.UniversalClient, sink string) map[string]
 }
 
 // A worker process of the quick start's shape (Lease 2s) is SIGKILLed while
-// six handlers run. A live process of the same shape runs each of those
-// occurrences again within Lease + 3 s, once each, as resumed runs; the
+// six handlers run (or while six tasks wait in a middleware before ours,
+// so that their runs never began). A live process of the same shape runs
+// each of those occurrences again within Lease + 3 s, once each, as
+// resumed runs; the
 // originals, still active in asynq, would be skipped when asynq brings them
 // back (their keys are done). With takeover turned off nothing runs again
 // in that time: the runs wait for asynq's own recovery (a minute or more).
 func TestTakeoverAfterSIGKILL(t *testing.T) {
 	t.Parallel()
-	for _, takeover := range []bool{true, false} {
-		t.Run(map[bool]string{true: "takeover", false: "control"}[takeover], func(t *testing.T) {
+	for _, v := range []struct {
+		name     string
+		takeover bool
+		block    string
+	}{{"takeover", true, "1"}, {"killed before Begin", true, "outer"}, {"control", false, "1"}} {
+		takeover := v.takeover
+		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
 			const lease, n = 2 * time.Second, 6
 			rdb := newClient(t)
 			q := testQueue(t)
 			key := testKey(t)
 			prefix, sink := key+":run:", key+":sink"
-			victim := startWorker(t, q, prefix, sink, lease, true)
+			victim := startWorker(t, q, prefix, sink, lease, v.block)
 			c := newAsynqClient(t, testAddr)
 			for k := range n {
 				_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID("tk-"+strconv.Itoa(k)),
@@ -141,8 +158,9 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 				l.Middleware()
 				lookers = append(lookers, l)
 			}
-			startAsynq(t, testAddr, q, idem.Middleware()(noteRuns(rdb, sink, "live", false)),
-				asynq.Config{IsFailure: IsFailure, RetryDelayFunc: RetryDelay, Concurrency: 10})
+			live := idem.Middleware()(noteRuns(rdb, sink, "live", false))
+			live.ProcessTask(ctx, asynq.NewTask("work", nil)) // a task of the type it serves (its key fails: no task id)
+			startAsynq(t, testAddr, q, live, asynq.Config{IsFailure: IsFailure, RetryDelayFunc: RetryDelay, Concurrency: 10})
 			must(t, victim.Process.Kill())
 			killed := time.Now()
 			victim.Wait()

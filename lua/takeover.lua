@@ -1,5 +1,6 @@
 -- takeover.lua: mark an abandoned run as taken over, at most once.
--- KEYS[1] run record (see begin.lua)   ARGV[1] the token the caller saw
+-- KEYS[1] run record (see begin.lua)   ARGV[1] the token the caller saw, or
+--   "0" for a task whose worker died before its run began (no record)
 -- ARGV[2] how long the takeover holds the record, in ms (its copy must
 --   begin within it, or another process may take the run over again)
 -- ARGV[3] the run lease in ms, to tell how long the run had been silent
@@ -8,7 +9,15 @@
 --   abandoned run); {0} when the record is gone, finished, released, of
 --   another token, still leased, or taken over by someone else meanwhile.
 local rec = redis.call('GET', KEYS[1])
-if not rec then return {0} end
+if not rec then
+  if ARGV[1] ~= '0' then return {0} end
+  local t = redis.call('TIME')
+  local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+  if not redis.call('SET', KEYS[1], string.format('take 0 %d', now_ms + tonumber(ARGV[2])), 'NX', 'PX', 10 * tonumber(ARGV[2])) then
+    return {0}
+  end
+  return {1, 0, t[1] * 1000000 + t[2]}
+end
 local s, tok, n = string.match(rec, '^(%l+) (%d+) (%d+)$')
 if (s ~= 'run' and s ~= 'take') or tok ~= ARGV[1] then return {0} end
 local t = redis.call('TIME')
