@@ -18,7 +18,11 @@
 //     for 90 days by default (BrokerOptions.DeadMax, DeadRetention); the
 //     recovery pass trims it.
 //   - An idempotency store and asynq middleware that keep one live run per
-//     occurrence and skip runs of occurrences that already finished.
+//     occurrence, skip runs of occurrences that already finished, and take
+//     over the runs of dead workers within about a lease, spending no
+//     retry. Effects in PostgreSQL commit with the occurrence's done mark
+//     through the zclaimpg module, so that each happens once even when
+//     Redis loses or rolls back its data.
 //   - A dispatcher that turns due jobs into asynq tasks the moment they
 //     are due. Its claims are leased a batch at a time and settled as one.
 //
@@ -66,10 +70,12 @@
 //
 // Errors carry the prefix "zclaim:" and match the package's Err values with
 // errors.Is: bad input ([ErrEmptyID], [ErrIDTooLong], [ErrPayloadTooLarge],
-// [ErrNoRunAt], [ErrRunAtRange] inside a [*JobError]; [ErrInvalidArgument]), a key holding
+// [ErrUnfitForAsynq], [ErrNoRunAt], [ErrRunAtRange] inside a [*JobError];
+// [ErrInvalidArgument]), a key holding
 // another Redis type ([*WrongTypeError], matching [ErrWrongType], naming the
 // key), a lost lease ([ErrLeaseLost], in a [*LeaseLostError] that names the
-// operation and the job), a server that lost zclaim's keys ([ErrStateLost]),
+// operation and the job), a server that lost zclaim's keys or went back to
+// an older state ([ErrStateLost]),
 // one that may evict them ([ErrEvictionPolicy]), a write its replicas did
 // not acknowledge ([ErrNotReplicated]), and a Schedule that failed part-way
 // ([*ScheduleError]). A cancelled context comes back matching
