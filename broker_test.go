@@ -167,7 +167,7 @@ func TestClaimNeverEarly(t *testing.T) {
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		claimedAt := cs[0].LeaseUntil.Add(-b.Lease())
+		claimedAt := cs[0].LeaseUntil.Add(-b.opts.Lease)
 		if claimedAt.Before(due.Truncate(time.Millisecond)) {
 			t.Fatalf("claimed at %v, due %v: early", claimedAt, due)
 		}

@@ -69,10 +69,8 @@ type DispatcherOptions struct {
 	// The dispatcher sets asynq.TaskID to the job's occurrence
 	// (OccurrenceID), asynq.Retention to TaskRetention and the job's queue
 	// first; options given here come after them and win.
-	// Setting TaskOptions or OnDispatch, the two places a dispatched job
-	// can be seen, makes the dispatcher's claims read each job's due time
-	// (Job.RunAt): Redis then formats a number per job, which a claim and
-	// its settling pay for (docs/performance.md has the counts).
+	// With TaskOptions or OnDispatch set, claims read each job's due time
+	// (Job.RunAt), which costs a little (docs/performance.md).
 	// A panic in it sends the job to the dead set with the panic as its
 	// reason (a *PanicError), logged at Error with its stack.
 	// Default: nil.

@@ -103,7 +103,7 @@ func (d *Dispatcher) task(c Claim, typ string) (*asynq.Task, []asynq.Option, *Pa
 		opts = append(opts, asynq.Queue(c.Queue))
 	}
 	// The TaskID names the occurrence: a first attempt needs no header
-	// (HeaderJob) unless TaskOptions replaces its TaskID.
+	// (headerJob) unless TaskOptions replaces its TaskID.
 	header := c.Attempt != 1 || !readable(c.Due)
 	if d.opts.TaskOptions != nil {
 		var more []asynq.Option
@@ -116,7 +116,7 @@ func (d *Dispatcher) task(c Claim, typ string) (*asynq.Task, []asynq.Option, *Pa
 		opts = append(opts, more...)
 	}
 	if header {
-		return asynq.NewTaskWithHeaders(typ, c.Payload, map[string]string{HeaderJob: info.header()}), opts, nil
+		return asynq.NewTaskWithHeaders(typ, c.Payload, map[string]string{headerJob: info.header()}), opts, nil
 	}
 	return asynq.NewTask(typ, c.Payload), opts, nil
 }

@@ -35,7 +35,7 @@
 // second asynq task for it, the same ZADD repeated) runs at most once. A
 // retry's backoff moves the job but keeps its occurrence. The dispatcher's
 // asynq TaskID names the occurrence and carries the job (a header too
-// where the TaskID does not say it all: [HeaderJob]);
+// where the TaskID does not say it all: [headerJob]);
 // handlers read it with [JobFromContext].
 //
 // # Keys

@@ -20,7 +20,7 @@ import (
 const (
 	// DefaultIdempotencyPrefix prefixes the run record of each key.
 	DefaultIdempotencyPrefix = "zclaim:run:"
-	// DefaultRetention is how long a finished record is kept when
+	// DefaultRunRetention is how long a finished record is kept when
 	// IdempotencyOptions.Retention is zero. It outlasts every window in
 	// which a duplicate of one occurrence can arrive: asynq's re-delivery
 	// of a task whose worker died or whose ack was lost (its 30s lease,
@@ -28,7 +28,7 @@ const (
 	// re-dispatch after a dispatcher died (every retry of an occurrence
 	// with DefaultBackoff and DefaultMaxAttempts falls within about 13.5h
 	// of the first). Records kept = finish rate × Retention.
-	DefaultRetention = 24 * time.Hour
+	DefaultRunRetention = 24 * time.Hour
 	// DefaultRunLease is the lease of a run when IdempotencyOptions.Lease is
 	// zero. It is renewed every Lease/3 (three renewals may fail before a
 	// live run loses it), and a run whose worker died is taken over within
@@ -72,7 +72,7 @@ type IdempotencyOptions struct {
 	// process takes it over (see Middleware). Default: DefaultRunLease (5s).
 	Lease time.Duration
 	// Retention is how long a finished record is kept: a run of the same
-	// key within it is skipped. Default: DefaultRetention (24h).
+	// key within it is skipped. Default: DefaultRunRetention (24h).
 	Retention time.Duration
 	// Key names the work of an asynq task. Default: OccurrenceKey, the
 	// occurrence of a task a Dispatcher enqueued (see JobInfo), else the
@@ -130,9 +130,9 @@ type Idempotency struct {
 	types      sync.Map // task types the middleware has handled (string -> struct{})
 }
 
-// MiddlewareStats count what an Idempotency store's middleware did since
+// IdempotencyStats count what an Idempotency store's middleware did since
 // the store was made.
-type MiddlewareStats struct {
+type IdempotencyStats struct {
 	Skipped    int64 // tasks whose key had finished: handler skipped, task succeeded
 	InProgress int64 // tasks that met a live run elsewhere: handed back to asynq to retry later
 	Completed  int64 // handler runs that returned nil and completed their key
@@ -143,8 +143,8 @@ type MiddlewareStats struct {
 }
 
 // Stats returns the middleware's counts.
-func (i *Idempotency) Stats() MiddlewareStats {
-	return MiddlewareStats{Skipped: i.skipped.Load(), InProgress: i.inProgress.Load(),
+func (i *Idempotency) Stats() IdempotencyStats {
+	return IdempotencyStats{Skipped: i.skipped.Load(), InProgress: i.inProgress.Load(),
 		Completed: i.completed.Load(), Released: i.released.Load(), LeaseLost: i.leaseLost.Load(), StateLost: i.stateLosses(),
 		Takeovers: i.takeovers.Load()}
 }
@@ -164,7 +164,7 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 		opts.Lease = DefaultRunLease
 	}
 	if opts.Retention == 0 {
-		opts.Retention = DefaultRetention
+		opts.Retention = DefaultRunRetention
 	}
 	defaultKey := opts.Key == nil
 	if defaultKey {

@@ -264,7 +264,7 @@ func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64) bo
 	}
 	headers[headerTakeover] = r.key
 	if r.has {
-		headers[HeaderJob] = r.job.header() // the copy's TaskID does not name it
+		headers[headerJob] = r.job.header() // the copy's TaskID does not name it
 	}
 	opts := []asynq.Option{asynq.Queue(ti.Queue), asynq.MaxRetry(ti.MaxRetry),
 		asynq.TaskID(base + takeoverSep + strconv.FormatInt(raw[2], 10))}

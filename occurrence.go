@@ -80,21 +80,19 @@ func readable(due time.Time) bool {
 	return y >= 0 && y <= 9999
 }
 
-// HeaderJob is the header of a dispatched asynq task that carries its
+// headerJob is the header of a dispatched asynq task that carries its
 // JobInfo where its TaskID does not say it all: the attempt, the
 // occurrence's due time in Unix ms and the job id, separated by spaces, as
 // in "2 1787991500000 order-731" (the id comes last: it may hold spaces).
-// A task's TaskID names its occurrence, so the Dispatcher writes the header
-// only for a later attempt, a due time outside the years 0 to 9999, or a
-// TaskID that TaskOptions replaced: asynq encodes and decodes each header
-// of each task, which costs a first attempt more CPU than the rest of its
-// enqueue beyond a plain one.
-const HeaderJob = "zclaim-job"
+// The Dispatcher writes it only for a later attempt, a due time outside the
+// years 0 to 9999, or a TaskID that TaskOptions replaced (why:
+// docs/performance.md).
+const headerJob = "zclaim-job"
 
 // info returns the claim's JobInfo.
 func (c Claim) info() JobInfo { return JobInfo{ID: c.ID, Due: c.Due, Attempt: c.Attempt} }
 
-// header returns the value of HeaderJob that carries j.
+// header returns the value of headerJob that carries j.
 func (j JobInfo) header() string {
 	b := make([]byte, 0, 24+len(j.ID))
 	b = strconv.AppendInt(b, int64(j.Attempt), 10)
@@ -105,7 +103,7 @@ func (j JobInfo) header() string {
 }
 
 // JobFromTask returns the JobInfo of a task a Dispatcher enqueued: from its
-// HeaderJob header, else from its TaskID (an occurrence name; the first
+// headerJob header, else from its TaskID (an occurrence name; the first
 // attempt), which asynq gives a task being handled (Task.ResultWriter). It
 // reports false for a task with neither.
 func JobFromTask(t *asynq.Task) (JobInfo, bool) {
@@ -122,7 +120,7 @@ func JobFromTask(t *asynq.Task) (JobInfo, bool) {
 // jobOf returns the JobInfo of task t whose asynq task id is taskID ("" if
 // unknown).
 func jobOf(t *asynq.Task, taskID string) (JobInfo, bool) {
-	if h, ok := t.Headers()[HeaderJob]; ok {
+	if h, ok := t.Headers()[headerJob]; ok {
 		return parseHeader(h)
 	}
 	if id, due, ok := ParseOccurrence(taskID); ok {
@@ -131,7 +129,7 @@ func jobOf(t *asynq.Task, taskID string) (JobInfo, bool) {
 	return JobInfo{}, false
 }
 
-// parseHeader reads a HeaderJob value.
+// parseHeader reads a headerJob value.
 func parseHeader(h string) (JobInfo, bool) {
 	a, rest, ok := strings.Cut(h, " ")
 	if !ok {
@@ -196,12 +194,12 @@ func OccurrenceKey(ctx context.Context, t *asynq.Task) (string, error) {
 	if j, ok := jobIn(ctx, t); ok {
 		return j.Occurrence(), nil
 	}
-	return TaskIDKey(ctx, t)
+	return taskIDKey(ctx, t)
 }
 
-// TaskIDKey is a Key function that names the work by the asynq task id
+// taskIDKey is a Key function that names the work by the asynq task id
 // alone (for a dispatched task, its occurrence as well).
-func TaskIDKey(ctx context.Context, _ *asynq.Task) (string, error) {
+func taskIDKey(ctx context.Context, _ *asynq.Task) (string, error) {
 	id, ok := asynq.GetTaskID(ctx)
 	if !ok {
 		return "", errors.New("zclaim: no asynq task id in the context")

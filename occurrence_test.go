@@ -354,7 +354,7 @@ func TestSkipsAndFailuresVisible(t *testing.T) {
 		return err
 	})
 	wantErr(t, err, ErrLeaseLost)
-	want := MiddlewareStats{Skipped: 1, InProgress: 1, Completed: 1, Released: 1, LeaseLost: 1}
+	want := IdempotencyStats{Skipped: 1, InProgress: 1, Completed: 1, Released: 1, LeaseLost: 1}
 	if got := idem.Stats(); got != want {
 		t.Errorf("stats %+v, want %+v", got, want)
 	}
@@ -500,13 +500,13 @@ func TestJobHeader(t *testing.T) {
 			Due:     time.UnixMilli(rapid.Int64Range(-1<<45, 1<<45).Draw(t, "due")),
 			Attempt: rapid.IntRange(1, 1000).Draw(t, "attempt"),
 		}
-		got, ok := JobFromTask(asynq.NewTaskWithHeaders("t", nil, map[string]string{HeaderJob: j.header()}))
+		got, ok := JobFromTask(asynq.NewTaskWithHeaders("t", nil, map[string]string{headerJob: j.header()}))
 		if !ok || got.ID != j.ID || !got.Due.Equal(j.Due) || got.Attempt != j.Attempt {
 			t.Fatalf("header %q gave %+v, %v; want %+v", j.header(), got, ok, j)
 		}
 	})
-	for _, h := range []map[string]string{nil, {HeaderJob: ""}, {HeaderJob: "1 1787991500000"}, {HeaderJob: "1 1787991500000 "},
-		{HeaderJob: "x 1787991500000 order-731"}, {HeaderJob: "1 soon order-731"}, {"zclaim-id": "order-731"}} {
+	for _, h := range []map[string]string{nil, {headerJob: ""}, {headerJob: "1 1787991500000"}, {headerJob: "1 1787991500000 "},
+		{headerJob: "x 1787991500000 order-731"}, {headerJob: "1 soon order-731"}, {"zclaim-id": "order-731"}} {
 		if j, ok := JobFromTask(asynq.NewTaskWithHeaders("t", nil, h)); ok {
 			t.Errorf("headers %v gave %+v", h, j)
 		}
@@ -537,7 +537,7 @@ func TestParseOccurrence(t *testing.T) {
 	}
 }
 
-// A dispatched task carries its job in its TaskID, and in HeaderJob only
+// A dispatched task carries its job in its TaskID, and in headerJob only
 // where the TaskID does not say it all: a later attempt, or a TaskID that
 // TaskOptions replaced. The handler reads the same JobInfo either way.
 func TestDispatchedTaskHeader(t *testing.T) {
@@ -578,8 +578,8 @@ func TestDispatchedTaskHeader(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: no task %s: %v", c.id, c.taskID, err)
 		}
-		if _, has := info.Headers[HeaderJob]; has != c.header {
-			t.Errorf("%s: headers %v, want a %s header: %v", c.id, info.Headers, HeaderJob, c.header)
+		if _, has := info.Headers[headerJob]; has != c.header {
+			t.Errorf("%s: headers %v, want a %s header: %v", c.id, info.Headers, headerJob, c.header)
 		}
 	}
 }

@@ -149,9 +149,6 @@ func (b *Broker) recordShards() error {
 	return nil
 }
 
-// Lease returns the lease a claim gets.
-func (b *Broker) Lease() time.Duration { return b.opts.Lease }
-
 // notice is the argument that names k's notice channel to a script: on
 // Redis Cluster "s|" before it, and the script publishes it with SPUBLISH
 // (sharded pub/sub, to the node of its slot only).

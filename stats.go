@@ -4,6 +4,7 @@ package zclaim
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -94,23 +95,24 @@ func (b *Broker) Stats(ctx context.Context) (Stats, error) {
 	return st, nil
 }
 
-// LagBuckets are the upper bounds of the buckets of DispatcherStats.Lag.
-var LagBuckets = []time.Duration{
+// lagBuckets are the upper bounds of the buckets of DispatcherStats.Lag
+// (LagBuckets returns a copy).
+var lagBuckets = []time.Duration{
 	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond,
 	50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond,
 	time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute,
 }
 
-// LagHistogram is a distribution of durations over LagBuckets.
+// LagHistogram is a distribution of durations over LagBuckets().
 type LagHistogram struct {
-	// Counts[i] is how many durations were at most LagBuckets[i]
+	// Counts[i] is how many durations were at most LagBuckets()[i]
 	// (cumulative, as Prometheus counts them).
 	Counts []uint64
 	Count  uint64        // durations observed, those beyond the last bucket included
 	Sum    time.Duration // their sum
 }
 
-// lagHistogram counts durations into LagBuckets without a lock.
+// lagHistogram counts durations into lagBuckets without a lock.
 type lagHistogram struct {
 	counts [16]atomic.Uint64 // per bucket, the last one past every bound
 	sum    atomic.Int64
@@ -119,7 +121,7 @@ type lagHistogram struct {
 func (h *lagHistogram) observe(d time.Duration) {
 	d = max(d, 0)
 	i := 0
-	for i < len(LagBuckets) && d > LagBuckets[i] {
+	for i < len(lagBuckets) && d > lagBuckets[i] {
 		i++
 	}
 	h.counts[i].Add(1)
@@ -127,12 +129,16 @@ func (h *lagHistogram) observe(d time.Duration) {
 }
 
 func (h *lagHistogram) snapshot() LagHistogram {
-	out := LagHistogram{Counts: make([]uint64, len(LagBuckets)), Sum: time.Duration(h.sum.Load())}
+	out := LagHistogram{Counts: make([]uint64, len(lagBuckets)), Sum: time.Duration(h.sum.Load())}
 	for i := range h.counts {
 		out.Count += h.counts[i].Load()
-		if i < len(LagBuckets) {
+		if i < len(lagBuckets) {
 			out.Counts[i] = out.Count
 		}
 	}
 	return out
 }
+
+// LagBuckets returns the upper bounds of the buckets of DispatcherStats.Lag
+// (LagHistogram.Counts[i] counts durations of at most LagBuckets()[i]).
+func LagBuckets() []time.Duration { return slices.Clone(lagBuckets) }

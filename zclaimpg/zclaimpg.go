@@ -460,6 +460,6 @@ func isUndefinedTable(err error) bool {
 }
 
 // DefaultMaxAge is how long Prune keeps a done row when PruneOptions.MaxAge
-// is zero: a week, well past zclaim.DefaultRetention (a day), so that the
+// is zero: a week, well past zclaim.DefaultRunRetention (a day), so that the
 // database still knows an occurrence after Redis forgot it.
 const DefaultMaxAge = 7 * 24 * time.Hour

@@ -170,15 +170,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(conflictsDesc, st.Conflicts, key)
 		counter(failedDesc, st.Failed, key)
 		counter(dispDeadDesc, st.Dead, key)
-		buckets := make(map[float64]uint64, len(zclaim.LagBuckets))
-		for i, b := range zclaim.LagBuckets {
+		bounds := zclaim.LagBuckets()
+		buckets := make(map[float64]uint64, len(bounds))
+		for i, b := range bounds {
 			buckets[b.Seconds()] = st.Lag.Counts[i]
 		}
 		ch <- prometheus.MustNewConstHistogram(lagDesc, st.Lag.Count, st.Lag.Sum.Seconds(), buckets, key)
 	}
 
 	// Middleware stores, summed per prefix.
-	mw := map[string]*zclaim.MiddlewareStats{}
+	mw := map[string]*zclaim.IdempotencyStats{}
 	var prefixes []string
 	for _, s := range c.opts.Idempotency {
 		p, st := s.Prefix(), s.Stats()
