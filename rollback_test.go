@@ -4,31 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 )
-
-// lockedBuffer collects log lines from many goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
-}
 
 // A Redis with RDB snapshots only, SIGKILLed and restarted from its own
 // older dump: a broker, a dispatcher and the middleware that ran before it
@@ -39,7 +20,7 @@ func TestRollbackNoticed(t *testing.T) {
 	s := ownRedis(t, "--save", "3600 1000000")
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: 5, MinRetryBackoff: 5 * time.Millisecond})
 	t.Cleanup(func() { rdb.Close() })
-	var logs lockedBuffer
+	var logs syncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))
 	const every = 10 * time.Millisecond
 	key := "zt:{rollback}"
@@ -82,8 +63,8 @@ func TestRollbackNoticed(t *testing.T) {
 		return !st.StateLost.IsZero() && !dst.StateLost.IsZero() && idem.Stats().StateLost > 0
 	})
 	time.Sleep(10 * every) // more checks: each loss is told once
-	if n := logs.count("state went back"); n < 1 || logs.count("level=ERROR") > 3 {
-		t.Fatalf("%d rollback lines, %d error lines; want one of each process:\n%s", n, logs.count("level=ERROR"), logs.b.String())
+	if n := strings.Count(logs.String(), "state went back"); n < 1 || strings.Count(logs.String(), "level=ERROR") > 3 {
+		t.Fatalf("%d rollback lines, %d error lines; want one of each process:\n%s", n, strings.Count(logs.String(), "level=ERROR"), logs.String())
 	}
 	if n := idem.Stats().StateLost; n != 1 {
 		t.Fatalf("middleware counted %d losses, want 1", n)

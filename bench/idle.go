@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -14,19 +13,7 @@ import (
 
 // scriptCalls counts the scripts the server ran (EVAL, EVALSHA and their
 // read-only forms), from INFO commandstats.
-func scriptCalls(rdb *redis.Client) int64 {
-	s, _ := rdb.Info(context.Background(), "commandstats").Result()
-	var n int64
-	for _, line := range strings.Split(s, "\n") {
-		name, rest, ok := strings.Cut(line, ":calls=")
-		if !ok || !strings.HasPrefix(name, "cmdstat_eval") {
-			continue
-		}
-		v, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-		n += v
-	}
-	return n
-}
+func scriptCalls(rdb *redis.Client) int64 { return callsOf(rdb, "cmdstat_eval") }
 
 // idleScenario: dispatchers on one schedule with nothing due, with and
 // without keyspace events, and what they cost the server per second.

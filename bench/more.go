@@ -15,14 +15,20 @@ import (
 )
 
 // commandCalls sums the calls in INFO commandstats.
-func commandCalls(rdb *redis.Client) int64 {
+func commandCalls(rdb *redis.Client) int64 { return callsOf(rdb, "cmdstat_") }
+
+// callsOf sums the calls of the commands whose INFO commandstats name
+// begins with prefix.
+func callsOf(rdb *redis.Client, prefix string) int64 {
 	s, _ := rdb.Info(context.Background(), "commandstats").Result()
 	var n int64
 	for _, line := range strings.Split(s, "\n") {
-		if _, rest, ok := strings.Cut(line, "calls="); ok {
-			v, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-			n += v
+		name, rest, ok := strings.Cut(line, ":calls=")
+		if !ok || !strings.HasPrefix(name, prefix) {
+			continue
 		}
+		v, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+		n += v
 	}
 	return n
 }
