@@ -7,11 +7,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -276,144 +274,6 @@ func NewBroker(rdb redis.UniversalClient, opts BrokerOptions) (*Broker, error) {
 func (b *Broker) Key() string { return b.opts.Key }
 
 // validateJob checks one job against the documented limits.
-// unfitForAsynq says why an asynq task of id, type typ and queue q could
-// never be enqueued (asynq refuses its TaskID, type or queue before it
-// writes anything), or "" when it could. An empty type or queue means the
-// dispatcher's defaults.
-func unfitForAsynq(id, typ, q string) string {
-	switch {
-	case id == "":
-		return "empty job id"
-	case len(id) > MaxIDLen:
-		return fmt.Sprintf("job id of %d bytes, longer than MaxIDLen (%d)", len(id), MaxIDLen)
-	case !utf8.ValidString(id):
-		return "job id is not valid UTF-8 (asynq task ids must be)"
-	case blank(id):
-		return "job id of white space only (asynq refuses such a task id)"
-	case !utf8.ValidString(typ):
-		return "task type is not valid UTF-8"
-	case typ != "" && blank(typ):
-		return "task type of white space only (asynq refuses it)"
-	case !utf8.ValidString(q):
-		return "queue name is not valid UTF-8"
-	case q != "" && blank(q):
-		return "queue name of white space only (asynq refuses it)"
-	}
-	return ""
-}
-
-func validateJob(j *Job) error {
-	switch {
-	case j.ID == "":
-		return ErrEmptyID
-	case len(j.ID) > MaxIDLen:
-		return ErrIDTooLong
-	case strings.HasPrefix(j.ID, PeriodicPrefix):
-		return ErrReservedID
-	case unfitForAsynq(j.ID, j.Type, j.Queue) != "":
-		return fmt.Errorf("%w: %s", ErrUnfitForAsynq, unfitForAsynq(j.ID, j.Type, j.Queue))
-	case j.RunAt.IsZero():
-		return ErrNoRunAt
-	case !inScoreRange(j.RunAt):
-		return ErrRunAtRange
-	case len(j.Type)+len(j.Queue)+len(j.Payload) > MaxPayloadLen:
-		return ErrPayloadTooLarge
-	}
-	return nil
-}
-
-// Schedule adds jobs to the schedule, each due at its RunAt (a time in the
-// past is due at once). A job whose id is already scheduled is replaced:
-// its due time and payload become the new ones. A job whose id is in flight
-// gets a new run beside the one in flight, which it does not disturb.
-//
-// The whole call is validated before anything is written: one bad job
-// (a *JobError: an empty or long id, a zero RunAt or one further from 1970
-// than a score holds, a large payload) and nothing is scheduled. Jobs are
-// written in chunks of MaxBatchSize, in order, each atomically; a call that
-// fails while writing (out of memory, a lost connection) returns a
-// *ScheduleError that tells how many of the jobs were written.
-func (b *Broker) Schedule(ctx context.Context, jobs ...Job) error {
-	if err := ctx.Err(); err != nil {
-		return wrap(ctx, "schedule", err, nil)
-	}
-	last := make(map[string]int, len(jobs))
-	for i := range jobs {
-		if err := validateJob(&jobs[i]); err != nil {
-			return &JobError{Index: i, ID: jobs[i].ID, Err: err}
-		}
-		last[jobs[i].ID] = i
-	}
-	// Chunks of up to MaxBatchSize jobs per shard, in order; the chunks of
-	// one round (the first chunk of every shard, then the second, ...) go
-	// in one pipeline.
-	type chunk struct {
-		args     []any // id, score, record per job
-		consumed int   // jobs of the call it accounts for (replaced ones too)
-	}
-	chunks := make([][]*chunk, len(b.shards))
-	for i, j := range jobs {
-		s := shardOf(j.ID, len(b.shards))
-		cs := chunks[s]
-		if len(cs) == 0 || len(cs[len(cs)-1].args) == 3*MaxBatchSize {
-			cs = append(cs, &chunk{})
-			chunks[s] = cs
-		}
-		c := cs[len(cs)-1]
-		c.consumed++
-		if last[j.ID] != i {
-			continue // a later job in this call replaces it
-		}
-		score := b.score(j.RunAt)
-		c.args = append(c.args, j.ID, score, newRecord(score, &j))
-	}
-	written := 0 // jobs on the schedule: with one shard, jobs[:written]
-	for round := 0; ; round++ {
-		var shards []*keys
-		more := false
-		for s, cs := range chunks {
-			switch {
-			case round >= len(cs):
-			case len(cs[round].args) == 0: // replaced jobs only: nothing to write
-				written += cs[round].consumed
-				more = true
-			default:
-				shards = append(shards, b.shards[s])
-			}
-		}
-		if len(shards) == 0 {
-			if more {
-				continue
-			}
-			return nil
-		}
-		cmds := b.writeShards(ctx, scheduleScript, shards, func(k *keys) ([]string, []any) {
-			return []string{k.schedule, k.pending}, append([]any{b.notice(k)}, chunks[k.shard][round].args...)
-		})
-		for i, cmd := range cmds {
-			k := shards[i]
-			res, err := cmd.Int64Slice()
-			if err != nil {
-				return &ScheduleError{Written: written, Total: len(jobs), Err: wrap(ctx, "schedule", err, k.types)}
-			}
-			if len(res) == 2 && res[1] == 1 {
-				b.noticeDenied.Do(func() {
-					b.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: the server refused to publish the schedule's notice (an ACL without the channel); dispatchers find new jobs within their MaxWait instead",
-						slog.String("key", k.schedule), slog.String("channel", k.notice))
-				})
-			}
-			written += chunks[k.shard][round].consumed
-		}
-	}
-}
-
-// Cancel removes a scheduled job. It reports whether the id was scheduled.
-// A run of the id that is already in flight is not affected.
-func (b *Broker) Cancel(ctx context.Context, id string) (bool, error) {
-	n, err := b.move(ctx, "cancel", "", []string{id})
-	return n == 1, err
-}
-
 func checkID(ctx context.Context, op, id string) error {
 	if err := ctx.Err(); err != nil {
 		return wrap(ctx, op, err, nil)
