@@ -98,7 +98,7 @@ func TestACLDocumentedUser(t *testing.T) {
 	}
 	st, err := b.Stats(ctx)
 	must(t, err)
-	if _, err := b.Dead(ctx, 10); err != nil {
+	if _, err := listDead(b, 10); err != nil {
 		t.Fatal(err)
 	}
 	eachOnce(t, runs.counts(), 21, "ran")

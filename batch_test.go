@@ -72,9 +72,9 @@ func TestBatchFinish(t *testing.T) {
 			t.Fatalf("re-claim %+v", c)
 		}
 	}
-	dead, err := b.Dead(ctx, 10)
+	dead, err := listDead(b, 10)
 	must(t, err)
-	if len(dead) != 1 || dead[0].ID != "job-2" || dead[0].Reason != "no task type" || string(dead[0].Payload) != "p2" || dead[0].Attempts != 1 {
+	if len(dead) != 1 || dead[0].ID != "job-2" || dead[0].Reason != "no task type" || dead[0].PayloadSize != 2 || dead[0].Attempt != 1 {
 		t.Fatalf("dead %+v", dead)
 	}
 	_, err = b.AckMany(ctx, again...)
@@ -340,7 +340,7 @@ func TestDamagedBatchRecord(t *testing.T) {
 	if r.Requeued != 1 || r.Dead != 1 {
 		t.Fatalf("recovered %+v, want a requeued and the rest dead", r)
 	}
-	dead, err := b.Dead(ctx, 10)
+	dead, err := listDead(b, 10)
 	must(t, err)
 	if len(dead) != 1 || dead[0].ID != "zclaim:damaged-batch:7" || !strings.Contains(dead[0].Reason, "unread: x7:garbage") {
 		t.Fatalf("dead set %+v", dead)
@@ -364,7 +364,7 @@ func TestCorruptPendingRecordKept(t *testing.T) {
 			if len(res.claims) != 0 {
 				t.Fatalf("per-job claim handed out %+v", res.claims)
 			}
-			dead, err := b.Dead(ctx, 10)
+			dead, err := listDead(b, 10)
 			must(t, err)
 			if len(dead) != 1 || !strings.Contains(dead[0].Reason, "corrupt record") {
 				t.Fatalf("dead set %+v", dead)

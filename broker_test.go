@@ -253,11 +253,19 @@ func TestLeaseExpiryRecoverReclaim(t *testing.T) {
 	if st.Dead != 1 || st.Scheduled != 0 || st.Inflight != 0 {
 		t.Fatalf("stats %+v", st)
 	}
-	dead, err := b.Dead(ctx, 10)
+	dead, err := listDead(b, 10)
 	must(t, err)
-	if len(dead) != 1 || dead[0].ID != "j" || dead[0].Reason != "lease expired" || dead[0].Attempts != 3 ||
-		dead[0].Type != "email" || string(dead[0].Payload) != "x" || dead[0].Err != nil {
+	if len(dead) != 1 || dead[0].ID != "j" || dead[0].Reason != "lease expired" || dead[0].Attempt != 3 ||
+		dead[0].Type != "email" || dead[0].PayloadSize != 1 || dead[0].Err != nil {
 		t.Fatalf("dead %+v", dead)
+	}
+	// It died whole: revived, it carries its type and payload.
+	n, err := b.Revive(ctx, "j")
+	if err != nil || n != 1 {
+		t.Fatalf("revive: %d %v", n, err)
+	}
+	if c := claimOne(t, b); c.Type != "email" || string(c.Payload) != "x" {
+		t.Fatalf("revived %+v", c)
 	}
 }
 
@@ -306,7 +314,7 @@ func TestRetryKillExtend(t *testing.T) {
 		t.Fatalf("%+v", again)
 	}
 	must(t, b.Retry(ctx, again, time.Time{}))
-	dead, err := b.Dead(ctx, 10)
+	dead, err := listDead(b, 10)
 	must(t, err)
 	reasons := map[string]string{}
 	for _, d := range dead {
@@ -403,7 +411,7 @@ func TestReviveDeleteDead(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("deleted %d, want 1", n)
 	}
-	dead, err := b.Dead(ctx, 10)
+	dead, err := listDead(b, 10)
 	must(t, err)
 	st, err := b.Stats(ctx)
 	must(t, err)
@@ -824,7 +832,7 @@ func TestCorruptRecord(t *testing.T) {
 	if len(cs) != 1 || cs[0].ID != "good" {
 		t.Fatalf("%+v", cs)
 	}
-	dead, err := b.Dead(ctx, 10)
+	dead, err := listDead(b, 10)
 	must(t, err)
 	if len(dead) != 1 || !strings.HasPrefix(dead[0].Reason, "corrupt record") {
 		t.Fatalf("%+v", dead)

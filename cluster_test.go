@@ -67,7 +67,7 @@ func TestRedisCluster(t *testing.T) {
 			if st.Dead != 2 || st.Scheduled != 0 || st.Inflight != 0 {
 				t.Fatalf("stats %+v", st)
 			}
-			dead, err := b.Dead(ctx, 10)
+			dead, err := listDead(b, 10)
 			must(t, err)
 			if len(dead) != 2 {
 				t.Fatalf("dead %+v", dead)

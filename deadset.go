@@ -1,61 +1,10 @@
 package zclaim
 
-// The dead set: listing it, and taking jobs out of it.
+// The dead set: taking jobs out of it (List(StateDead) lists it).
 
 import (
 	"context"
-	"slices"
-	"strconv"
-	"time"
 )
-
-// DeadJob is an entry of the dead set.
-type DeadJob struct {
-	Job
-	Due      time.Time // the due time of its occurrence (see JobInfo)
-	Attempts int       // claims the job had
-	Reason   string    // why it died: "lease expired", "attempts exhausted", or Kill's reason
-	DiedAt   time.Time // by Redis' clock
-	Err      error     // set when the stored record could not be decoded
-}
-
-// Dead lists up to max jobs of the dead set, oldest death first.
-func (b *Broker) Dead(ctx context.Context, max int) ([]DeadJob, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, wrap(ctx, "dead", err, nil)
-	}
-	if max <= 0 {
-		return nil, zerr("zclaim: dead: %w: max must be positive, not %d", ErrInvalidArgument, max)
-	}
-	// The oldest max of each shard, merged (one shard: its oldest max).
-	cmds := b.eachShard(ctx, deadScript, func(k *keys) ([]string, []any) {
-		return []string{k.schedule, k.pending, k.dead, k.deadInfo}, []any{"list", b.ups, b.notice(k), max}
-	})
-	var out []DeadJob
-	for i, cmd := range cmds {
-		raw, err := cmd.Slice()
-		if err != nil {
-			return nil, wrap(ctx, "dead", err, b.shards[i].types)
-		}
-		for i := 0; i+2 < len(raw); i += 3 {
-			id, _ := raw[i].(string)
-			at, _ := raw[i+1].(string)
-			ms, _ := strconv.ParseFloat(at, 64)
-			d := DeadJob{Job: Job{ID: id}, DiedAt: time.UnixMilli(int64(ms))}
-			if info, ok := raw[i+2].(string); ok {
-				var due string
-				d.Reason, d.Attempts, due, d.Err = decodeDeadInfo(info, &d.Job)
-				d.Due = b.dueTime(due)
-			}
-			out = append(out, d)
-		}
-	}
-	if len(b.shards) > 1 {
-		slices.SortStableFunc(out, func(x, y DeadJob) int { return x.DiedAt.Compare(y.DiedAt) })
-		out = out[:min(len(out), max)]
-	}
-	return out, nil
-}
 
 // Revive puts dead jobs back on the schedule, due at once by Redis' clock,
 // with the type, queue and payload they died with and a fresh count of

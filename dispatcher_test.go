@@ -321,7 +321,7 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 	b.rdb.Publish(ctx, b.keys.notice, "1")
 	waitFor(t, 5*time.Second, "the six unfit jobs to die", func() bool { return d2.Stats().Dead == 6 })
 	stop()
-	dead, err := b.Dead(ctx, 10)
+	dead, err := listDead(b, 10)
 	must(t, err)
 	reasons := map[string]string{}
 	for _, j := range dead {
@@ -515,7 +515,7 @@ func TestDispatcherCallbackPanics(t *testing.T) {
 	if st := d.Stats(); st.Enqueued != 3 || st.Dead != 1 {
 		t.Fatalf("dispatcher stats %+v, want 3 enqueued and 1 dead", st)
 	}
-	dead, err := b.Dead(ctx, 10)
+	dead, err := listDead(b, 10)
 	must(t, err)
 	if len(dead) != 1 || dead[0].ID != "bad" || !strings.Contains(dead[0].Reason, "TaskOptions panicked: no options for bad") {
 		t.Fatalf("dead set %+v", dead)

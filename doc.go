@@ -12,9 +12,9 @@
 //     holder whose lease was recovered gets [ErrLeaseLost].
 //   - Recovery ([Broker.Recover], [Broker.RunRecovery]): a run whose lease
 //     expired goes back to the schedule after a backoff, or into a dead set
-//     after its last attempt. Nothing is lost: [Broker.Dead] lists the dead
-//     set, [Broker.Revive] puts its jobs back, [Broker.DeleteDead] forgets
-//     them. Like asynq's archive, the dead set keeps at most 10,000 jobs
+//     after its last attempt. Nothing is lost: [Broker.List] with
+//     [StateDead] lists the dead set, [Broker.Revive] puts its jobs back,
+//     [Broker.DeleteDead] forgets them. Like asynq's archive, the dead set keeps at most 10,000 jobs
 //     for 90 days by default (BrokerOptions.DeadMax, DeadRetention); the
 //     recovery pass trims it.
 //   - An idempotency store and asynq middleware that keep one live run per

@@ -94,10 +94,10 @@ func ExampleBroker_Revive() {
 	claims, _ := b.Claim(ctx, 1)
 	_ = b.Kill(ctx, claims[0], "mail server refused the address") // or its last attempt failed
 
-	dead, _ := b.Dead(ctx, 10)
-	fmt.Println("dead:", dead[0].ID, "-", dead[0].Reason)
+	dead, _ := b.List(ctx, zclaim.StateDead, zclaim.ListOptions{Limit: 10})
+	fmt.Println("dead:", dead.Jobs[0].ID, "-", dead.Jobs[0].Reason)
 	// ... the address is fixed: run it again, with no attempts spent ...
-	n, err := b.Revive(ctx, dead[0].ID)
+	n, err := b.Revive(ctx, dead.Jobs[0].ID)
 	if err != nil {
 		panic(err)
 	}

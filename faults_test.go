@@ -376,7 +376,7 @@ func TestTimesOutOfRange(t *testing.T) {
 
 	// Dead() on a key of the wrong type names it.
 	must(t, b.rdb.Set(ctx, b.keys.dead, "x", 0).Err())
-	_, err = b.Dead(ctx, 10)
+	_, err = listDead(b, 10)
 	var wt *WrongTypeError
 	if !errors.As(err, &wt) || wt.Key != b.keys.dead {
 		t.Fatalf("Dead on a string: %v", err)

@@ -29,7 +29,7 @@ func foreignBatch(t *testing.T, b *Broker, pos int) []string {
 // set, with a reason that names it.
 func wantForeignDead(t *testing.T, b *Broker) {
 	t.Helper()
-	dead, err := b.Dead(ctx, 10)
+	dead, err := listDead(b, 10)
 	must(t, err)
 	if len(dead) != 1 || dead[0].ID != "" || !strings.Contains(dead[0].Reason, "empty job id") {
 		t.Fatalf("dead set %+v, want the empty member alone, its reason naming it", dead)

@@ -274,3 +274,9 @@ func (h roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
 }
+
+// listDead returns up to max jobs of b's dead set, oldest death first.
+func listDead(b *Broker, max int) ([]JobInfo, error) {
+	l, err := b.List(ctx, StateDead, ListOptions{Limit: max})
+	return l.Jobs, err
+}

@@ -1,28 +1,16 @@
--- dead.lua: list the dead set, or take jobs out of it: back onto the
--- schedule (revive) or for good (delete).
+-- dead.lua: take jobs out of the dead set: back onto the schedule (revive)
+-- or for good (delete).
 -- KEYS[1] schedule ZSet   KEYS[2] pending records hash   KEYS[3] dead ZSet
 -- KEYS[4] dead info hash
--- ARGV[1] "revive" | "delete" | "list"   ARGV[2] score units per second
--- ARGV[3] notice channel   ARGV[4..] ids (list: ARGV[4] the most to list)
+-- ARGV[1] "revive" | "delete"   ARGV[2] score units per second
+-- ARGV[3] notice channel   ARGV[4..] ids
 -- A revived job is due now by Redis' clock, with the type, queue and
 -- payload it died with, the same occurrence and no attempts spent. An id scheduled meanwhile
 -- keeps that entry (the newer work) and only leaves the dead set.
--- Returns how many of the ids were dead (list: see below).
+-- Returns how many of the ids were dead.
 -- Error "ZCLAIM_WRONGTYPE key type".
 local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'hash'})
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
-if ARGV[1] == 'list' then
-  -- The oldest ARGV[4] deaths with their infos, read at one instant:
-  -- {id1, time1, info1|false, id2, ...}.
-  local z = redis.call('ZRANGE', KEYS[3], 0, tonumber(ARGV[4]) - 1, 'WITHSCORES')
-  local out = {}
-  for i = 1, #z, 2 do
-    out[#out + 1] = z[i]
-    out[#out + 1] = z[i + 1]
-    out[#out + 1] = redis.call('HGET', KEYS[4], z[i])
-  end
-  return out
-end
 local revive = ARGV[1] == 'revive'
 local now
 if revive then
