@@ -379,3 +379,75 @@ func TestBrokerReportsRuns(t *testing.T) {
 	_, err = b.Job(ctx, "order-3")
 	wantErr(t, err, ErrNotFound)
 }
+
+// On a Redis Cluster of three masters, with run records spread over their
+// slots (a prefix without a hash tag), abandoned runs are taken over.
+func TestTakeoverOnCluster(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	cl := ownCluster(t, 3, 0)
+	cc := cl.Client()
+	t.Cleanup(func() { cc.Close() })
+	const q, n = "zt-cluster-takeover", 6
+	started := make(chan string, 2*n)
+	block := make(chan struct{})
+	srv := asynq.NewServerFromRedisClient(cc, asynq.Config{Queues: map[string]int{q: 1}, Concurrency: 2 * n,
+		TaskCheckInterval: 10 * time.Millisecond, Logger: quietLogger{}, LogLevel: asynq.FatalLevel})
+	must(t, srv.Start(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		started <- id
+		select {
+		case <-block:
+		case <-ctx.Done():
+		}
+		return nil
+	})))
+	t.Cleanup(func() { close(block); srv.Shutdown() })
+	c := asynq.NewClientFromRedisClient(cc)
+	t.Cleanup(func() { c.Close() })
+	for k := range n {
+		_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID("c-"+strconv.Itoa(k)))
+		must(t, err)
+	}
+	for range n {
+		<-started
+	}
+	// Each run began, and its worker died: the records' leases run out.
+	dead, err := NewIdempotency(cc, IdempotencyOptions{Prefix: "zt:run:", Lease: 20 * time.Millisecond, DisableTakeover: true})
+	must(t, err)
+	slots := map[int64]bool{}
+	for k := range n {
+		_, err := dead.Begin(ctx, "c-"+strconv.Itoa(k))
+		must(t, err)
+		s, err := cc.ClusterKeySlot(ctx, "zt:run:c-"+strconv.Itoa(k)).Result()
+		must(t, err)
+		slots[s] = true
+	}
+	if len(slots) < 2 {
+		t.Fatalf("records in %d slot(s): the test needs them spread", len(slots))
+	}
+	time.Sleep(30 * time.Millisecond)
+	taker, err := NewIdempotency(cc, IdempotencyOptions{Prefix: "zt:run:", Lease: 200 * time.Millisecond, TakeoverQueues: []string{q}})
+	must(t, err)
+	t.Cleanup(func() { taker.Close() })
+	taker.Middleware()
+	copies := map[string]bool{}
+	timeout := time.After(10 * time.Second)
+	for len(copies) < n {
+		select {
+		case id := <-started:
+			base, _, ok := strings.Cut(id, takeoverSep)
+			if !ok {
+				t.Fatalf("task %s started again, not a copy", id)
+			}
+			copies[base] = true
+		case <-timeout:
+			t.Fatalf("%d of %d runs taken over in 10s", len(copies), n)
+		}
+	}
+	if got := taker.Stats().Takeovers; got != n {
+		t.Fatalf("%d takeovers, want %d", got, n)
+	}
+}
