@@ -112,15 +112,23 @@ type activeRun struct {
 	has  bool
 }
 
-// activeRuns lists the active tasks of the queues a pass looks at, with
-// their keys (tasks whose key cannot be told from the task alone are left
-// out).
-func (i *Idempotency) activeRuns(queues []string) ([]activeRun, error) {
+// activeRuns lists, through in, the active tasks of the takeover's queues
+// (TakeoverQueues, else every queue asynq knows), with their keys; tasks
+// whose key cannot be told from the task alone are left out. A queue that
+// cannot be read is passed over, and the first such error returned.
+func (i *Idempotency) activeRuns(in *asynq.Inspector) ([]activeRun, error) {
+	queues := i.opts.TakeoverQueues
+	if len(queues) == 0 {
+		var err error
+		if queues, err = in.Queues(); err != nil {
+			return nil, err
+		}
+	}
 	var out []activeRun
 	var firstErr error
 	for _, q := range queues {
 		for page := 1; ; page++ {
-			tasks, err := i.takeover.in.ListActiveTasks(q, asynq.PageSize(500), asynq.Page(page))
+			tasks, err := in.ListActiveTasks(q, asynq.PageSize(500), asynq.Page(page))
 			if err != nil {
 				if firstErr == nil && !errors.Is(err, asynq.ErrQueueNotFound) {
 					firstErr = err
@@ -138,6 +146,24 @@ func (i *Idempotency) activeRuns(queues []string) ([]activeRun, error) {
 		}
 	}
 	return out, firstErr
+}
+
+// records reads the run records of runs in one pipeline, with Redis TIME.
+// A missing record's command holds redis.Nil.
+func (i *Idempotency) records(ctx context.Context, runs []activeRun) ([]*redis.StringCmd, time.Time, error) {
+	cmds := make([]*redis.StringCmd, len(runs))
+	var clock *redis.TimeCmd
+	_, err := i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		clock = p.Time(ctx)
+		for n, r := range runs {
+			cmds[n] = p.Get(ctx, i.recordKey(r.key))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, time.Time{}, err
+	}
+	return cmds, clock.Val(), nil
 }
 
 // runOf tells the key of an active task as the middleware gives it.
@@ -183,25 +209,12 @@ func parseRecord(rec string) (state string, token int64, n int64, ok bool) {
 // each whose run record says its lease ran out (its worker is gone), and
 // enqueues a copy of its task. It returns how many it took over.
 func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
-	queues := i.opts.TakeoverQueues
-	if len(queues) == 0 {
-		var err error
-		if queues, err = i.takeover.in.Queues(); err != nil {
-			return 0, err
-		}
-	}
-	runs, err := i.activeRuns(queues)
+	runs, err := i.activeRuns(i.takeover.in)
 	if len(runs) == 0 {
 		return 0, err
 	}
-	cmds := make([]*redis.StringCmd, len(runs))
-	_, perr := i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for n, r := range runs {
-			cmds[n] = p.Get(ctx, i.recordKey(r.key))
-		}
-		return nil
-	})
-	if perr != nil && !errors.Is(perr, redis.Nil) {
+	cmds, _, perr := i.records(ctx, runs)
+	if perr != nil {
 		return 0, perr
 	}
 	// A first look by the local clock; the script decides by Redis'.
@@ -333,31 +346,14 @@ type RunInfo struct {
 // queue and task id after names ("queue/taskid"; "" for the first), at
 // most limit (0: all). next is the cursor of the page after, "" at the end.
 func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs []RunInfo, next string, err error) {
-	in := asynq.NewInspectorFromRedisClient(i.asynqRedis())
-	queues := i.opts.TakeoverQueues
-	if len(queues) == 0 {
-		if queues, err = in.Queues(); err != nil {
-			return nil, "", wrap(ctx, "runs", err, nil)
-		}
+	all, err := i.activeRuns(asynq.NewInspectorFromRedisClient(i.asynqRedis()))
+	if err != nil {
+		return nil, "", wrap(ctx, "runs", err, nil)
 	}
 	var active []activeRun
-	for _, q := range queues {
-		for page := 1; ; page++ {
-			tasks, err := in.ListActiveTasks(q, asynq.PageSize(500), asynq.Page(page))
-			if err != nil {
-				if errors.Is(err, asynq.ErrQueueNotFound) {
-					break
-				}
-				return nil, "", wrap(ctx, "runs", err, nil)
-			}
-			for _, ti := range tasks {
-				if r, ok := i.runOf(ti); ok && ti.Queue+"/"+ti.ID > after {
-					active = append(active, r)
-				}
-			}
-			if len(tasks) < 500 {
-				break
-			}
+	for _, r := range all {
+		if r.task.Queue+"/"+r.task.ID > after {
+			active = append(active, r)
 		}
 	}
 	slices.SortFunc(active, func(a, b activeRun) int {
@@ -370,19 +366,10 @@ func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs [
 	if len(active) == 0 {
 		return nil, "", nil
 	}
-	cmds := make([]*redis.StringCmd, len(active))
-	var clock *redis.TimeCmd
-	_, err = i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		clock = p.Time(ctx)
-		for n, r := range active {
-			cmds[n] = p.Get(ctx, i.recordKey(r.key))
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	cmds, now, err := i.records(ctx, active)
+	if err != nil {
 		return nil, "", wrap(ctx, "runs", err, nil)
 	}
-	now := clock.Val()
 	for n, r := range active {
 		ri := RunInfo{Key: r.key, State: RunNone, Queue: r.task.Queue, TaskID: r.task.ID, Type: r.task.Type}
 		if r.has {

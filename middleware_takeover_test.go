@@ -336,17 +336,7 @@ func TestBrokerReportsRuns(t *testing.T) {
 	q := testQueue(t)
 	key := testKey(t)
 	prefix := key + ":run:"
-	block := make(chan struct{})
-	started := make(chan struct{}, 2)
-	startAsynq(t, testAddr, q, asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
-		started <- struct{}{}
-		select {
-		case <-block:
-		case <-ctx.Done():
-		}
-		return nil
-	}), asynq.Config{})
-	t.Cleanup(func() { close(block) })
+	started := holdingWorker(t, rdb, q, 4)
 	c := newAsynqClient(t, testAddr)
 	for _, id := range []string{"order-1", "order-2"} {
 		_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID(id))
@@ -391,20 +381,7 @@ func TestTakeoverOnCluster(t *testing.T) {
 	cc := cl.Client()
 	t.Cleanup(func() { cc.Close() })
 	const q, n = "zt-cluster-takeover", 6
-	started := make(chan string, 2*n)
-	block := make(chan struct{})
-	srv := asynq.NewServerFromRedisClient(cc, asynq.Config{Queues: map[string]int{q: 1}, Concurrency: 2 * n,
-		TaskCheckInterval: 10 * time.Millisecond, Logger: quietLogger{}, LogLevel: asynq.FatalLevel})
-	must(t, srv.Start(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
-		id, _ := asynq.GetTaskID(ctx)
-		started <- id
-		select {
-		case <-block:
-		case <-ctx.Done():
-		}
-		return nil
-	})))
-	t.Cleanup(func() { close(block); srv.Shutdown() })
+	started := holdingWorker(t, cc, q, 2*n)
 	c := asynq.NewClientFromRedisClient(cc)
 	t.Cleanup(func() { c.Close() })
 	for k := range n {
@@ -450,4 +427,26 @@ func TestTakeoverOnCluster(t *testing.T) {
 	if got := taker.Stats().Takeovers; got != n {
 		t.Fatalf("%d takeovers, want %d", got, n)
 	}
+}
+
+// holdingWorker runs an asynq server on queue q whose plain handler (no
+// middleware) reports each task id on the channel it returns and holds the
+// task until the test ends: its tasks stay active, as a dead worker's do.
+func holdingWorker(t *testing.T, rdb redis.UniversalClient, q string, concurrency int) <-chan string {
+	t.Helper()
+	started := make(chan string, 4*concurrency)
+	release := make(chan struct{})
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Queues: map[string]int{q: 1}, Concurrency: concurrency,
+		TaskCheckInterval: 10 * time.Millisecond, Logger: quietLogger{}, LogLevel: asynq.FatalLevel})
+	must(t, srv.Start(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		started <- id
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})))
+	t.Cleanup(func() { close(release); srv.Shutdown() })
+	return started
 }

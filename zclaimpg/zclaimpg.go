@@ -140,13 +140,20 @@ func complete(ctx context.Context, exec execer) error {
 	if !ok {
 		return ErrNoExecution
 	}
-	if _, err := exec(ctx, completeSQL, e.Key, e.Token); err != nil {
-		if isDone(err) {
-			return alreadyDone(e.Key)
-		}
-		return fmt.Errorf("zclaimpg: complete %q: %w", e.Key, err)
+	_, err := exec(ctx, completeSQL, e.Key, e.Token)
+	return doneVerdict(e.Key, err)
+}
+
+// doneVerdict is what the done row's INSERT error err means for key: nil,
+// an error matching zclaim.ErrAlreadyDone, or the database's error.
+func doneVerdict(key string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case isDone(err):
+		return alreadyDone(key)
 	}
-	return nil
+	return fmt.Errorf("zclaimpg: complete %q: %w", key, err)
 }
 
 // isDone reports whether err is the unique violation of a done row, from
@@ -270,15 +277,7 @@ type doneTx struct {
 	err     error // the done row's error, once written
 }
 
-func (t *doneTx) verdict(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case isDone(err):
-		return alreadyDone(t.e.Key)
-	}
-	return fmt.Errorf("zclaimpg: complete %q: %w", t.e.Key, err)
-}
+func (t *doneTx) verdict(err error) error { return doneVerdict(t.e.Key, err) }
 
 // flush writes the done row if it is still pending.
 func (t *doneTx) flush(ctx context.Context) error {
