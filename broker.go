@@ -151,17 +151,20 @@ func (o *BrokerOptions) setDefaults() {
 func (o *BrokerOptions) validate() error {
 	switch {
 	case o.ScoreUnit != time.Second && o.ScoreUnit != time.Millisecond:
-		return fmt.Errorf("%w: ScoreUnit must be time.Second or time.Millisecond, not %v", ErrInvalidOptions, o.ScoreUnit)
+		return fmt.Errorf("%w: ScoreUnit must be time.Second or time.Millisecond, not %v",
+			ErrInvalidOptions, o.ScoreUnit)
 	case o.Lease < time.Millisecond:
 		return fmt.Errorf("%w: Lease must be at least 1ms, not %v", ErrInvalidOptions, o.Lease)
 	case o.MaxAttempts < 1:
 		return fmt.Errorf("%w: MaxAttempts must be at least 1, not %d", ErrInvalidOptions, o.MaxAttempts)
 	case o.BatchSize < 1 || o.BatchSize > MaxBatchSize:
-		return fmt.Errorf("%w: BatchSize must be between 1 and %d, not %d", ErrInvalidOptions, MaxBatchSize, o.BatchSize)
+		return fmt.Errorf("%w: BatchSize must be between 1 and %d, not %d", ErrInvalidOptions,
+			MaxBatchSize, o.BatchSize)
 	case o.Shards < 0 || o.Shards > MaxShards:
 		return fmt.Errorf("%w: Shards must be between 1 and %d, not %d", ErrInvalidOptions, MaxShards, o.Shards)
 	case o.DeadRetention > 0 && o.DeadRetention < time.Millisecond:
-		return fmt.Errorf("%w: DeadRetention must be at least 1ms (or negative: no limit), not %v", ErrInvalidOptions, o.DeadRetention)
+		return fmt.Errorf("%w: DeadRetention must be at least 1ms (or negative: no limit), not %v",
+			ErrInvalidOptions, o.DeadRetention)
 	}
 	return validateReplication(o.WaitReplicas, &o.WaitTimeout)
 }
@@ -257,8 +260,9 @@ func NewBroker(rdb redis.UniversalClient, opts BrokerOptions) (*Broker, error) {
 	if opts.ScoreUnit == time.Millisecond {
 		ups = 1000
 	}
-	b := &Broker{rdb: rdb, opts: opts, keys: k, shards: shards, ups: ups, log: opts.Logger, quietShards: make([]atomic.Bool, len(shards)),
-		repl: replication{opts.WaitReplicas, opts.WaitTimeout},
+	b := &Broker{rdb: rdb, opts: opts, keys: k, shards: shards, ups: ups, log: opts.Logger,
+		quietShards: make([]atomic.Bool, len(shards)),
+		repl:        replication{opts.WaitReplicas, opts.WaitTimeout},
 		state: &stateMarker{rdb: rdb, key: k.marker, log: opts.Logger, what: "the schedule's keys (" + k.schedule + ")",
 			every: stateCheckInterval}}
 	if err := startup(rdb, k.schedule, opts.AllowEviction, b.log, b.state); err != nil {

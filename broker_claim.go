@@ -238,7 +238,8 @@ func notHeld[T any](res []int64, xs []T) (lost []T) {
 // where it can be inspected; it is not handed out.
 func (b *Broker) buryCorrupt(ctx context.Context, c Claim, cause error) {
 	b.log.LogAttrs(ctx, slog.LevelError, "zclaim: job record is corrupt; moved to the dead set",
-		slog.String("key", b.shards[c.shard].schedule), slog.String("id", short(c.ID)), slog.String("error", cause.Error()))
+		slog.String("key", b.shards[c.shard].schedule), slog.String("id", short(c.ID)),
+		slog.String("error", cause.Error()))
 	if err := b.Kill(context.WithoutCancel(ctx), c, "corrupt record: "+cause.Error()); err != nil {
 		b.log.LogAttrs(ctx, slog.LevelError, "zclaim: could not move a corrupt job to the dead set",
 			slog.String("id", short(c.ID)), slog.String("error", err.Error()))

@@ -142,11 +142,15 @@ func (b *Broker) Doctor(ctx context.Context, opts DoctorOptions) ([]Checked, err
 	case typeless == 0:
 		add("typeless members", "every scheduled member has a record", nil)
 	case opts.DefaultType != "":
-		add("typeless members", fmt.Sprintf("about %d members without a type become %q tasks", typeless, opts.DefaultType), nil)
+		add("typeless members",
+			fmt.Sprintf("about %d members without a type become %q tasks", typeless, opts.DefaultType), nil)
 	default:
-		add("typeless members", fmt.Sprintf("about %d of %d scheduled members have no task type", typeless, n), &Problem{
-			Detail: "members written by another program (a plain ZADD) carry no task type, and with no default they go to the dead set when due",
-			Fix:    "set DispatcherOptions.DefaultType (and pass --default-type to doctor), or schedule them with Broker.Schedule and a Type"})
+		add("typeless members",
+			fmt.Sprintf("about %d of %d scheduled members have no task type", typeless, n), &Problem{
+				Detail: "members written by another program (a plain ZADD) carry no task type, and with no default they " +
+					"go to the dead set when due",
+				Fix: "set DispatcherOptions.DefaultType (and pass --default-type to doctor), or schedule them with " +
+					"Broker.Schedule and a Type"})
 	}
 	return out, nil
 }
@@ -162,7 +166,8 @@ func signed(d time.Duration) string {
 
 // checkNode runs the checks of one server (version, eviction, persistence,
 // clock), its results prefixed with where.
-func (b *Broker) checkNode(ctx context.Context, node redis.UniversalClient, where string, opts DoctorOptions, add func(check, result string, p *Problem)) error {
+func (b *Broker) checkNode(ctx context.Context, node redis.UniversalClient, where string, opts DoctorOptions,
+	add func(check, result string, p *Problem)) error {
 	info, err := node.Info(ctx, "server", "memory", "persistence").Result()
 	if err != nil {
 		return wrap(ctx, "doctor", err, nil)
@@ -170,8 +175,9 @@ func (b *Broker) checkNode(ctx context.Context, node redis.UniversalClient, wher
 
 	version := infoField(info, "redis_version")
 	if major, _ := strconv.Atoi(strings.Split(version, ".")[0]); major < 7 {
-		add("version", where+"redis "+version, &Problem{Detail: "zclaim needs Redis 7 or newer, the server runs " + version,
-			Fix: "upgrade the server to Redis 7"})
+		add("version", where+"redis "+version,
+			&Problem{Detail: "zclaim needs Redis 7 or newer, the server runs " + version,
+				Fix: "upgrade the server to Redis 7"})
 	} else {
 		add("version", where+"redis "+version, nil)
 	}
@@ -179,8 +185,9 @@ func (b *Broker) checkNode(ctx context.Context, node redis.UniversalClient, wher
 	policy := infoField(info, "maxmemory_policy")
 	if policy != "" && policy != "noeviction" {
 		add("eviction", where+"maxmemory-policy "+policy, &Problem{
-			Detail: "under " + policy + " Redis deletes keys when memory runs short, and jobs or run records vanish without an error",
-			Fix:    "CONFIG SET maxmemory-policy noeviction, and set it in redis.conf"})
+			Detail: "under " + policy + " Redis deletes keys when memory runs short, and jobs or run " +
+				"records vanish without an error",
+			Fix: "CONFIG SET maxmemory-policy noeviction, and set it in redis.conf"})
 	} else {
 		add("eviction", where+"maxmemory-policy "+policy, nil)
 	}
@@ -195,8 +202,9 @@ func (b *Broker) checkNode(ctx context.Context, node redis.UniversalClient, wher
 			Fix:    "CONFIG SET appendonly yes (appendfsync everysec or always), and set it in redis.conf"})
 	} else {
 		add("persistence", where+"appendonly no, RDB save points "+strconv.Quote(s), &Problem{
-			Detail: "a crash rolls back to the last save: work finished since runs again, and jobs scheduled since are lost",
-			Fix:    "CONFIG SET appendonly yes (appendfsync everysec or always), and set it in redis.conf"})
+			Detail: "a crash rolls back to the last save: work finished since runs again, and " +
+				"jobs scheduled since are lost",
+			Fix: "CONFIG SET appendonly yes (appendfsync everysec or always), and set it in redis.conf"})
 	}
 
 	t0 := doctorNow()
@@ -206,11 +214,13 @@ func (b *Broker) checkNode(ctx context.Context, node redis.UniversalClient, wher
 	}
 	rtt := doctorNow().Sub(t0)
 	skew := srv.Sub(t0.Add(rtt / 2))
-	res := where + fmt.Sprintf("server clock %s from this machine's (round trip %s)", signed(skew), rtt.Round(time.Microsecond))
+	res := where + fmt.Sprintf("server clock %s from this machine's (round trip %s)", signed(skew),
+		rtt.Round(time.Microsecond))
 	if math.Abs(float64(skew)) > float64(opts.MaxClockSkew) {
 		add("clock", res, &Problem{
-			Detail: fmt.Sprintf("the server's clock is %s from this machine's, more than %v: jobs scheduled here run that much early or late", signed(skew), opts.MaxClockSkew),
-			Fix:    "run NTP (chrony, systemd-timesyncd) on the server and on the producers' machines"})
+			Detail: fmt.Sprintf("the server's clock is %s from this machine's, more than %v: jobs scheduled here "+
+				"run that much early or late", signed(skew), opts.MaxClockSkew),
+			Fix: "run NTP (chrony, systemd-timesyncd) on the server and on the producers' machines"})
 	} else {
 		add("clock", res, nil)
 	}

@@ -49,7 +49,8 @@ func (s JobState) MarshalText() ([]byte, error) { return []byte(s.String()), nil
 
 // UnmarshalText reads what MarshalText writes.
 func (s *JobState) UnmarshalText(b []byte) error {
-	for _, st := range []JobState{StateUnknown, StateScheduled, StateInFlight, StateDead, StateRunning, StateAbandoned} {
+	for _, st := range []JobState{StateUnknown, StateScheduled, StateInFlight, StateDead,
+		StateRunning, StateAbandoned} {
 		if st.String() == string(b) {
 			*s = st
 			return nil
@@ -168,7 +169,8 @@ func (b *Broker) List(ctx context.Context, state JobState, opts ListOptions) (Jo
 		opts.Limit = 100
 	}
 	if opts.Limit < 1 || opts.Limit > MaxListLimit {
-		return JobList{}, zerr("zclaim: list: %w: Limit must be between 1 and %d, not %d", ErrInvalidArgument, MaxListLimit, opts.Limit)
+		return JobList{}, zerr("zclaim: list: %w: Limit must be between 1 and %d, not %d",
+			ErrInvalidArgument, MaxListLimit, opts.Limit)
 	}
 	what := map[JobState]string{StateScheduled: "scheduled", StateInFlight: "inflight", StateDead: "dead"}[state]
 	if what == "" {
@@ -182,7 +184,8 @@ func (b *Broker) List(ctx context.Context, state JobState, opts ListOptions) (Jo
 	var out JobList
 	for limit := opts.Limit; c.shard < len(b.shards); {
 		k := b.shards[c.shard]
-		raw, err := replication{}.run(ctx, b.rdb, inspectScript, k.inspectKeys(), what, c.score, c.member, limit, c.phase, c.listed).Slice()
+		raw, err := replication{}.run(ctx, b.rdb, inspectScript, k.inspectKeys(), what, c.score, c.member, limit,
+			c.phase, c.listed).Slice()
 		if err != nil {
 			return JobList{}, wrap(ctx, "list", err, k.types)
 		}

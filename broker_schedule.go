@@ -134,7 +134,9 @@ func (b *Broker) Schedule(ctx context.Context, jobs ...Job) error {
 			}
 			if len(res) == 2 && res[1] == 1 {
 				b.noticeDenied.Do(func() {
-					b.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: the server refused to publish the schedule's notice (an ACL without the channel); dispatchers find new jobs within their MaxWait instead",
+					b.log.LogAttrs(ctx, slog.LevelWarn,
+						"zclaim: the server refused to publish the schedule's notice (an ACL without the channel); "+
+							"dispatchers find new jobs within their MaxWait instead",
 						slog.String("key", k.schedule), slog.String("channel", k.notice))
 				})
 			}

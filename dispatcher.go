@@ -99,8 +99,13 @@ type DispatcherStats struct {
 	Claimed   int64 // claims taken off the schedule
 	Enqueued  int64 // tasks enqueued into asynq
 	Conflicts int64 // claims whose task id asynq already had (settled, not enqueued)
-	Failed    int64 // enqueues that failed, or were not made because the claim's lease ran out while it waited; their claims went back with backoff
-	Dead      int64 // claims that could not become tasks (no type, one asynq refuses, or a corrupt record), sent to the dead set
+	// Failed counts enqueues that failed, or were not made because the
+	// claim's lease ran out while it waited; their claims went back with
+	// backoff.
+	Failed int64
+	// Dead counts claims that could not become tasks (no type, one asynq
+	// refuses, or a corrupt record), sent to the dead set.
+	Dead int64
 	// Lag is the distribution of the time from a job's due time to the end
 	// of its enqueue, reckoned from Redis' clock at the claim, over the
 	// first attempts enqueued (a retry's due time is its backoff's end,
@@ -164,9 +169,11 @@ func NewDispatcher(b *Broker, c *asynq.Client, opts DispatcherOptions) (*Dispatc
 	case opts.MaxWait < time.Millisecond:
 		return nil, fmt.Errorf("%w: MaxWait must be at least 1ms, not %v", ErrInvalidOptions, opts.MaxWait)
 	case opts.EnqueueTimeout < time.Millisecond:
-		return nil, fmt.Errorf("%w: EnqueueTimeout must be at least 1ms, not %v", ErrInvalidOptions, opts.EnqueueTimeout)
+		return nil, fmt.Errorf("%w: EnqueueTimeout must be at least 1ms, not %v",
+			ErrInvalidOptions, opts.EnqueueTimeout)
 	case opts.TaskRetention > 0 && opts.TaskRetention < minRetention:
-		return nil, fmt.Errorf("%w: TaskRetention must be at least %v (asynq keeps whole seconds), or negative for none, not %v", ErrInvalidOptions, minRetention, opts.TaskRetention)
+		return nil, fmt.Errorf("%w: TaskRetention must be at least %v (asynq keeps whole seconds), or negative for "+
+			"none, not %v", ErrInvalidOptions, minRetention, opts.TaskRetention)
 	}
 	return &Dispatcher{b: b, c: c, opts: opts, log: opts.Logger}, nil
 }

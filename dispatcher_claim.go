@@ -63,7 +63,8 @@ func (p *pipeline) claimUntil(ctx context.Context) {
 				// cause per claimWarnEvery.
 				backoff = min(max(2*backoff, 10*time.Millisecond), claimBackoffMax)
 				d.claimWarn.warn(ctx, d.log, err.Error(), "zclaim: dispatcher claim failed; backing off",
-					slog.String("key", shards[i].schedule), slog.Duration("backoff", backoff), slog.String("error", err.Error()))
+					slog.String("key", shards[i].schedule), slog.Duration("backoff", backoff),
+					slog.String("error", err.Error()))
 				look[i] = now.Add(backoff)
 				next = min(next, backoff)
 				continue
@@ -92,7 +93,8 @@ func (p *pipeline) enqueueClaims(ctx context.Context, res claimResult) {
 	for _, bad := range res.corrupt {
 		d.dead.Add(1)
 		d.log.LogAttrs(ctx, slog.LevelError, "zclaim: job record is corrupt; moved to the dead set",
-			slog.String("key", d.b.keys.schedule), slog.String("id", short(bad.c.ID)), slog.String("error", bad.err.Error()))
+			slog.String("key", d.b.keys.schedule), slog.String("id", short(bad.c.ID)),
+			slog.String("error", bad.err.Error()))
 		run.settled(bad.index, outcome{dead: "corrupt record: " + bad.err.Error()}, p.acks)
 	}
 	for k, c := range res.claims {

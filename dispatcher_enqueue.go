@@ -58,7 +58,8 @@ func (d *Dispatcher) dispatchTick(ctx context.Context, c Claim, redisNow, claime
 
 // enqueue makes claim c an asynq task of its occurrence. advance, for a
 // periodic tick, writes the definition's next tick.
-func (d *Dispatcher) enqueue(ctx context.Context, c Claim, redisNow, claimedAt time.Time, advance func() error) outcome {
+func (d *Dispatcher) enqueue(ctx context.Context, c Claim, redisNow, claimedAt time.Time,
+	advance func() error) outcome {
 	typ := c.Type
 	if typ == "" {
 		typ = d.opts.DefaultType
@@ -82,7 +83,8 @@ func (d *Dispatcher) enqueue(ctx context.Context, c Claim, redisNow, claimedAt t
 	if perr != nil {
 		d.dead.Add(1)
 		d.log.LogAttrs(ctx, slog.LevelError, "zclaim: TaskOptions panicked; the job goes to the dead set",
-			slog.String("id", short(c.ID)), slog.String("panic", fmt.Sprint(perr.Value)), slog.String("stack", string(perr.Stack)))
+			slog.String("id", short(c.ID)), slog.String("panic", fmt.Sprint(perr.Value)),
+			slog.String("stack", string(perr.Stack)))
 		d.report(c, redisNow, claimedAt, perr)
 		return outcome{dead: perr.Error()}
 	}
@@ -122,7 +124,8 @@ func (d *Dispatcher) task(c Claim, typ string) (*asynq.Task, []asynq.Option, *Pa
 }
 
 // afterEnqueue tells how claim c's enqueue ended (err) and counts it.
-func (d *Dispatcher) afterEnqueue(ctx context.Context, c Claim, redisNow, claimedAt time.Time, err error, advance func() error) outcome {
+func (d *Dispatcher) afterEnqueue(ctx context.Context, c Claim, redisNow, claimedAt time.Time, err error,
+	advance func() error) outcome {
 	switch {
 	case err == nil:
 		d.enqueued.Add(1)
@@ -198,7 +201,8 @@ func (d *Dispatcher) report(c Claim, redisNow, claimedAt time.Time, err error) {
 		}
 		if perr := callback("OnDispatch", func() { d.opts.OnDispatch(c.info(), lag, err) }); perr != nil {
 			d.log.LogAttrs(context.Background(), slog.LevelError, "zclaim: OnDispatch panicked; the dispatch stands",
-				slog.String("id", short(c.ID)), slog.String("panic", fmt.Sprint(perr.Value)), slog.String("stack", string(perr.Stack)))
+				slog.String("id", short(c.ID)), slog.String("panic", fmt.Sprint(perr.Value)),
+				slog.String("stack", string(perr.Stack)))
 		}
 	}
 }

@@ -89,12 +89,14 @@ func (d *Dispatcher) acker(in <-chan *batchRun) {
 		case err != nil:
 			// The batches stay in flight; after their lease, recovery puts
 			// them back and the next dispatch of their jobs meets asynq's TaskID.
-			d.log.LogAttrs(context.Background(), slog.LevelWarn, "zclaim: settling dispatched batches failed; recovery will settle them",
+			d.log.LogAttrs(context.Background(), slog.LevelWarn,
+				"zclaim: settling dispatched batches failed; recovery will settle them",
 				slog.Int("batches", len(batch)), slog.String("error", err.Error()))
 		case len(lost) > 0:
 			// The enqueues outlived the lease and the jobs were recovered;
 			// their next dispatch meets asynq's TaskID.
-			d.log.LogAttrs(context.Background(), slog.LevelWarn, "zclaim: lease lost before dispatched batches were settled",
+			d.log.LogAttrs(context.Background(), slog.LevelWarn,
+				"zclaim: lease lost before dispatched batches were settled",
 				slog.Int("batches", len(lost)), slog.Int("jobs", lost[0].lease.n))
 		}
 	}
@@ -105,7 +107,8 @@ func (d *Dispatcher) acker(in <-chan *batchRun) {
 func (d *Dispatcher) logNoType(r *batchRun) {
 	if n := r.noType.Load(); n > 0 {
 		d.log.LogAttrs(context.Background(), slog.LevelError,
-			"zclaim: jobs without a task type sent to the dead set; set DispatcherOptions.DefaultType for members added with a plain ZADD, then Broker.Revive them",
+			"zclaim: jobs without a task type sent to the dead set; set DispatcherOptions.DefaultType for members "+
+				"added with a plain ZADD, then Broker.Revive them",
 			slog.String("key", d.b.keys.schedule), slog.Int64("jobs", n))
 	}
 }

@@ -61,7 +61,8 @@ func (d *Dispatcher) keyspaceOn(ctx context.Context) bool {
 
 // listenOn is listen on one subscription to channels, ks the keyspace
 // channel among them ("" for none).
-func (d *Dispatcher) listenOn(ctx context.Context, subscribe func(context.Context, ...string) *redis.PubSub, channels []string, ks string, wake chan<- struct{}) {
+func (d *Dispatcher) listenOn(ctx context.Context, subscribe func(context.Context, ...string) *redis.PubSub,
+	channels []string, ks string, wake chan<- struct{}) {
 	hasKS := ks != ""
 	poke := func() {
 		select {

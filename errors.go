@@ -34,7 +34,8 @@ var (
 	ErrNoRunAt = errors.New("zclaim: zero RunAt")
 	// ErrRunAtRange: a time is further from 1970 than a score holds to the
 	// millisecond: 100,000 years either way.
-	ErrRunAtRange = errors.New("zclaim: time out of range: a score holds times within 100,000 years of 1970 to the millisecond")
+	ErrRunAtRange = errors.New("zclaim: time out of range: a score holds times within 100,000 years " +
+		"of 1970 to the millisecond")
 	// ErrInvalidArgument: an argument is out of range (a claim max <= 0, an
 	// extension <= 0, a claim with no id or token).
 	ErrInvalidArgument = errors.New("zclaim: invalid argument")
@@ -85,7 +86,8 @@ type LeaseLostError struct {
 
 func (e *LeaseLostError) Error() string {
 	if e.StateLost {
-		return fmt.Sprintf("zclaim: %s %s: lease lost: the server lost the schedule's state since the claim", e.Op, e.ID)
+		return fmt.Sprintf("zclaim: %s %s: lease lost: the server lost the schedule's state since the claim", e.Op,
+			e.ID)
 	}
 	return fmt.Sprintf("zclaim: %s %s: lease lost", e.Op, e.ID)
 }
@@ -110,7 +112,8 @@ type ScheduleError struct {
 }
 
 func (e *ScheduleError) Error() string {
-	return fmt.Sprintf("zclaim: schedule: %d of %d jobs written: %s", e.Written, e.Total, strings.TrimPrefix(e.Err.Error(), "zclaim: schedule: "))
+	return fmt.Sprintf("zclaim: schedule: %d of %d jobs written: %s", e.Written, e.Total,
+		strings.TrimPrefix(e.Err.Error(), "zclaim: schedule: "))
 }
 
 func (e *ScheduleError) Unwrap() error { return e.Err }

@@ -145,7 +145,8 @@ type IdempotencyStats struct {
 // Stats returns the middleware's counts.
 func (i *Idempotency) Stats() IdempotencyStats {
 	return IdempotencyStats{Skipped: i.skipped.Load(), InProgress: i.inProgress.Load(),
-		Completed: i.completed.Load(), Released: i.released.Load(), LeaseLost: i.leaseLost.Load(), StateLost: i.stateLosses(),
+		Completed: i.completed.Load(), Released: i.released.Load(), LeaseLost: i.leaseLost.Load(),
+		StateLost: i.stateLosses(),
 		Takeovers: i.takeovers.Load()}
 }
 
@@ -179,7 +180,8 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 	case opts.Retention < time.Millisecond:
 		return nil, fmt.Errorf("%w: Retention must be at least 1ms, not %v", ErrInvalidOptions, opts.Retention)
 	case opts.Retention > math.MaxInt64-opts.Lease:
-		return nil, fmt.Errorf("%w: Lease + Retention must fit in a time.Duration (about 292 years), not %v + %v", ErrInvalidOptions, opts.Lease, opts.Retention)
+		return nil, fmt.Errorf("%w: Lease + Retention must fit in a time.Duration (about 292 years), not %v + %v",
+			ErrInvalidOptions, opts.Lease, opts.Retention)
 	}
 	if err := validateReplication(opts.WaitReplicas, &opts.WaitTimeout); err != nil {
 		return nil, err
@@ -188,7 +190,8 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 		repl: replication{opts.WaitReplicas, opts.WaitTimeout},
 		// The bare prefix is the record key of no key (keys are never
 		// empty): it holds the store's state marker.
-		state: &stateMarker{rdb: rdb, key: opts.Prefix, log: opts.Logger, what: "the idempotency records (" + opts.Prefix + "*)",
+		state: &stateMarker{rdb: rdb, key: opts.Prefix, log: opts.Logger,
+			what:  "the idempotency records (" + opts.Prefix + "*)",
 			every: stateCheckInterval}}
 	if err := startup(rdb, opts.Prefix, opts.AllowEviction, i.log, i.state); err != nil {
 		return nil, err
@@ -244,7 +247,8 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 	i.state.poll()
 	rk := i.recordKey(key)
 	sent := time.Now()
-	reply, err := i.repl.run(ctx, i.rdb, beginScript, []string{rk}, ms(i.opts.Lease), ms(i.opts.Lease+i.opts.Retention)).Result()
+	reply, err := i.repl.run(ctx, i.rdb, beginScript, []string{rk}, ms(i.opts.Lease),
+		ms(i.opts.Lease+i.opts.Retention)).Result()
 	if err != nil {
 		return nil, i.wrap(ctx, "begin", rk, err)
 	}

@@ -64,9 +64,11 @@ func deriveKeys(key string, cluster bool) (keys, error) {
 		ticks:    base + ":ticks",
 	}
 	tagSlot := slot(key)
-	for _, d := range []string{k.inflight, k.tokens, k.pending, k.runs, k.batches, k.dead, k.deadInfo, k.marker, k.periodic, k.ticks} {
+	for _, d := range []string{k.inflight, k.tokens, k.pending, k.runs, k.batches, k.dead, k.deadInfo,
+		k.marker, k.periodic, k.ticks} {
 		if cluster && slot(d) != tagSlot {
-			return keys{}, fmt.Errorf("%w: key %q: the keys derived from it (%q) fall in another Redis Cluster slot; give it a hash tag, for example %q",
+			return keys{}, fmt.Errorf("%w: key %q: the keys derived from it (%q) fall in another Redis Cluster "+
+				"slot; give it a hash tag, for example %q",
 				ErrInvalidOptions, key, d, "zclaim:{"+strings.NewReplacer("{", "", "}", "").Replace(key)+"}")
 		}
 	}

@@ -112,7 +112,8 @@ func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 				return err
 			}
 			if key == "" {
-				return zerr("zclaim: middleware: %w: the Key function returned an empty key for a task of type %q (%w)", ErrEmptyID, t.Type(), asynq.SkipRetry)
+				return zerr("zclaim: middleware: %w: the Key function returned an empty key for a task of type %q (%w)",
+					ErrEmptyID, t.Type(), asynq.SkipRetry)
 			}
 			e, err := i.beginOrWait(ctx, key)
 			switch {
@@ -210,7 +211,8 @@ func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler,
 		// the record says so from now on.
 		skipped := errors.Is(handlerErr, ErrAlreadyDone)
 		if skipped {
-			i.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: skipped a task whose work already finished (its database says so)",
+			i.log.LogAttrs(ctx, slog.LevelInfo,
+				"zclaim: skipped a task whose work already finished (its database says so)",
 				slog.String("key", short(e.Key)), slog.String("type", t.Type()))
 		}
 		if handlerErr == nil && !panicked || skipped {
@@ -260,7 +262,8 @@ func (i *Idempotency) count(err error, ok *atomic.Int64) {
 // lease is lost, or is not renewed before it ends (as the local clock
 // conservatively reckons it, whether or not a renewal is still waiting on
 // Redis), it cancels the handler with cause ErrLeaseLost.
-func (i *Idempotency) heartbeat(ctx context.Context, e *Execution, cancel context.CancelCauseFunc, stop <-chan struct{}) {
+func (i *Idempotency) heartbeat(ctx context.Context, e *Execution,
+	cancel context.CancelCauseFunc, stop <-chan struct{}) {
 	lease := i.opts.Lease
 	// Begin's lease started no earlier than it was sent, so sent+lease is
 	// no later than its deadline by Redis' clock.

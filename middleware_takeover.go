@@ -293,7 +293,8 @@ func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64) bo
 	_, err = i.takeover.client.EnqueueContext(ctx, asynq.NewTaskWithHeaders(ti.Type, ti.Payload, headers), opts...)
 	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
 		// The take marker lapses after a lease, and a later pass tries again.
-		i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not enqueue the takeover of an abandoned run; trying again later",
+		i.log.LogAttrs(ctx, slog.LevelWarn,
+			"zclaim: could not enqueue the takeover of an abandoned run; trying again later",
 			slog.String("key", short(r.key)), slog.Int64("token", token), slog.String("error", err.Error()))
 		return false
 	}

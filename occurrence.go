@@ -24,9 +24,11 @@ import (
 // Broker.Job and Broker.List fill in the rest: where the job is and what
 // it carries. Fields that do not apply to its State are zero.
 type JobInfo struct {
-	ID      string    // the job id: the member of the schedule set
-	Due     time.Time // the occurrence's due time, to the millisecond
-	Attempt int       // 1 on the first claim of the occurrence, 2 after one retry, ...; for a scheduled job, the attempt its next claim makes
+	ID  string    // the job id: the member of the schedule set
+	Due time.Time // the occurrence's due time, to the millisecond
+	// Attempt is 1 on the first claim of the occurrence, 2 after one
+	// retry, ...; for a scheduled job, the attempt its next claim makes.
+	Attempt int
 
 	State       JobState  `json:",omitzero"` // scheduled, in flight or dead; unknown from JobFromContext
 	RunAt       time.Time `json:",omitzero"` // scheduled: when it is next due (after a retry's backoff, later than Due)

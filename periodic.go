@@ -72,7 +72,8 @@ type periodicDef struct {
 	Missed  string `json:"missed,omitempty"`
 }
 
-var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+var cronParser = cron.NewParser(
+	cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // parse reads a stored definition back, with its schedule.
 func (d periodicDef) parse(name string) (Periodic, cron.Schedule, error) {
@@ -120,7 +121,8 @@ func (p Periodic) validate() error {
 	case p.Missed != RunLatest && p.Missed != SkipMissed:
 		return fmt.Errorf("%w: periodic %q: Missed %d", ErrInvalidArgument, p.Name, p.Missed)
 	case p.Location != nil && p.Location.String() == "Local":
-		return fmt.Errorf("%w: periodic %q: time.Local differs between machines; name the zone (time.LoadLocation)", ErrInvalidArgument, p.Name)
+		return fmt.Errorf("%w: periodic %q: time.Local differs between machines; name the zone (time.LoadLocation)",
+			ErrInvalidArgument, p.Name)
 	}
 	_, err := p.schedule()
 	return err
@@ -194,7 +196,8 @@ func (b *Broker) SetPeriodic(ctx context.Context, defs ...Periodic) error {
 			d := p.def()
 			js, _ := json.Marshal(d)
 			next := s.Next(now)
-			args = append(args, p.Name, string(js), d.timing(), next.UnixMilli(), b.score(next), encodeRest(p.Type, p.Queue, p.Payload))
+			args = append(args, p.Name, string(js), d.timing(), next.UnixMilli(), b.score(next),
+				encodeRest(p.Type, p.Queue, p.Payload))
 		}
 		if err := b.repl.run(ctx, b.rdb, periodicScript, k.periodicKeys(), args...).Err(); err != nil {
 			return wrap(ctx, "set periodic", err, k.types)
@@ -224,7 +227,8 @@ func (b *Broker) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
 		return nil, wrap(ctx, "list periodic", err, nil)
 	}
 	var out []PeriodicInfo
-	for i, cmd := range b.eachShard(ctx, periodicScript, func(k *keys) ([]string, []any) { return k.periodicKeys(), []any{"list"} }) {
+	for i, cmd := range b.eachShard(ctx, periodicScript,
+		func(k *keys) ([]string, []any) { return k.periodicKeys(), []any{"list"} }) {
 		raw, err := cmd.Slice()
 		if err != nil {
 			return nil, wrap(ctx, "list periodic", err, b.shards[i].types)
@@ -266,19 +270,22 @@ func (d *Dispatcher) tick(ctx context.Context, c *Claim, now time.Time) (run boo
 	if err != nil || len(raw) != 2 {
 		// Not readable now: enqueue the tick as it is; the next claim of
 		// the definition's tick reads it again.
-		d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not read a periodic definition; its tick runs, the next one waits",
+		d.log.LogAttrs(ctx, slog.LevelWarn,
+			"zclaim: could not read a periodic definition; its tick runs, the next one waits",
 			slog.String("name", name), slog.Any("error", err))
 		return true, func() error { return nil }
 	}
 	js, ok := raw[0].(string)
 	if !ok {
-		d.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: tick of a deleted periodic definition dropped", slog.String("name", name))
+		d.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: tick of a deleted periodic definition dropped",
+			slog.String("name", name))
 		return false, func() error { return nil }
 	}
 	var def periodicDef
 	p, s, err := def.parseJSON(js, name)
 	if err != nil {
-		d.log.LogAttrs(ctx, slog.LevelError, "zclaim: periodic definition cannot be read; its tick runs, no next tick is written",
+		d.log.LogAttrs(ctx, slog.LevelError,
+			"zclaim: periodic definition cannot be read; its tick runs, no next tick is written",
 			slog.String("name", name), slog.String("error", err.Error()))
 		return true, func() error { return nil }
 	}
@@ -302,7 +309,8 @@ func (d *Dispatcher) tick(ctx context.Context, c *Claim, now time.Time) (run boo
 		err := b.repl.run(ctx, b.rdb, periodicScript, k.periodicKeys(), "advance", b.notice(k), name,
 			claimed.UnixMilli(), after.UnixMilli(), b.score(after), encodeRest(p.Type, p.Queue, p.Payload)).Err()
 		if err != nil {
-			d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not write a periodic definition's next tick; the tick goes back with backoff",
+			d.log.LogAttrs(ctx, slog.LevelWarn,
+				"zclaim: could not write a periodic definition's next tick; the tick goes back with backoff",
 				slog.String("name", name), slog.String("error", err.Error()))
 		}
 		return err

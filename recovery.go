@@ -107,7 +107,8 @@ func (b *Broker) Recover(ctx context.Context) (Recovered, error) {
 // RecoveryStats returns what this Broker's recovery passes (Recover and
 // RunRecovery) did since it was made, summed.
 func (b *Broker) RecoveryStats() Recovered {
-	return Recovered{Requeued: int(b.recovered.requeued.Load()), Dead: int(b.recovered.dead.Load()), Trimmed: int(b.recovered.trimmed.Load())}
+	return Recovered{Requeued: int(b.recovered.requeued.Load()), Dead: int(b.recovered.dead.Load()),
+		Trimmed: int(b.recovered.trimmed.Load())}
 }
 
 // serverCheckInterval is how often RunRecovery checks the server's
@@ -156,7 +157,8 @@ func (b *Broker) RunRecovery(ctx context.Context, every time.Duration) error {
 		if time.Since(checked) >= serverCheckInterval {
 			checked = time.Now()
 			if err := checkServer(ctx, b.rdb, b.keys.schedule, b.opts.AllowEviction, false, b.log); err != nil {
-				b.log.LogAttrs(ctx, slog.LevelError, "zclaim: "+strings.TrimPrefix(err.Error(), "zclaim: "), slog.String("key", b.keys.schedule))
+				b.log.LogAttrs(ctx, slog.LevelError, "zclaim: "+strings.TrimPrefix(err.Error(), "zclaim: "),
+					slog.String("key", b.keys.schedule))
 			}
 		}
 		// A schedule whose last claims found nothing due and nothing in

@@ -48,7 +48,8 @@ func serverNode(ctx context.Context, rdb redis.UniversalClient, key string) (red
 // allow, in which case it logs a warning. It warns when the server
 // persists nothing. A server it cannot ask (unreachable, INFO refused) is
 // logged and passed: the caller checks again later.
-func checkServer(ctx context.Context, rdb redis.UniversalClient, key string, allow, startup bool, log *slog.Logger) error {
+func checkServer(ctx context.Context, rdb redis.UniversalClient, key string, allow,
+	startup bool, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	node, err := serverNode(ctx, rdb, key)
@@ -58,7 +59,8 @@ func checkServer(ctx context.Context, rdb redis.UniversalClient, key string, all
 	}
 	if err != nil {
 		if startup {
-			log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not read the server's eviction policy; checking again later",
+			log.LogAttrs(ctx, slog.LevelWarn,
+				"zclaim: could not read the server's eviction policy; checking again later",
 				slog.String("key", key), slog.String("error", err.Error()))
 		}
 		return nil
@@ -72,7 +74,8 @@ func checkServer(ctx context.Context, rdb redis.UniversalClient, key string, all
 				"or set AllowEviction in the options to accept that risk", ErrEvictionPolicy, policy, key)
 		}
 		if startup {
-			log.LogAttrs(ctx, slog.LevelWarn, "zclaim: the Redis server may evict keys; jobs or run records can vanish (AllowEviction is set)",
+			log.LogAttrs(ctx, slog.LevelWarn,
+				"zclaim: the Redis server may evict keys; jobs or run records can vanish (AllowEviction is set)",
 				slog.String("key", key), slog.String("maxmemory_policy", policy))
 		}
 	}
@@ -80,11 +83,13 @@ func checkServer(ctx context.Context, rdb redis.UniversalClient, key string, all
 		save, err := node.ConfigGet(ctx, "save").Result()
 		switch {
 		case err == nil && strings.TrimSpace(save["save"]) == "":
-			log.LogAttrs(ctx, slog.LevelWarn, "zclaim: the Redis server persists nothing (no AOF, no RDB save points): a restart loses every job",
+			log.LogAttrs(ctx, slog.LevelWarn,
+				"zclaim: the Redis server persists nothing (no AOF, no RDB save points): a restart loses every job",
 				slog.String("key", key))
 		case err == nil:
-			log.LogAttrs(ctx, slog.LevelWarn, "zclaim: the Redis server keeps RDB snapshots only: a crash rolls back to the last save, "+
-				"so work finished since runs again and jobs scheduled since are lost (appendonly yes)",
+			log.LogAttrs(ctx, slog.LevelWarn,
+				"zclaim: the Redis server keeps RDB snapshots only: a crash rolls back to the last save, "+
+					"so work finished since runs again and jobs scheduled since are lost (appendonly yes)",
 				slog.String("key", key), slog.String("save", strings.TrimSpace(save["save"])))
 		}
 	}
@@ -199,13 +204,15 @@ func (m *stateMarker) check(ctx context.Context) (lost bool, err error) {
 	m.losses++
 	if rolledBack {
 		m.log.LogAttrs(ctx, slog.LevelError, "zclaim: the Redis server's state went back: "+m.what+
-			" are as they were earlier (restored from an older RDB snapshot, or a replica promoted without the last writes); "+
+			" are as they were earlier (restored from an older RDB snapshot, or a replica promoted "+
+			"without the last writes); "+
 			"work finished since may run again; claims and runs made before are void",
 			slog.String("marker", m.key), slog.Int64("seen", knownSeq), slog.Int64("found", seq))
 		return true, nil
 	}
 	m.log.LogAttrs(ctx, slog.LevelError, "zclaim: the Redis server lost "+m.what+
-		" (it restarted without persistence, was flushed, or failed over to a replica that lacked them); claims and runs made before are void",
+		" (it restarted without persistence, was flushed, or failed over to a replica that lacked them); claims "+
+		"and runs made before are void",
 		slog.String("marker", m.key))
 	return true, nil
 }
@@ -274,7 +281,8 @@ type replication struct {
 // (TRYAGAIN: some of its keys have moved, some not; or CLUSTERDOWN while a
 // failover completes) did not run: it is sent again after a backoff, for
 // up to clusterRetryFor.
-func (r replication) run(ctx context.Context, rdb redis.UniversalClient, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+func (r replication) run(ctx context.Context, rdb redis.UniversalClient, s *redis.Script,
+	keys []string, args ...any) *redis.Cmd {
 	backoff := 5 * time.Millisecond
 	deadline := time.Now().Add(clusterRetryFor)
 	for {
@@ -309,7 +317,8 @@ func retryable(err error) bool {
 		redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")
 }
 
-func (r replication) runOnce(ctx context.Context, rdb redis.UniversalClient, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+func (r replication) runOnce(ctx context.Context, rdb redis.UniversalClient, s *redis.Script,
+	keys []string, args ...any) *redis.Cmd {
 	if r.n <= 0 {
 		return s.Run(ctx, rdb, keys, args...)
 	}

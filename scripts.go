@@ -88,7 +88,8 @@ func (b *Broker) eachShard(ctx context.Context, s *redis.Script, args func(k *ke
 // by shard where writes wait for replicas (WAIT counts the writes of its
 // own connection, on each shard's node). It returns the replies in the
 // shards' order.
-func (b *Broker) writeShards(ctx context.Context, s *redis.Script, shards []*keys, args func(k *keys) ([]string, []any)) []*redis.Cmd {
+func (b *Broker) writeShards(ctx context.Context, s *redis.Script, shards []*keys,
+	args func(k *keys) ([]string, []any)) []*redis.Cmd {
 	if len(shards) > 1 && b.repl.n == 0 {
 		return b.pipelined(ctx, s, shards, args)
 	}
@@ -103,7 +104,8 @@ func (b *Broker) writeShards(ctx context.Context, s *redis.Script, shards []*key
 // pipelined sends s to each of shards in one pipeline. A call refused
 // before it ran (NOSCRIPT: the node lacks the script; or retryable) is sent
 // again, alone, with the script's body.
-func (b *Broker) pipelined(ctx context.Context, s *redis.Script, shards []*keys, args func(k *keys) ([]string, []any)) []*redis.Cmd {
+func (b *Broker) pipelined(ctx context.Context, s *redis.Script, shards []*keys,
+	args func(k *keys) ([]string, []any)) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(shards))
 	_, perr := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range shards {

@@ -130,7 +130,8 @@ func (b *Broker) recordShards() error {
 	n := strconv.Itoa(len(b.shards))
 	if len(b.shards) > 1 {
 		if exists, err := b.rdb.Exists(ctx, b.opts.Key).Result(); err == nil && exists == 1 {
-			return zerr("zclaim: %w: key %q holds a set already; only Shards 1 adopts an existing set (docs/broker.md, Redis Cluster)", ErrShards, b.opts.Key)
+			return zerr("zclaim: %w: key %q holds a set already; only Shards 1 adopts an existing set "+
+				"(docs/broker.md, Redis Cluster)", ErrShards, b.opts.Key)
 		}
 		b.rdb.SetNX(ctx, rec, n, 0)
 	}
@@ -139,11 +140,13 @@ func (b *Broker) recordShards() error {
 	case err == redis.Nil:
 		got = "1"
 	case err != nil:
-		b.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not read the schedule's shard count", slog.String("key", rec), slog.String("error", err.Error()))
+		b.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not read the schedule's shard count",
+			slog.String("key", rec), slog.String("error", err.Error()))
 		return nil
 	}
 	if got != n {
-		return zerr("zclaim: %w: the schedule %q has %s shards, not %s; open it with Shards %s (docs/operations.md says how to change the count)",
+		return zerr("zclaim: %w: the schedule %q has %s shards, not %s; open it with Shards %s (docs/operations.md "+
+			"says how to change the count)",
 			ErrShards, b.opts.Key, got, n, got)
 	}
 	return nil

@@ -43,7 +43,8 @@ import (
 // ErrNoExecution is returned by Complete, Fence and the InTx helpers when
 // the context carries no zclaim.Execution: the handler does not run under
 // the idempotency middleware, so there is no occurrence to record.
-var ErrNoExecution = errors.New("zclaimpg: no zclaim.Execution in the context (is the handler wrapped by Idempotency.Middleware?)")
+var ErrNoExecution = errors.New("zclaimpg: no zclaim.Execution in the context (is the handler wrapped " +
+	"by Idempotency.Middleware?)")
 
 // migrateLock is the advisory lock Migrate holds while it creates the
 // tables, so that replicas starting together do not race on the catalog.
@@ -345,7 +346,8 @@ func (t *doneTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if t.pending && b != nil {
 		// The done row goes first in the caller's batch.
 		t.pending = false
-		nb := &pgx.Batch{QueuedQueries: append([]*pgx.QueuedQuery{{SQL: completeSQL, Arguments: []any{t.e.Key, t.e.Token}}}, b.QueuedQueries...)}
+		nb := &pgx.Batch{QueuedQueries: append([]*pgx.QueuedQuery{{SQL: completeSQL,
+			Arguments: []any{t.e.Key, t.e.Token}}}, b.QueuedQueries...)}
 		br := t.Tx.SendBatch(ctx, nb)
 		if _, err := br.Exec(); err != nil {
 			t.err = t.verdict(err)
@@ -355,7 +357,8 @@ func (t *doneTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	return t.Tx.SendBatch(ctx, b)
 }
 
-func (t *doneTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+func (t *doneTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string,
+	src pgx.CopyFromSource) (int64, error) {
 	if err := t.flush(ctx); err != nil {
 		return 0, err
 	}
@@ -401,7 +404,8 @@ type errRow struct{ err error }
 func (r errRow) Scan(...any) error { return r.err }
 
 func alreadyDone(key string) error {
-	return fmt.Errorf("zclaimpg: %w: another run of %q committed (roll back and return this error)", zclaim.ErrAlreadyDone, key)
+	return fmt.Errorf("zclaimpg: %w: another run of %q committed (roll back and return this error)",
+		zclaim.ErrAlreadyDone, key)
 }
 
 // InSQLTx is InTx for database/sql: db.BeginTx(ctx, opts), CompleteSQL

@@ -55,34 +55,51 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 var (
-	upDesc        = desc("zclaim_up", "Whether the last scrape read the schedule's counts from Redis (1) or not (0).", "key")
+	upDesc = desc("zclaim_up",
+		"Whether the last scrape read the schedule's counts from Redis (1) or not (0).", "key")
 	scheduledDesc = desc("zclaim_scheduled_jobs", "Jobs on the schedule.", "key")
 	dueDesc       = desc("zclaim_due_jobs", "Scheduled jobs that are due now, by Redis' clock.", "key")
 	inflightDesc  = desc("zclaim_inflight_jobs", "Jobs claimed and not yet settled.", "key")
 	expiredDesc   = desc("zclaim_expired_jobs", "In-flight jobs past their lease, waiting for recovery.", "key")
 	deadDesc      = desc("zclaim_dead_jobs", "Jobs in the dead set.", "key")
-	oldestDesc    = desc("zclaim_oldest_due_seconds", "How long the earliest scheduled job has been due (0 when none is).", "key")
-	lostDesc      = desc("zclaim_state_lost_timestamp_seconds", "When a Broker of this process last noticed that Redis lost the schedule's keys (absent if never).", "key")
+	oldestDesc    = desc("zclaim_oldest_due_seconds",
+		"How long the earliest scheduled job has been due (0 when none is).", "key")
+	lostDesc = desc("zclaim_state_lost_timestamp_seconds",
+		"When a Broker of this process last noticed that Redis lost the schedule's keys (absent if never).", "key")
 
 	claimedDesc   = desc("zclaim_dispatcher_claimed_total", "Jobs the dispatchers claimed off the schedule.", "key")
 	enqueuedDesc  = desc("zclaim_dispatcher_enqueued_total", "Tasks the dispatchers enqueued into asynq.", "key")
-	conflictsDesc = desc("zclaim_dispatcher_conflicts_total", "Claims whose occurrence asynq already had (settled, not enqueued again).", "key")
-	failedDesc    = desc("zclaim_dispatcher_errors_total", "Enqueues that failed, or were not made because the claim's lease ran out first; their jobs went back with backoff.", "key")
-	dispDeadDesc  = desc("zclaim_dispatcher_dead_total", "Claims that could not become tasks, sent to the dead set.", "key")
-	lagDesc       = desc("zclaim_dispatch_lag_seconds", "Time from a job's due time to the end of its enqueue (first attempts), by Redis' clock.", "key")
+	conflictsDesc = desc("zclaim_dispatcher_conflicts_total",
+		"Claims whose occurrence asynq already had (settled, not enqueued again).", "key")
+	failedDesc = desc("zclaim_dispatcher_errors_total",
+		"Enqueues that failed, or were not made because the claim's lease ran out first; their jobs "+
+			"went back with backoff.", "key")
+	dispDeadDesc = desc("zclaim_dispatcher_dead_total",
+		"Claims that could not become tasks, sent to the dead set.", "key")
+	lagDesc = desc("zclaim_dispatch_lag_seconds",
+		"Time from a job's due time to the end of its enqueue (first attempts), by Redis' clock.", "key")
 
 	requeuedDesc = desc("zclaim_recovery_requeued_total", "Expired runs that recovery put back on the schedule.", "key")
-	recDeadDesc  = desc("zclaim_recovery_dead_total", "Expired runs on their last attempt that recovery sent to the dead set.", "key")
-	trimmedDesc  = desc("zclaim_recovery_trimmed_total", "Jobs removed from the dead set by DeadRetention or DeadMax.", "key")
+	recDeadDesc  = desc("zclaim_recovery_dead_total",
+		"Expired runs on their last attempt that recovery sent to the dead set.", "key")
+	trimmedDesc = desc("zclaim_recovery_trimmed_total",
+		"Jobs removed from the dead set by DeadRetention or DeadMax.", "key")
 
-	runsDesc      = desc("zclaim_middleware_tasks_total", "Tasks the idempotency middleware handled, by outcome: skipped (finished before), in_progress (running elsewhere), completed, released (failed), lease_lost.", "prefix", "outcome")
-	stateLostDesc = desc("zclaim_middleware_state_lost_total", "Times the idempotency store noticed that Redis lost its records.", "prefix")
-	takeoverDesc  = desc("zclaim_middleware_takeovers_total", "Abandoned runs (their worker gone) this process took over and enqueued again.", "prefix")
-	abandonedDesc = desc("zclaim_middleware_abandoned_runs", "Runs of active asynq tasks whose worker is gone (lease run out, or taken over and not yet begun again), read from Redis.", "prefix")
+	runsDesc = desc("zclaim_middleware_tasks_total",
+		"Tasks the idempotency middleware handled, by outcome: skipped (finished before), in_progress (running "+
+			"elsewhere), completed, released (failed), lease_lost.", "prefix", "outcome")
+	stateLostDesc = desc("zclaim_middleware_state_lost_total",
+		"Times the idempotency store noticed that Redis lost its records.", "prefix")
+	takeoverDesc = desc("zclaim_middleware_takeovers_total",
+		"Abandoned runs (their worker gone) this process took over and enqueued again.", "prefix")
+	abandonedDesc = desc("zclaim_middleware_abandoned_runs",
+		"Runs of active asynq tasks whose worker is gone (lease run out, or taken over and not yet begun again), "+
+			"read from Redis.", "prefix")
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{upDesc, scheduledDesc, dueDesc, inflightDesc, expiredDesc, deadDesc, oldestDesc, lostDesc,
+	for _, d := range []*prometheus.Desc{upDesc, scheduledDesc, dueDesc, inflightDesc, expiredDesc,
+		deadDesc, oldestDesc, lostDesc,
 		claimedDesc, enqueuedDesc, conflictsDesc, failedDesc, dispDeadDesc, lagDesc,
 		requeuedDesc, recDeadDesc, trimmedDesc, runsDesc, stateLostDesc, takeoverDesc, abandonedDesc} {
 		ch <- d

@@ -31,8 +31,9 @@ import (
 
 // Analyzer reports racy ZRANGEBYSCORE-then-ZREM pollers.
 var Analyzer = &analysis.Analyzer{
-	Name:     "zclaimvet",
-	Doc:      "report sorted-set pollers that read due members by score and remove them in a separate request (two workers take one job)",
+	Name: "zclaimvet",
+	Doc: "report sorted-set pollers that read due members by score and remove them in a separate request " +
+		"(two workers take one job)",
 	URL:      "https://pkg.go.dev/github.com/zclaim/zclaim/zclaimvet",
 	Requires: []*analysis.Analyzer{inspect.Analyzer},
 	Run:      run,
@@ -44,7 +45,8 @@ const (
 		"two workers read the same member before either removes it, and the job runs twice. " +
 		"Claim in one script instead: zclaim's Broker.Claim, or its Dispatcher into asynq"
 	CheckedMessage = "checked ZREM after %s on %s: correct (only the worker whose ZREM removed the member runs it), " +
-		"but one round trip per job and every other worker's read wasted; zclaim's Broker.Claim takes a batch in one script"
+		"but one round trip per job and every other worker's read wasted; zclaim's Broker.Claim " +
+		"takes a batch in one script"
 )
 
 // op is a sorted-set call the analyzer cares about.
@@ -57,10 +59,12 @@ type op struct {
 }
 
 var (
-	readMethods   = map[string]bool{"ZRangeByScore": true, "ZRangeByScoreWithScores": true, "ZRevRangeByScore": true, "ZRevRangeByScoreWithScores": true}
+	readMethods = map[string]bool{"ZRangeByScore": true, "ZRangeByScoreWithScores": true, "ZRevRangeByScore": true,
+		"ZRevRangeByScoreWithScores": true}
 	argsMethods   = map[string]bool{"ZRangeArgs": true, "ZRangeArgsWithScores": true}
-	removeMethods = map[string]string{"ZRem": "ZREM", "ZRemRangeByScore": "ZREMRANGEBYSCORE", "ZRemRangeByRank": "ZREMRANGEBYRANK"}
-	removeCmds    = map[string]bool{"ZREM": true, "ZREMRANGEBYSCORE": true, "ZREMRANGEBYRANK": true}
+	removeMethods = map[string]string{"ZRem": "ZREM", "ZRemRangeByScore": "ZREMRANGEBYSCORE",
+		"ZRemRangeByRank": "ZREMRANGEBYRANK"}
+	removeCmds = map[string]bool{"ZREM": true, "ZREMRANGEBYSCORE": true, "ZREMRANGEBYRANK": true}
 )
 
 func run(pass *analysis.Pass) (any, error) {
@@ -204,7 +208,8 @@ func isGoRedis(path string) bool {
 }
 
 func isRedigo(path string) bool {
-	return strings.HasPrefix(path, "github.com/gomodule/redigo/") || strings.HasPrefix(path, "github.com/garyburd/redigo/")
+	return strings.HasPrefix(path, "github.com/gomodule/redigo/") ||
+		strings.HasPrefix(path, "github.com/garyburd/redigo/")
 }
 
 // doCommand reads a command sent as Do(name, key, args...).
@@ -312,7 +317,8 @@ func testedCalls(pass *analysis.Pass, body *ast.BlockStmt) map[*ast.CallExpr]boo
 				conds = append(conds, s.Cond)
 			}
 		case *ast.BinaryExpr:
-			if s.Op == token.EQL || s.Op == token.NEQ || s.Op == token.GTR || s.Op == token.LSS || s.Op == token.GEQ || s.Op == token.LEQ {
+			switch s.Op {
+			case token.EQL, token.NEQ, token.GTR, token.LSS, token.GEQ, token.LEQ:
 				conds = append(conds, s)
 			}
 		}

@@ -56,7 +56,8 @@ func cmdAudit(ctx context.Context, c *cli, args []string) int {
 			)
 			if a.Unit != "not a time" {
 				rows = append(rows, []string{"due now", strconv.FormatInt(a.Due, 10)},
-					[]string{"oldest due", (time.Duration(a.OldestDue * float64(time.Second))).Round(time.Millisecond).String()})
+					[]string{"oldest due",
+						(time.Duration(a.OldestDue * float64(time.Second))).Round(time.Millisecond).String()})
 			}
 			rows = append(rows, []string{"payload members", fmt.Sprintf("%d of %d sampled", a.Payloads, a.Sampled)})
 			for _, e := range a.Examples {
@@ -87,11 +88,13 @@ func runAudit(ctx context.Context, rdb redis.UniversalClient, key string) (audit
 	a.Type = typ
 	switch typ {
 	case "none":
-		a.Fits = []string{"the key does not exist: name it in BrokerOptions.Key and zclaim creates it (or check --key and --redis)"}
+		a.Fits = []string{"the key does not exist: name it in BrokerOptions.Key and zclaim creates it " +
+			"(or check --key and --redis)"}
 		return a, nil
 	case "zset":
 	default:
-		a.Fits = []string{fmt.Sprintf("the key holds a %s, not a sorted set: zclaim cannot adopt it; give the schedule another Key", typ)}
+		a.Fits = []string{fmt.Sprintf("the key holds a %s, not a sorted set: zclaim cannot adopt it; give the "+
+			"schedule another Key", typ)}
 		return a, nil
 	}
 	now, err := rdb.Time(ctx).Result()
@@ -221,29 +224,46 @@ func fits(a audit) []string {
 	var out []string
 	switch a.Unit {
 	case "s":
-		out = append(out, "scores are Unix seconds: the default ScoreUnit (time.Second) fits; zclaim writes new jobs with millisecond fractions")
+		out = append(out,
+			"scores are Unix seconds: the default ScoreUnit (time.Second) fits; zclaim writes new jobs "+
+				"with millisecond fractions")
 	case "s with fractions":
 		out = append(out, "scores are Unix seconds with fractions: the default ScoreUnit (time.Second) fits")
 	case "ms":
-		out = append(out, "scores are Unix milliseconds: set BrokerOptions.ScoreUnit to time.Millisecond (and --unit ms for this command)")
+		out = append(out,
+			"scores are Unix milliseconds: set BrokerOptions.ScoreUnit to time.Millisecond (and "+
+				"--unit ms for this command)")
 	case "µs":
-		out = append(out, "scores look like Unix microseconds, which zclaim does not read: have producers write seconds or milliseconds to a new key")
+		out = append(out,
+			"scores look like Unix microseconds, which zclaim does not read: have producers write seconds "+
+				"or milliseconds to a new key")
 	default:
-		out = append(out, "scores are not Unix times in s or ms (priorities? counters?): this set is not a delay queue zclaim can adopt")
+		out = append(out,
+			"scores are not Unix times in s or ms (priorities? counters?): this set is not a "+
+				"delay queue zclaim can adopt")
 	}
 	switch {
 	case a.Payloads == 0:
-		out = append(out, fmt.Sprintf("members look like job ids: adopt the set as it is (BrokerOptions{Key: %q}); producers keep their ZADD", a.Key),
-			"plain ZADD members carry no task type: set DispatcherOptions.DefaultType to the asynq task type they become")
+		out = append(out,
+			fmt.Sprintf("members look like job ids: adopt the set as it is (BrokerOptions{Key: %q}); "+
+				"producers keep their ZADD", a.Key),
+			"plain ZADD members carry no task type: set DispatcherOptions.DefaultType to the "+
+				"asynq task type they become")
 	case a.Payloads*2 >= a.Sampled:
-		out = append(out, "members are payloads, not ids: zclaim's job id is the member, so each distinct payload becomes its own job; "+
-			"see docs/migrating.md (a set of JSON payloads) to move producers to Broker.Schedule with an id and the payload")
+		out = append(out,
+			"members are payloads, not ids: zclaim's job id is the member, so each distinct "+
+				"payload becomes its own job; "+
+				"see docs/migrating.md (a set of JSON payloads) to move producers to Broker.Schedule "+
+				"with an id and the payload")
 	default:
-		out = append(out, fmt.Sprintf("%d of %d sampled members look like payloads: check what producers write before adopting the set", a.Payloads, a.Sampled))
+		out = append(out,
+			fmt.Sprintf("%d of %d sampled members look like payloads: check what producers write before adopting "+
+				"the set", a.Payloads, a.Sampled))
 	}
 	if a.Due > 0 {
-		out = append(out, fmt.Sprintf("%d members are due now (oldest %s): a dispatcher started on this set dispatches them at once",
-			a.Due, time.Duration(a.OldestDue*float64(time.Second)).Round(time.Second)))
+		out = append(out,
+			fmt.Sprintf("%d members are due now (oldest %s): a dispatcher started on this set dispatches them at once",
+				a.Due, time.Duration(a.OldestDue*float64(time.Second)).Round(time.Second)))
 	}
 	if len(a.ZclaimKeys) > 0 {
 		out = append(out, "zclaim keys of this schedule exist already: it has been adopted")

@@ -35,7 +35,8 @@ func cmdStats(ctx context.Context, c *cli, args []string) int {
 			OldestDueSeconds float64
 			Running          int
 			Abandoned        int
-		}{c.key, st, st.OldestDue.Seconds(), count[zclaim.RunLive], count[zclaim.RunAbandoned] + count[zclaim.RunTakenOver]})
+		}{c.key, st, st.OldestDue.Seconds(), count[zclaim.RunLive],
+			count[zclaim.RunAbandoned] + count[zclaim.RunTakenOver]})
 		return exitOK
 	}
 	rows := [][]string{
@@ -48,7 +49,8 @@ func cmdStats(ctx context.Context, c *cli, args []string) int {
 		{"next due", when(st.Next, time.Now())},
 		{"oldest due", st.OldestDue.Round(time.Millisecond).String()},
 		{"running", strconv.Itoa(count[zclaim.RunLive])},
-		{"abandoned", strconv.Itoa(count[zclaim.RunAbandoned]+count[zclaim.RunTakenOver]) + " (runs whose worker is gone)"},
+		{"abandoned",
+			strconv.Itoa(count[zclaim.RunAbandoned]+count[zclaim.RunTakenOver]) + " (runs whose worker is gone)"},
 	}
 	if runsErr != nil {
 		rows = append(rows[:len(rows)-2], []string{"runs", "unknown: " + runsErr.Error()})
@@ -66,7 +68,8 @@ func listFlags(fs *flag.FlagSet) {
 }
 
 func cmdList(ctx context.Context, c *cli, args []string) int {
-	states := map[string]zclaim.JobState{"scheduled": zclaim.StateScheduled, "inflight": zclaim.StateInFlight, "dead": zclaim.StateDead}
+	states := map[string]zclaim.JobState{"scheduled": zclaim.StateScheduled,
+		"inflight": zclaim.StateInFlight, "dead": zclaim.StateDead}
 	if len(args) == 1 && args[0] == "periodic" {
 		return listPeriodic(ctx, c)
 	}
@@ -74,7 +77,8 @@ func cmdList(ctx context.Context, c *cli, args []string) int {
 		return listRunning(ctx, c)
 	}
 	if len(args) != 1 || states[args[0]] == zclaim.StateUnknown {
-		fmt.Fprintln(c.errw, "usage: zclaim ls scheduled|inflight|dead|running|periodic [--limit N] [--after CURSOR] [--json]")
+		fmt.Fprintln(c.errw,
+			"usage: zclaim ls scheduled|inflight|dead|running|periodic [--limit N] [--after CURSOR] [--json]")
 		return exitUsage
 	}
 	l, err := c.b.List(ctx, states[args[0]], zclaim.ListOptions{After: *listAfter, Limit: *listLimit})
@@ -102,11 +106,16 @@ func cmdList(ctx context.Context, c *cli, args []string) int {
 		due := j.Due.UTC().Format("2006-01-02T15:04:05.000Z")
 		switch args[0] {
 		case "scheduled":
-			rows = append(rows, []string{j.ID, when(j.RunAt, now), due, strconv.Itoa(j.Attempt), orDash(j.Type), orDash(j.Queue), strconv.Itoa(j.PayloadSize)})
+			rows = append(rows,
+				[]string{j.ID, when(j.RunAt, now), due, strconv.Itoa(j.Attempt), orDash(j.Type), orDash(j.Queue),
+					strconv.Itoa(j.PayloadSize)})
 		case "inflight":
-			rows = append(rows, []string{j.ID, when(j.LeaseUntil, now), due, strconv.Itoa(j.Attempt), strconv.FormatInt(j.Token, 10), orDash(j.Type), orDash(j.Queue)})
+			rows = append(rows,
+				[]string{j.ID, when(j.LeaseUntil, now), due, strconv.Itoa(j.Attempt), strconv.FormatInt(j.Token, 10),
+					orDash(j.Type), orDash(j.Queue)})
 		case "dead":
-			rows = append(rows, []string{j.ID, when(j.DiedAt, now), due, strconv.Itoa(j.Attempt), orDash(j.Type), j.Reason})
+			rows = append(rows,
+				[]string{j.ID, when(j.DiedAt, now), due, strconv.Itoa(j.Attempt), orDash(j.Type), j.Reason})
 		}
 	}
 	table(c.out, rows)
@@ -155,7 +164,8 @@ func cmdShow(ctx context.Context, c *cli, args []string) int {
 		}{all, mine})
 	}
 	if len(all) == 0 && len(mine) == 0 {
-		fmt.Fprintf(c.errw, "zclaim: job %q is not scheduled, in flight or dead (key %s), and no active asynq task runs it (runs %s)\n",
+		fmt.Fprintf(c.errw,
+			"zclaim: job %q is not scheduled, in flight or dead (key %s), and no active asynq task runs it (runs %s)\n",
 			args[0], c.key, c.runs)
 		return exitPartial
 	}
@@ -173,17 +183,22 @@ func cmdShow(ctx context.Context, c *cli, args []string) int {
 		if i > 0 {
 			fmt.Fprintln(c.out)
 		}
-		rows := [][]string{{"id", j.ID}, {"state", j.State.String()}, {"occurrence", j.Occurrence()}, {"due", when(j.Due, now)}}
+		rows := [][]string{{"id", j.ID}, {"state", j.State.String()}, {"occurrence", j.Occurrence()},
+			{"due", when(j.Due, now)}}
 		switch j.State {
 		case zclaim.StateScheduled:
-			rows = append(rows, []string{"run at", when(j.RunAt, now)}, []string{"next attempt", strconv.Itoa(j.Attempt)})
+			rows = append(rows, []string{"run at", when(j.RunAt, now)},
+				[]string{"next attempt", strconv.Itoa(j.Attempt)})
 		case zclaim.StateInFlight:
-			rows = append(rows, []string{"attempt", strconv.Itoa(j.Attempt)}, []string{"lease until", when(j.LeaseUntil, now)},
+			rows = append(rows, []string{"attempt", strconv.Itoa(j.Attempt)},
+				[]string{"lease until", when(j.LeaseUntil, now)},
 				[]string{"token", strconv.FormatInt(j.Token, 10)})
 		case zclaim.StateDead:
-			rows = append(rows, []string{"attempts", strconv.Itoa(j.Attempt)}, []string{"died", when(j.DiedAt, now)}, []string{"reason", j.Reason})
+			rows = append(rows, []string{"attempts", strconv.Itoa(j.Attempt)}, []string{"died", when(j.DiedAt, now)},
+				[]string{"reason", j.Reason})
 		}
-		rows = append(rows, []string{"type", orDash(j.Type)}, []string{"queue", orDash(j.Queue)}, []string{"payload", strconv.Itoa(j.PayloadSize) + " bytes"})
+		rows = append(rows, []string{"type", orDash(j.Type)}, []string{"queue", orDash(j.Queue)},
+			[]string{"payload", strconv.Itoa(j.PayloadSize) + " bytes"})
 		if j.Err != nil {
 			rows = append(rows, []string{"error", j.Err.Error()})
 		}
@@ -260,7 +275,8 @@ func byIDs(name, did, not string) func(ctx context.Context, c *cli, args []strin
 		}
 		c.report(name, did, n, len(args), missing)
 		if n < len(args) {
-			fmt.Fprintf(c.errw, "zclaim %s: %d of %d ids %s: %s\n", name, len(args)-n, len(args), not, strings.Join(missing, " "))
+			fmt.Fprintf(c.errw, "zclaim %s: %d of %d ids %s: %s\n", name, len(args)-n, len(args), not,
+				strings.Join(missing, " "))
 			return exitPartial
 		}
 		return exitOK
@@ -291,7 +307,8 @@ func listPeriodic(ctx context.Context, c *cli) int {
 		out := []def{}
 		for _, p := range ps {
 			out = append(out, def{p.Name, p.Spec, p.Location.String(), p.Type, p.Queue,
-				map[zclaim.MissedTicks]string{zclaim.RunLatest: "run latest", zclaim.SkipMissed: "skip"}[p.Missed], len(p.Payload), p.Next})
+				map[zclaim.MissedTicks]string{zclaim.RunLatest: "run latest", zclaim.SkipMissed: "skip"}[p.Missed],
+				len(p.Payload), p.Next})
 		}
 		c.printJSON(out)
 		return exitOK
@@ -316,9 +333,11 @@ func (c *cli) runsOf(ctx context.Context, after string, limit int) ([]zclaim.Run
 
 // runRows describes one run for show.
 func runRows(r zclaim.RunInfo, now time.Time) [][]string {
-	rows := [][]string{{"run of", r.Key}, {"state", string(r.State)}, {"asynq task", r.Queue + "/" + r.TaskID + " (" + r.Type + ")"}}
+	rows := [][]string{{"run of", r.Key}, {"state", string(r.State)},
+		{"asynq task", r.Queue + "/" + r.TaskID + " (" + r.Type + ")"}}
 	if r.Token != 0 {
-		rows = append(rows, []string{"token", strconv.FormatInt(r.Token, 10)}, []string{"started", when(r.Started, now)})
+		rows = append(rows, []string{"token", strconv.FormatInt(r.Token, 10)},
+			[]string{"started", when(r.Started, now)})
 	}
 	if !r.LeaseUntil.IsZero() {
 		rows = append(rows, []string{"lease until", when(r.LeaseUntil, now)})
@@ -348,7 +367,8 @@ func listRunning(ctx context.Context, c *cli) int {
 		if r.Token != 0 {
 			tok = strconv.FormatInt(r.Token, 10)
 		}
-		rows = append(rows, []string{r.Key, string(r.State), tok, when(r.Started, now), when(r.LeaseUntil, now), r.Queue, r.TaskID})
+		rows = append(rows,
+			[]string{r.Key, string(r.State), tok, when(r.Started, now), when(r.LeaseUntil, now), r.Queue, r.TaskID})
 	}
 	table(c.out, rows)
 	if next != "" {

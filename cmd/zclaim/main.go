@@ -230,14 +230,16 @@ var quoted = regexp.MustCompile(`"[^"]*"`)
 // urlError tells what is wrong with a --redis URL without repeating any of
 // it: it may hold a password.
 func urlError(err error) string {
-	return "not a valid redis:// URL (" + quoted.ReplaceAllString(err.Error(), `"…"`) + "); the URL is not shown: it may hold a password"
+	hidden := quoted.ReplaceAllString(err.Error(), `"…"`)
+	return "not a valid redis:// URL (" + hidden + "); the URL is not shown: it may hold a password"
 }
 
 // store returns the idempotency store of --runs, for reading its runs: it
 // takes no part in takeovers and logs nothing.
 func (c *cli) store() (*zclaim.Idempotency, error) {
-	return zclaim.NewIdempotency(c.rdb, zclaim.IdempotencyOptions{Prefix: c.runs, AllowEviction: true, DisableTakeover: true,
-		Logger: slog.New(slog.DiscardHandler)})
+	return zclaim.NewIdempotency(c.rdb,
+		zclaim.IdempotencyOptions{Prefix: c.runs, AllowEviction: true, DisableTakeover: true,
+			Logger: slog.New(slog.DiscardHandler)})
 }
 
 // fail reports a Redis error and returns its exit code.

@@ -46,7 +46,8 @@ func cmdWatch(ctx context.Context, c *cli, args []string) int {
 		}
 		now := time.Now()
 		if c.json {
-			c.printLine(map[string]any{"time": now.UTC(), "scheduled": st.Scheduled, "due": st.Due, "inflight": st.Inflight,
+			c.printLine(map[string]any{"time": now.UTC(), "scheduled": st.Scheduled,
+				"due": st.Due, "inflight": st.Inflight,
 				"expired": st.Expired, "dead": st.Dead, "oldest_due_seconds": st.OldestDue.Seconds()})
 			continue
 		}
