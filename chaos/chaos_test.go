@@ -28,7 +28,7 @@ func TestChaosShort(t *testing.T) {
 		t.Fatalf("the fault test needs redis-server on PATH (apt-get install redis-server)")
 	}
 	cfg := defaultConfig()
-	cfg.jobs, cfg.over = 1000, 12*time.Second
+	cfg.jobs, cfg.over = 700, 8*time.Second
 	// Every line of the run is progress: make test shows it as it comes.
 	if !run(cfg, &progress{w: os.Stdout}) {
 		t.Fatal("chaos: FAIL (see the table)")

@@ -12,12 +12,12 @@ import (
 // snapshot; 0 lost and 0 twice with Complete, duplicates in the control.
 func TestPGChaosShort(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs for about half a minute")
+		t.Skip("runs for about a quarter of a minute")
 	}
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatal("the fault test needs redis-server on PATH (apt-get install redis-server)")
 	}
-	cmd := exec.Command("go", "run", ".", "-jobs", "300", "-over", "10s")
+	cmd := exec.Command("go", "run", ".", "-jobs", "200", "-over", "5s", "-kill-every", "500ms", "-lease", "1s")
 	cmd.Env = os.Environ()
 	out, err := cmd.CombinedOutput()
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
