@@ -118,34 +118,26 @@ func DefaultBackoff(attempt int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
+// orDefault sets an option left at its zero value to its default d.
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
+}
+
 func (o *BrokerOptions) setDefaults() {
-	if o.Key == "" {
-		o.Key = DefaultKey
-	}
-	if o.ScoreUnit == 0 {
-		o.ScoreUnit = time.Second
-	}
-	if o.Lease == 0 {
-		o.Lease = DefaultLease
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = DefaultMaxAttempts
-	}
+	orDefault(&o.Key, DefaultKey)
+	orDefault(&o.ScoreUnit, time.Second)
+	orDefault(&o.Lease, DefaultLease)
+	orDefault(&o.MaxAttempts, DefaultMaxAttempts)
 	if o.Backoff == nil {
 		o.Backoff = DefaultBackoff
 	}
-	if o.BatchSize == 0 {
-		o.BatchSize = DefaultBatchSize
-	}
-	if o.DeadMax == 0 {
-		o.DeadMax = DefaultDeadMax
-	}
-	if o.DeadRetention == 0 {
-		o.DeadRetention = DefaultDeadRetention
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
+	orDefault(&o.BatchSize, DefaultBatchSize)
+	orDefault(&o.DeadMax, DefaultDeadMax)
+	orDefault(&o.DeadRetention, DefaultDeadRetention)
+	orDefault(&o.Logger, slog.Default())
 }
 
 func (o *BrokerOptions) validate() error {
@@ -248,7 +240,7 @@ func NewBroker(rdb redis.UniversalClient, opts BrokerOptions) (*Broker, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if opts.Shards == 0 {
+	if opts.Shards == 0 { // asks the server: only when not given
 		opts.Shards = recordedShards(rdb, opts.Key)
 	}
 	shards, err := shardKeys(opts.Key, opts.Shards, isCluster(rdb))

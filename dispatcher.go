@@ -145,24 +145,12 @@ func NewDispatcher(b *Broker, c *asynq.Client, opts DispatcherOptions) (*Dispatc
 	if b == nil || c == nil {
 		return nil, fmt.Errorf("%w: NewDispatcher needs a Broker and an asynq Client", ErrInvalidOptions)
 	}
-	if opts.Concurrency == 0 {
-		opts.Concurrency = DefaultConcurrency
-	}
-	if opts.MaxWait == 0 {
-		opts.MaxWait = DefaultMaxWait
-	}
-	if opts.EnqueueTimeout == 0 {
-		opts.EnqueueTimeout = DefaultEnqueueTimeout
-	}
-	if opts.RecoveryInterval == 0 {
-		opts.RecoveryInterval = DefaultRecoveryInterval
-	}
-	if opts.Logger == nil {
-		opts.Logger = b.log
-	}
-	if opts.TaskRetention == 0 {
-		opts.TaskRetention = b.opts.Lease + max(opts.RecoveryInterval, 0) + opts.MaxWait + time.Minute
-	}
+	orDefault(&opts.Concurrency, DefaultConcurrency)
+	orDefault(&opts.MaxWait, DefaultMaxWait)
+	orDefault(&opts.EnqueueTimeout, DefaultEnqueueTimeout)
+	orDefault(&opts.RecoveryInterval, DefaultRecoveryInterval)
+	orDefault(&opts.Logger, b.log)
+	orDefault(&opts.TaskRetention, b.opts.Lease+max(opts.RecoveryInterval, 0)+opts.MaxWait+time.Minute)
 	switch {
 	case opts.Concurrency < 1:
 		return nil, fmt.Errorf("%w: Concurrency must be at least 1, not %d", ErrInvalidOptions, opts.Concurrency)

@@ -158,22 +158,14 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidOptions)
 	}
-	if opts.Prefix == "" {
-		opts.Prefix = DefaultIdempotencyPrefix
-	}
-	if opts.Lease == 0 {
-		opts.Lease = DefaultRunLease
-	}
-	if opts.Retention == 0 {
-		opts.Retention = DefaultRunRetention
-	}
+	orDefault(&opts.Prefix, DefaultIdempotencyPrefix)
+	orDefault(&opts.Lease, DefaultRunLease)
+	orDefault(&opts.Retention, DefaultRunRetention)
 	defaultKey := opts.Key == nil
 	if defaultKey {
 		opts.Key = OccurrenceKey
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	orDefault(&opts.Logger, slog.Default())
 	switch {
 	case opts.Lease < 3*time.Millisecond:
 		return nil, fmt.Errorf("%w: Lease must be at least 3ms, not %v", ErrInvalidOptions, opts.Lease)
