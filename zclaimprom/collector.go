@@ -117,24 +117,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	// Schedules: counts read once per key; recovery summed per key.
-	read := map[string]bool{}
-	recovered := map[string]*zclaim.Recovered{}
-	var keys []string
+	var recovered sums[zclaim.Recovered]
 	for _, b := range c.opts.Brokers {
-		key := b.Key()
-		r := b.RecoveryStats()
-		if sum := recovered[key]; sum != nil {
+		if !recovered.add(b.Key(), b.RecoveryStats(), func(sum *zclaim.Recovered, r zclaim.Recovered) {
 			sum.Requeued += r.Requeued
 			sum.Dead += r.Dead
 			sum.Trimmed += r.Trimmed
+		}) {
 			continue
 		}
-		recovered[key] = &r
-		keys = append(keys, key)
-		if read[key] {
-			continue
-		}
-		read[key] = true
+		key := b.Key()
 		st, err := b.Stats(ctx)
 		if err != nil {
 			gauge(upDesc, 0, key)
@@ -151,37 +143,31 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(lostDesc, float64(st.StateLost.UnixMilli())/1000, key)
 		}
 	}
-	for _, key := range keys {
-		r := recovered[key]
+	for _, key := range recovered.keys {
+		r := recovered.by[key]
 		counter(requeuedDesc, int64(r.Requeued), key)
 		counter(recDeadDesc, int64(r.Dead), key)
 		counter(trimmedDesc, int64(r.Trimmed), key)
 	}
 
 	// Dispatchers, summed per key.
-	disp := map[string]*zclaim.DispatcherStats{}
-	keys = keys[:0]
+	var disp sums[zclaim.DispatcherStats]
 	for _, d := range c.opts.Dispatchers {
-		key, st := d.Broker().Key(), d.Stats()
-		sum := disp[key]
-		if sum == nil {
-			disp[key] = &st
-			keys = append(keys, key)
-			continue
-		}
-		sum.Claimed += st.Claimed
-		sum.Enqueued += st.Enqueued
-		sum.Conflicts += st.Conflicts
-		sum.Failed += st.Failed
-		sum.Dead += st.Dead
-		sum.Lag.Count += st.Lag.Count
-		sum.Lag.Sum += st.Lag.Sum
-		for i := range sum.Lag.Counts {
-			sum.Lag.Counts[i] += st.Lag.Counts[i]
-		}
+		disp.add(d.Broker().Key(), d.Stats(), func(sum *zclaim.DispatcherStats, st zclaim.DispatcherStats) {
+			sum.Claimed += st.Claimed
+			sum.Enqueued += st.Enqueued
+			sum.Conflicts += st.Conflicts
+			sum.Failed += st.Failed
+			sum.Dead += st.Dead
+			sum.Lag.Count += st.Lag.Count
+			sum.Lag.Sum += st.Lag.Sum
+			for i := range sum.Lag.Counts {
+				sum.Lag.Counts[i] += st.Lag.Counts[i]
+			}
+		})
 	}
-	for _, key := range keys {
-		st := disp[key]
+	for _, key := range disp.keys {
+		st := disp.by[key]
 		counter(claimedDesc, st.Claimed, key)
 		counter(enqueuedDesc, st.Enqueued, key)
 		counter(conflictsDesc, st.Conflicts, key)
@@ -196,37 +182,33 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	// Middleware stores, summed per prefix.
-	mw := map[string]*zclaim.IdempotencyStats{}
-	var prefixes []string
+	var mw sums[zclaim.IdempotencyStats]
 	for _, s := range c.opts.Idempotency {
-		p, st := s.Prefix(), s.Stats()
-		sum := mw[p]
-		if sum == nil {
-			mw[p] = &st
-			prefixes = append(prefixes, p)
-			// Abandoned runs are read from Redis, once per prefix, so the
-			// gauge survives the restart of the process that watched them.
-			if runs, _, err := s.Runs(ctx, "", 0); err == nil {
-				n := 0
-				for _, r := range runs {
-					if r.State == zclaim.RunAbandoned || r.State == zclaim.RunTakenOver {
-						n++
-					}
-				}
-				gauge(abandonedDesc, float64(n), p)
-			}
+		if !mw.add(s.Prefix(), s.Stats(), func(sum *zclaim.IdempotencyStats, st zclaim.IdempotencyStats) {
+			sum.Skipped += st.Skipped
+			sum.InProgress += st.InProgress
+			sum.Completed += st.Completed
+			sum.Released += st.Released
+			sum.LeaseLost += st.LeaseLost
+			sum.StateLost += st.StateLost
+			sum.Takeovers += st.Takeovers
+		}) {
 			continue
 		}
-		sum.Skipped += st.Skipped
-		sum.InProgress += st.InProgress
-		sum.Completed += st.Completed
-		sum.Released += st.Released
-		sum.LeaseLost += st.LeaseLost
-		sum.StateLost += st.StateLost
-		sum.Takeovers += st.Takeovers
+		// Abandoned runs are read from Redis, once per prefix, so the
+		// gauge survives the restart of the process that watched them.
+		if runs, _, err := s.Runs(ctx, "", 0); err == nil {
+			n := 0
+			for _, r := range runs {
+				if r.State == zclaim.RunAbandoned || r.State == zclaim.RunTakenOver {
+					n++
+				}
+			}
+			gauge(abandonedDesc, float64(n), s.Prefix())
+		}
 	}
-	for _, p := range prefixes {
-		st := mw[p]
+	for _, p := range mw.keys {
+		st := mw.by[p]
 		counter(runsDesc, st.Skipped, p, "skipped")
 		counter(runsDesc, st.InProgress, p, "in_progress")
 		counter(runsDesc, st.Completed, p, "completed")
@@ -235,4 +217,26 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(stateLostDesc, st.StateLost, p)
 		counter(takeoverDesc, st.Takeovers, p)
 	}
+}
+
+// sums adds up the stats of several Brokers, Dispatchers or stores of one
+// key, in the order the keys first came.
+type sums[V any] struct {
+	keys []string
+	by   map[string]*V
+}
+
+// add counts v under key, with plus for every v after the key's first;
+// it tells whether v was the key's first.
+func (s *sums[V]) add(key string, v V, plus func(sum *V, v V)) bool {
+	if sum := s.by[key]; sum != nil {
+		plus(sum, v)
+		return false
+	}
+	if s.by == nil {
+		s.by = map[string]*V{}
+	}
+	s.by[key] = &v
+	s.keys = append(s.keys, key)
+	return true
 }
