@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // JobState is where a job is.
@@ -354,4 +356,42 @@ func parseCursor(s, what string) (cursor, error) {
 		c.phase = "i"
 	}
 	return c, nil
+}
+
+// MaxDueBuckets is the most buckets one DueCounts call counts.
+const MaxDueBuckets = 1000
+
+// DueCounts counts the scheduled jobs due in each of n buckets of width
+// step from start: counts[i] holds those due at or after start+i·step and
+// before start+(i+1)·step. It sends one ZCOUNT (O(log n)) per bucket and
+// shard, in one pipeline. n is 1 to MaxDueBuckets; step at least 1ms.
+func (b *Broker) DueCounts(ctx context.Context, start time.Time, step time.Duration, n int) ([]int64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, wrap(ctx, "due counts", err, nil)
+	}
+	if n < 1 || n > MaxDueBuckets || step < time.Millisecond {
+		return nil, zerr("zclaim: due counts: %w: n must be between 1 and %d and step at least 1ms, not %d and %v",
+			ErrInvalidArgument, MaxDueBuckets, n, step)
+	}
+	bounds := make([]string, n+1)
+	for i := range bounds {
+		bounds[i] = b.score(start.Add(time.Duration(i) * step))
+	}
+	cmds := make([]*redis.IntCmd, 0, n*len(b.shards))
+	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range b.shards {
+			for i := range n {
+				cmds = append(cmds, p.ZCount(ctx, k.schedule, bounds[i], "("+bounds[i+1]))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrap(ctx, "due counts", err, b.keys.types)
+	}
+	counts := make([]int64, n)
+	for j, c := range cmds {
+		counts[j%n] += c.Val()
+	}
+	return counts, nil
 }

@@ -1,6 +1,7 @@
 package zclaim
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -328,5 +329,41 @@ func TestDoctorClockSkew(t *testing.T) {
 	p := check()
 	if p == nil || !strings.Contains(p.Detail, "+2") || !strings.Contains(p.Fix, "NTP") {
 		t.Fatalf("a 2 s skew: %+v", p)
+	}
+}
+
+// DueCounts buckets the scheduled jobs of every shard by due time; bad
+// arguments are refused.
+func TestDueCounts(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t, BrokerOptions{Shards: 3})
+	start := time.Now().Truncate(time.Second).Add(time.Hour)
+	var jobs []Job
+	for i := range 300 { // 10 in each of 30 one-minute buckets
+		jobs = append(jobs, Job{ID: "d" + strconv.Itoa(i), RunAt: start.Add(time.Duration(i/10)*time.Minute + time.Duration(i%10)*time.Second), Type: "t"})
+	}
+	jobs = append(jobs, Job{ID: "edge", RunAt: start.Add(40 * time.Minute), Type: "t"}) // the start of bucket 40
+	must(t, b.Schedule(ctx, jobs...))
+	counts, err := b.DueCounts(ctx, start, time.Minute, 41)
+	must(t, err)
+	for i, n := range counts {
+		want := int64(0)
+		switch {
+		case i < 30:
+			want = 10
+		case i == 40:
+			want = 1
+		}
+		if n != want {
+			t.Fatalf("bucket %d holds %d jobs, want %d (%v)", i, n, want, counts)
+		}
+	}
+	for _, bad := range []struct {
+		step time.Duration
+		n    int
+	}{{time.Minute, 0}, {time.Minute, MaxDueBuckets + 1}, {0, 10}, {time.Microsecond, 10}} {
+		if _, err := b.DueCounts(ctx, start, bad.step, bad.n); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("DueCounts(step %v, n %d): %v, want ErrInvalidArgument", bad.step, bad.n, err)
+		}
 	}
 }
