@@ -1,0 +1,309 @@
+// Package zclaimweb is a web console for zclaim schedules: an http.Handler
+// that shows the schedule, the in-flight and dead jobs, the runs of active
+// asynq tasks and the periodic definitions, and runs, reschedules,
+// cancels, revives and deletes jobs.
+//
+// Mount it under a path of its own, behind the service's own auth:
+//
+//	h, err := zclaimweb.New(zclaimweb.Options{
+//		Schedules:   []*zclaim.Broker{broker},
+//		Idempotency: idem,                                   // optional: runs
+//		Inspector:   asynq.NewInspectorFromRedisClient(rdb), // optional: asynq's queues
+//		Root:        "/zclaim",
+//	})
+//	mux.Handle("/zclaim/", h)
+//
+// The pages and their assets are embedded; nothing is fetched at run time.
+// Every value from Redis is escaped. Actions are POSTs that carry the
+// handler's CSRF token and pass through a confirmation page; with ReadOnly
+// the pages show no buttons and the handler refuses every POST. The
+// handler reads only what a page shows, through the Brokers' lookups (no
+// KEYS, no SCAN). docs/console.md describes the pages.
+package zclaimweb
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/zclaim/zclaim"
+)
+
+// Options configure the console. The zero value of each field but
+// Schedules means its documented default.
+type Options struct {
+	// Schedules are the schedules the console shows, at least one.
+	Schedules []*zclaim.Broker
+	// Idempotency, when set, adds the runs of active asynq tasks (live,
+	// abandoned by a dead worker, taken over) to the overview and a page
+	// of their own.
+	Idempotency *zclaim.Idempotency
+	// Inspector, when set, shows asynq's queues beside the schedules.
+	Inspector *asynq.Inspector
+	// ReadOnly shows no buttons and refuses every POST.
+	ReadOnly bool
+	// Root is the path the handler is mounted at, as in "/zclaim".
+	// Default: "/".
+	Root string
+	// PageSize is the number of jobs on a page of a listing, 1 to
+	// zclaim.MaxListLimit. Default: 50.
+	PageSize int
+	// Refresh is how often the pages update their counts. Default: 2s.
+	Refresh time.Duration
+	// Logger receives the errors the pages show. nil: none are logged.
+	Logger *slog.Logger
+}
+
+// ErrInvalidOptions is returned by New for options it cannot use.
+var ErrInvalidOptions = errors.New("zclaimweb: invalid options")
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed assets
+var assetFS embed.FS
+
+type handler struct {
+	opts  Options
+	mux   *http.ServeMux
+	pages map[string]*template.Template
+	csrf  string // the token every form carries
+}
+
+// New returns the console's handler.
+func New(opts Options) (http.Handler, error) {
+	if len(opts.Schedules) == 0 {
+		return nil, fmt.Errorf("%w: no schedule", ErrInvalidOptions)
+	}
+	for _, b := range opts.Schedules {
+		if b == nil {
+			return nil, fmt.Errorf("%w: a nil Broker", ErrInvalidOptions)
+		}
+	}
+	if opts.Root == "" {
+		opts.Root = "/"
+	}
+	if !strings.HasPrefix(opts.Root, "/") {
+		return nil, fmt.Errorf("%w: Root %q does not start with /", ErrInvalidOptions, opts.Root)
+	}
+	opts.Root = strings.TrimSuffix(opts.Root, "/")
+	if opts.PageSize == 0 {
+		opts.PageSize = 50
+	}
+	if opts.PageSize < 1 || opts.PageSize > zclaim.MaxListLimit {
+		return nil, fmt.Errorf("%w: PageSize must be between 1 and %d, not %d", ErrInvalidOptions,
+			zclaim.MaxListLimit, opts.PageSize)
+	}
+	if opts.Refresh == 0 {
+		opts.Refresh = 2 * time.Second
+	}
+	if opts.Refresh < 100*time.Millisecond {
+		return nil, fmt.Errorf("%w: Refresh must be at least 100ms, not %v", ErrInvalidOptions, opts.Refresh)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	token := make([]byte, 32)
+	if _, err := rand.Read(token); err != nil {
+		return nil, err
+	}
+	h := &handler{opts: opts, mux: http.NewServeMux(), pages: map[string]*template.Template{},
+		csrf: hex.EncodeToString(token)}
+	if err := h.parse(); err != nil {
+		return nil, err
+	}
+	assets, _ := fs.Sub(assetFS, "assets")
+	h.mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	h.mux.HandleFunc("GET /{$}", h.overview)
+	h.mux.HandleFunc("GET /api/stats", h.apiStats)
+	h.mux.HandleFunc("GET /s/{s}/{state}", h.list)
+	h.mux.HandleFunc("GET /s/{s}/job", h.job)
+	h.mux.HandleFunc("GET /job", h.search)
+	h.mux.HandleFunc("GET /s/{s}/periodic", h.periodic)
+	h.mux.HandleFunc("GET /runs", h.runs)
+	h.mux.HandleFunc("GET /queues", h.queues)
+	h.mux.HandleFunc("POST /s/{s}/act", h.act)
+	return http.StripPrefix(opts.Root, h), nil
+}
+
+func (h *handler) parse() error {
+	funcs := template.FuncMap{
+		"path": func(p string, q ...string) string { return h.path(p, q...) },
+		"ago":  ago,
+		"abs":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
+		"add":  func(a, b int) int { return a + b },
+	}
+	names, err := fs.Glob(templateFS, "templates/*.html")
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if n == "templates/layout.html" {
+			continue
+		}
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", n)
+		if err != nil {
+			return err
+		}
+		h.pages[strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")] = t
+	}
+	return nil
+}
+
+// path is the URL of p (from the handler's root) with query pairs q.
+func (h *handler) path(p string, q ...string) string {
+	u := h.opts.Root + p
+	if len(q) > 1 {
+		v := url.Values{}
+		for i := 0; i+1 < len(q); i += 2 {
+			if q[i+1] != "" {
+				v.Add(q[i], q[i+1])
+			}
+		}
+		if len(v) > 0 {
+			u += "?" + v.Encode()
+		}
+	}
+	return u
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "+
+		"frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("X-Frame-Options", "DENY")
+	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("Cache-Control", "no-store")
+	h.mux.ServeHTTP(w, r)
+}
+
+// page is what every template gets.
+type page struct {
+	Title     string
+	Root      string
+	CSRF      string
+	ReadOnly  bool
+	Refresh   int64 // ms
+	Schedules []scheduleRef
+	HasRuns   bool
+	HasQueues bool
+	Flash     string
+	Data      any
+}
+
+type scheduleRef struct {
+	N   int
+	Key string
+}
+
+func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
+	p := page{Title: title, Root: h.opts.Root, ReadOnly: h.opts.ReadOnly, Refresh: h.opts.Refresh.Milliseconds(),
+		HasRuns: h.opts.Idempotency != nil, HasQueues: h.opts.Inspector != nil, Flash: r.URL.Query().Get("done"),
+		Data: data}
+	if !h.opts.ReadOnly {
+		p.CSRF = h.csrf
+	}
+	for i, b := range h.opts.Schedules {
+		p.Schedules = append(p.Schedules, scheduleRef{i, b.Key()})
+	}
+	var buf bytes.Buffer
+	if err := h.pages[name].ExecuteTemplate(&buf, "layout.html", p); err != nil {
+		h.opts.Logger.Error("zclaimweb: page failed", slog.String("page", name), slog.String("error", err.Error()))
+		http.Error(w, "zclaimweb: the page failed: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = buf.WriteTo(w)
+}
+
+// fail shows an error page; a Redis or lookup error is logged too.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, status int, msg string, err error) {
+	if err != nil {
+		h.opts.Logger.Error("zclaimweb: "+msg, slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		msg += ": " + err.Error()
+	}
+	h.render(w, r, status, "error", "Error", msg)
+}
+
+// schedule is the Broker the {s} of the request's path names.
+func (h *handler) schedule(w http.ResponseWriter, r *http.Request) (int, *zclaim.Broker, bool) {
+	var n int
+	if _, err := fmt.Sscan(r.PathValue("s"), &n); err != nil || n < 0 || n >= len(h.opts.Schedules) ||
+		fmt.Sprint(n) != r.PathValue("s") {
+		h.fail(w, r, http.StatusNotFound, "no such schedule", nil)
+		return 0, nil, false
+	}
+	return n, h.opts.Schedules[n], true
+}
+
+// sameOrigin refuses a POST that a browser says came from another site.
+func sameOrigin(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "", "same-origin", "none":
+	default:
+		return false
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		if err != nil || u.Host != r.Host {
+			return false
+		}
+	}
+	return true
+}
+
+func (h *handler) csrfOK(r *http.Request) bool {
+	return subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(h.csrf)) == 1 && sameOrigin(r)
+}
+
+// ago says how far t is from now, as "in 3m" or "5s ago".
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "–"
+	}
+	d := time.Until(t)
+	s := "in "
+	if d < 0 {
+		d, s = -d, ""
+	}
+	var v string
+	switch {
+	case d < time.Second:
+		v = d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		v = d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		v = d.Round(time.Second).String()
+	case d < 48*time.Hour:
+		v = d.Round(time.Minute).String()
+	default:
+		v = fmt.Sprintf("%dd", int(d.Hours()/24))
+	}
+	if s == "" {
+		return v + " ago"
+	}
+	return s + v
+}
+
+// search sends the search box's id to its schedule's job page.
+func (h *handler) search(w http.ResponseWriter, r *http.Request) {
+	s := r.URL.Query().Get("s")
+	if s == "" {
+		s = "0"
+	}
+	http.Redirect(w, r, h.path("/s/"+url.PathEscape(s)+"/job", "id", r.URL.Query().Get("id")), http.StatusSeeOther)
+}

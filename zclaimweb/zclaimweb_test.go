@@ -1,0 +1,332 @@
+package zclaimweb_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zclaim/zclaim"
+	"github.com/zclaim/zclaim/zclaimweb"
+	"github.com/zclaim/zclaim/zclaimweb/internal/webtest"
+)
+
+var ctx = context.Background()
+
+func TestMain(m *testing.M) {
+	if err := webtest.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	code := m.Run()
+	webtest.Redis.Close()
+	os.Exit(code)
+}
+
+// noRedirect is a client that shows redirects instead of following them.
+var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+func get(t *testing.T, u string) (int, string) {
+	t.Helper()
+	resp, err := noRedirect.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func post(t *testing.T, u string, form url.Values, header ...string) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest("POST", u, strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+var csrfRe = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+func csrf(t *testing.T, page string) string {
+	t.Helper()
+	m := csrfRe.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no CSRF token on the page:\n%s", page)
+	}
+	return m[1]
+}
+
+// The overview shows the schedule's counts, its due charts and asynq's
+// queues, and api/stats the same counts as JSON.
+func TestOverview(t *testing.T) {
+	t.Parallel()
+	e := webtest.New(t, webtest.Options{Shards: 2})
+	e.Seed(t, 120)
+	e.Kill(t, "gone-1", "attempts exhausted")
+	code, body := get(t, e.URL+"/")
+	if code != 200 {
+		t.Fatalf("overview: %d\n%s", code, body)
+	}
+	for _, want := range []string{`id="s0-scheduled">120<`, `id="s0-dead">1<`, `id="s0-inflight">0<`,
+		"due in the next hour: 0 jobs", "due in the next day: 120 jobs", "asynq queues"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("overview lacks %q", want)
+		}
+	}
+	code, body = get(t, e.URL+"/api/stats")
+	var st struct {
+		Schedules []struct {
+			Key             string
+			Scheduled, Dead int64
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil || len(st.Schedules) != 1 ||
+		st.Schedules[0].Scheduled != 120 || st.Schedules[0].Dead != 1 || st.Schedules[0].Key != e.Key {
+		t.Fatalf("api/stats: %d %v %s", code, err, body)
+	}
+	if code, _ := get(t, strings.TrimSuffix(e.URL, "/zclaim")+"/"); code != 404 {
+		t.Errorf("a path outside the mount point: %d, want 404", code)
+	}
+}
+
+// A listing pages through the schedule with the lookup API's cursors:
+// every job once, in due order.
+func TestPaging(t *testing.T) {
+	t.Parallel()
+	e := webtest.New(t, webtest.Options{PageSize: 40})
+	e.Seed(t, 100)
+	idRe := regexp.MustCompile(`<td class="id"><a href="[^"]*">(job-\d+)</a>`)
+	nextRe := regexp.MustCompile(`href="([^"]*)" id="next"`)
+	var seen []string
+	u := e.URL + "/s/0/scheduled"
+	for pages := 0; u != ""; pages++ {
+		if pages > 3 {
+			t.Fatal("more than 3 pages of 40 for 100 jobs")
+		}
+		code, body := get(t, u)
+		if code != 200 {
+			t.Fatalf("%s: %d", u, code)
+		}
+		for _, m := range idRe.FindAllStringSubmatch(body, -1) {
+			seen = append(seen, m[1])
+		}
+		u = ""
+		if m := nextRe.FindStringSubmatch(body); m != nil {
+			u = strings.TrimSuffix(e.URL, "/zclaim") + strings.ReplaceAll(m[1], "&amp;", "&")
+		}
+	}
+	if len(seen) != 100 {
+		t.Fatalf("saw %d jobs, want 100", len(seen))
+	}
+	for i, id := range seen {
+		if id != fmt.Sprintf("job-%d", i) {
+			t.Fatalf("job %d on the pages is %s", i, id)
+		}
+	}
+}
+
+// Revive through the confirmation page: the first POST changes nothing,
+// the confirmed one revives and redirects back with a message.
+func TestReviveConfirmed(t *testing.T) {
+	t.Parallel()
+	e := webtest.New(t, webtest.Options{})
+	e.Kill(t, "dead-1", "boom")
+	_, page := get(t, e.URL+"/s/0/dead")
+	form := url.Values{"csrf": {csrf(t, page)}, "op": {"revive"}, "id": {"dead-1"}, "back": {"/s/0/dead"}}
+	code, body, _ := post(t, e.URL+"/s/0/act", form)
+	if code != 200 || !strings.Contains(body, `id="confirm"`) {
+		t.Fatalf("first POST: %d, want the confirmation page:\n%s", code, body)
+	}
+	if j, err := e.Broker.Job(ctx, "dead-1"); err != nil || j.State != zclaim.StateDead {
+		t.Fatalf("before confirming: %+v %v", j, err)
+	}
+	form.Set("confirm", "yes")
+	code, _, hd := post(t, e.URL+"/s/0/act", form)
+	if code != http.StatusSeeOther || !strings.HasPrefix(hd.Get("Location"), "/zclaim/s/0/dead?done=") {
+		t.Fatalf("confirmed POST: %d to %q", code, hd.Get("Location"))
+	}
+	if j, err := e.Broker.Job(ctx, "dead-1"); err != nil || j.State != zclaim.StateScheduled {
+		t.Fatalf("after reviving: %+v %v", j, err)
+	}
+}
+
+// Every action, confirmed, does what it says on a scheduled job.
+func TestActions(t *testing.T) {
+	t.Parallel()
+	e := webtest.New(t, webtest.Options{})
+	e.Seed(t, 3)
+	_, page := get(t, e.URL+"/s/0/scheduled")
+	tok := csrf(t, page)
+	act := func(op, id string, extra ...string) {
+		t.Helper()
+		form := url.Values{"csrf": {tok}, "op": {op}, "id": {id}, "back": {"/s/0/scheduled"}, "confirm": {"yes"}}
+		for i := 0; i+1 < len(extra); i += 2 {
+			form.Set(extra[i], extra[i+1])
+		}
+		if code, body, _ := post(t, e.URL+"/s/0/act", form); code != http.StatusSeeOther {
+			t.Fatalf("%s %s: %d\n%s", op, id, code, body)
+		}
+	}
+	act("run-now", "job-0")
+	if st, _ := e.Broker.Stats(ctx); st.Due != 1 {
+		t.Fatalf("after run-now: %d due, want 1", st.Due)
+	}
+	act("reschedule", "job-1", "at", "72h")
+	if j, _ := e.Broker.Job(ctx, "job-1"); time.Until(j.RunAt) < 71*time.Hour || time.Until(j.RunAt) > 73*time.Hour {
+		t.Fatalf("after rescheduling to 72h from now: runs at %v", j.RunAt)
+	}
+	act("cancel", "job-2")
+	if _, err := e.Broker.Job(ctx, "job-2"); !errors.Is(err, zclaim.ErrNotFound) {
+		t.Fatalf("after cancel: %v", err)
+	}
+	e.Kill(t, "d", "boom")
+	act("delete", "d")
+	if _, err := e.Broker.Job(ctx, "d"); !errors.Is(err, zclaim.ErrNotFound) {
+		t.Fatalf("after delete: %v", err)
+	}
+	form := url.Values{"csrf": {tok}, "op": {"reschedule"}, "id": {"job-1"}, "at": {"soon"}}
+	if code, _, _ := post(t, e.URL+"/s/0/act", form); code != http.StatusBadRequest {
+		t.Fatalf("reschedule to \"soon\": %d, want 400", code)
+	}
+}
+
+// A POST without the CSRF token, with a wrong one, or from another site is
+// refused and changes nothing; a read-only console shows no buttons and
+// refuses every POST.
+func TestRefused(t *testing.T) {
+	t.Parallel()
+	e := webtest.New(t, webtest.Options{})
+	e.Kill(t, "dead-1", "boom")
+	_, page := get(t, e.URL+"/s/0/dead")
+	tok := csrf(t, page)
+	base := url.Values{"op": {"revive"}, "id": {"dead-1"}, "confirm": {"yes"}}
+	for name, c := range map[string]struct {
+		tok    string
+		header []string
+	}{
+		"no token":    {"", nil},
+		"wrong token": {strings.Repeat("0", len(tok)), nil},
+		"other site":  {tok, []string{"Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"}},
+	} {
+		form := url.Values{}
+		for k, v := range base {
+			form[k] = v
+		}
+		if c.tok != "" {
+			form.Set("csrf", c.tok)
+		}
+		if code, _, _ := post(t, e.URL+"/s/0/act", form, c.header...); code != http.StatusForbidden {
+			t.Errorf("%s: %d, want 403", name, code)
+		}
+	}
+	if j, err := e.Broker.Job(ctx, "dead-1"); err != nil || j.State != zclaim.StateDead {
+		t.Fatalf("after refused POSTs: %+v %v", j, err)
+	}
+
+	ro := webtest.New(t, webtest.Options{ReadOnly: true})
+	ro.Kill(t, "dead-2", "boom")
+	for _, p := range []string{"/", "/s/0/dead", "/s/0/job?id=dead-2"} {
+		_, body := get(t, ro.URL+p)
+		if strings.Contains(body, "<button type=\"submit\" name=\"op\"") || strings.Contains(body, `name="csrf"`) {
+			t.Errorf("read-only %s shows an action", p)
+		}
+	}
+	form := url.Values{"csrf": {tok}, "op": {"revive"}, "id": {"dead-2"}, "confirm": {"yes"}}
+	if code, _, _ := post(t, ro.URL+"/s/0/act", form); code != http.StatusForbidden {
+		t.Fatalf("read-only POST: %d, want 403", code)
+	}
+	if j, err := ro.Broker.Job(ctx, "dead-2"); err != nil || j.State != zclaim.StateDead {
+		t.Fatalf("after a read-only POST: %+v %v", j, err)
+	}
+}
+
+// Ids, types and reasons from Redis are text: a hostile id is escaped on
+// every page it appears on; the pages forbid inline script.
+func TestEscaped(t *testing.T) {
+	t.Parallel()
+	e := webtest.New(t, webtest.Options{})
+	hostile := `<img src=x onerror=alert(1)>`
+	e.Kill(t, hostile, `<script>alert(2)</script>`)
+	if err := e.Broker.Schedule(ctx, zclaim.Job{ID: hostile + "2", RunAt: time.Now().Add(time.Hour), Type: `"><b>t`}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/s/0/dead", "/s/0/scheduled", "/s/0/job?id=" + url.QueryEscape(hostile)} {
+		code, body := get(t, e.URL+p)
+		if code != 200 {
+			t.Fatalf("%s: %d", p, code)
+		}
+		for _, bad := range []string{"<img", "<script>alert", "<b>t"} {
+			if strings.Contains(body, bad) {
+				t.Errorf("%s holds %q unescaped", p, bad)
+			}
+		}
+		if !strings.Contains(body, "&lt;img src=x onerror=alert(1)&gt;") {
+			t.Errorf("%s does not show the hostile id as text", p)
+		}
+	}
+	resp, err := http.Get(e.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") {
+		t.Fatalf("CSP %q", csp)
+	}
+}
+
+// The job page shows every entry of an id; an unknown id is a 404 page.
+func TestJobPage(t *testing.T) {
+	t.Parallel()
+	e := webtest.New(t, webtest.Options{})
+	e.Seed(t, 1)
+	code, body := get(t, e.URL+"/s/0/job?id=job-0")
+	if code != 200 || !strings.Contains(body, `data-state="scheduled"`) || !strings.Contains(body, "email") {
+		t.Fatalf("job page: %d\n%s", code, body)
+	}
+	if code, body := get(t, e.URL+"/s/0/job?id=nope"); code != 404 || !strings.Contains(body, `id="not-found"`) {
+		t.Fatalf("unknown id: %d", code)
+	}
+	if code, _ := get(t, e.URL+"/job?id=job-0"); code != http.StatusSeeOther {
+		t.Fatalf("search box: %d, want a redirect", code)
+	}
+	for _, p := range []string{"/s/9/scheduled", "/s/x/dead", "/s/0/nothing", "/s/01/dead"} {
+		if code, _ := get(t, e.URL+p); code != 404 {
+			t.Errorf("%s: %d, want 404", p, code)
+		}
+	}
+}
+
+func TestNewRefuses(t *testing.T) {
+	t.Parallel()
+	e := webtest.New(t, webtest.Options{})
+	for name, o := range map[string]zclaimweb.Options{
+		"no schedule": {},
+		"nil broker":  {Schedules: []*zclaim.Broker{nil}},
+		"root":        {Schedules: []*zclaim.Broker{e.Broker}, Root: "zclaim"},
+		"page size":   {Schedules: []*zclaim.Broker{e.Broker}, PageSize: zclaim.MaxListLimit + 1},
+		"refresh":     {Schedules: []*zclaim.Broker{e.Broker}, Refresh: 1},
+	} {
+		if _, err := zclaimweb.New(o); !errors.Is(err, zclaimweb.ErrInvalidOptions) {
+			t.Errorf("%s: %v, want ErrInvalidOptions", name, err)
+		}
+	}
+}
