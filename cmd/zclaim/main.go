@@ -5,6 +5,7 @@
 //	zclaim ls scheduled --limit 20
 //	zclaim show order-731
 //	zclaim doctor
+//	zclaim web --listen 127.0.0.1:8080
 //
 // Every command takes --redis (a redis:// URL; default $REDIS_URL, else
 // redis://127.0.0.1:6379), --cluster (the URL names Redis Cluster nodes),
@@ -61,6 +62,8 @@ commands:
   watch                          counts and lag, refreshed (--interval, --count)
   doctor                         check what the schedule needs from its server
   audit                          read an existing sorted set (writes nothing): what it holds, what fits it
+  web                            serve the web console (--listen, default 127.0.0.1:8080; --read-only; a password
+                                 in $ZCLAIM_WEB_PASSWORD or --behind-auth for any non-loopback address)
 
 flags of every command (anywhere; "--" ends them):
   --redis URL   redis:// URL (default $REDIS_URL, else redis://127.0.0.1:6379)
@@ -114,6 +117,7 @@ func init() {
 		"watch":       {run: cmdWatch, flags: watchFlags},
 		"doctor":      {run: cmdDoctor, flags: doctorFlags},
 		"audit":       {run: cmdAudit, raw: true},
+		"web":         {run: cmdWeb, flags: webFlags},
 	}
 }
 
