@@ -465,7 +465,9 @@ func TestMiddlewareKeyErrors(t *testing.T) {
 func TestMiddlewareLastRetryWaits(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
-	i := newIdem(t, rdb, IdempotencyOptions{Lease: 60 * time.Millisecond, Key: payloadKey})
+	// The other run finishes 40 ms in, well inside its lease even on a
+	// loaded machine (a lease that ran out first would let the task run).
+	i := newIdem(t, rdb, IdempotencyOptions{Lease: 400 * time.Millisecond, Key: payloadKey})
 	q := testQueue(t)
 	other, err := i.Begin(ctx, "job-1") // a run elsewhere, which then finishes
 	must(t, err)
