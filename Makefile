@@ -1,5 +1,5 @@
 # make test: vet and race-test every module (the root, zclaimpg, zclaimprom,
-# zclaimvet, cmd/zclaimvet and example, joined by go.work) against a real Redis and PostgreSQL. It finds a
+# zclaimvet, cmd/zclaimvet, example and zclaimweb/browser, joined by go.work) against a real Redis and PostgreSQL. It finds a
 # redis-server 7 on PATH, or downloads Debian's package into .cache/redis
 # (internal/findredis), and puts it first on PATH; the tests start their
 # own servers from it on free ports, or use the server named by
@@ -11,13 +11,13 @@ GO ?= go
 SHELL := /bin/bash
 
 # Every module's packages, from the root (go.work joins them).
-MODULES := ./... ./cmd/zclaimvet/... ./example/... ./zclaimpg/... ./zclaimprom/... ./zclaimvet/...
+MODULES := ./... ./cmd/zclaimvet/... ./example/... ./zclaimpg/... ./zclaimprom/... ./zclaimvet/... ./zclaimweb/browser/...
 
 .PHONY: test vet fmt
 test: vet
 	@set -o pipefail; dir=$$($(GO) run ./internal/findredis) || exit 1; \
 	$(GO) build -o .cache/testlog ./internal/testlog && \
-	PATH="$$dir:$$PATH" $(GO) test -race -count=1 -json $(MODULES) | .cache/testlog
+	PATH="$$dir:$$PATH" $(GO) test -race -count=1 -parallel 8 -json $(MODULES) | .cache/testlog
 
 vet:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt needed"; exit 1; }

@@ -185,7 +185,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("X-Frame-Options", "DENY")
-	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("Referrer-Policy", "same-origin")
 	hd.Set("Cache-Control", "no-store")
 	h.mux.ServeHTTP(w, r)
 }
@@ -257,7 +257,11 @@ func sameOrigin(r *http.Request) bool {
 	default:
 		return false
 	}
-	if o := r.Header.Get("Origin"); o != "" {
+	// A browser that withholds the origin sends "null"; Sec-Fetch-Site
+	// then has to vouch for the request.
+	if o := r.Header.Get("Origin"); o == "null" {
+		return r.Header.Get("Sec-Fetch-Site") == "same-origin"
+	} else if o != "" {
 		u, err := url.Parse(o)
 		if err != nil || u.Host != r.Host {
 			return false

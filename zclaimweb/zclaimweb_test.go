@@ -160,7 +160,8 @@ func TestReviveConfirmed(t *testing.T) {
 		t.Fatalf("before confirming: %+v %v", j, err)
 	}
 	form.Set("confirm", "yes")
-	code, _, hd := post(t, e.URL+"/s/0/act", form)
+	// As a browser posts a form under Referrer-Policy no-referrer.
+	code, _, hd := post(t, e.URL+"/s/0/act", form, "Origin", "null", "Sec-Fetch-Site", "same-origin")
 	if code != http.StatusSeeOther || !strings.HasPrefix(hd.Get("Location"), "/zclaim/s/0/dead?done=") {
 		t.Fatalf("confirmed POST: %d to %q", code, hd.Get("Location"))
 	}
@@ -226,6 +227,7 @@ func TestRefused(t *testing.T) {
 		"no token":    {"", nil},
 		"wrong token": {strings.Repeat("0", len(tok)), nil},
 		"other site":  {tok, []string{"Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"}},
+		"null origin": {tok, []string{"Origin", "null"}},
 	} {
 		form := url.Values{}
 		for k, v := range base {

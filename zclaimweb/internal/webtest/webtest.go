@@ -49,6 +49,7 @@ type Options struct {
 	ReadOnly bool
 	Shards   int
 	PageSize int
+	Key      string // the schedule's key; default: one of the test's own
 }
 
 // New gives t a schedule under keys of its own and serves a console of it
@@ -59,7 +60,10 @@ func New(t testing.TB, o Options) *Env {
 	t.Cleanup(func() { rdb.Close() })
 	n := seq.Add(1)
 	quiet := slog.New(slog.DiscardHandler)
-	key := fmt.Sprintf("web%d:{%s-%d}", n, strings.ReplaceAll(t.Name(), "/", "-"), n)
+	key := o.Key
+	if key == "" {
+		key = fmt.Sprintf("web%d:{%s-%d}", n, strings.ReplaceAll(t.Name(), "/", "-"), n)
+	}
 	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: key, Shards: o.Shards, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
