@@ -1,242 +1,1077 @@
 // Package zclaimvet is a go/analysis analyzer that finds racy sorted-set
-// pollers: a read of due members by score (ZRANGEBYSCORE, or ZRANGE ...
-// BYSCORE) followed, in the same function, by a removal (ZREM,
-// ZREMRANGEBYSCORE, ZREMRANGEBYRANK) on the same key, sent as separate
-// requests, outside a Lua script or a WATCH transaction. Two pollers read
-// the same member before either removes it, and the job runs twice.
+// pollers: a read of due members (ZRANGEBYSCORE, ZRANGE ... BYSCORE, or a
+// read by rank with scores) and a removal of members of the same key
+// (ZREM, ZREMRANGEBYSCORE, ZREMRANGEBYRANK), sent as separate requests,
+// outside a Lua script, a MULTI/EXEC transaction or a WATCH transaction.
+// Two pollers read the same member before either removes it, and the job
+// runs twice.
 //
-// It knows go-redis (v9 and v8: the typed methods, ZRangeArgs with
-// ByScore, and Do) and redigo's Do. A removal whose result decides who runs
-// the job (a checked ZREM) is correct but costs a round trip per job: it
-// gets a milder report of its own.
+// It follows keys across functions and packages (analysis facts: "this
+// function reads due members of its key argument i", "this method removes
+// members of its receiver's field key"), through the project's own client
+// wrappers, closures and pipelines. It knows go-redis (v9, v8 and v7 without
+// a context: the typed methods, ZRangeArgs with ByScore, Pipelined,
+// TxPipelined, Watch, and Do) and redigo (Do, Send, MULTI/EXEC, WATCH).
 //
-//	go install github.com/zclaim/zclaim/cmd/zclaimvet@latest
-//	go vet -vettool=$(which zclaimvet) ./...
+// A removal of one member whose count decides who runs the job (a checked
+// ZREM) is correct but costs a round trip per job: it gets a milder report
+// of its own. A removal after an atomic claim of the id (LPOP or LMOVE from
+// a ready list, SET NX of the id) only cleans up, and is not reported.
+// Reports are at the read, and name the removal's position.
 //
-// A "//zclaimvet:ok" comment on the line of the read or the removal
-// silences a report.
+//	go run github.com/zclaim/zclaim/cmd/zclaimvet@latest ./...
+//
+// Test files are skipped unless -tests is given. A "//zclaimvet:ok" comment
+// on the line of the read or the removal silences a report.
 package zclaimvet
 
 import (
+	"fmt"
 	"go/ast"
 	"go/constant"
 	"go/token"
 	"go/types"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/tools/go/analysis"
-	"golang.org/x/tools/go/analysis/passes/inspect"
-	"golang.org/x/tools/go/ast/inspector"
 )
 
-// Analyzer reports racy ZRANGEBYSCORE-then-ZREM pollers.
+// Analyzer reports racy read-then-remove sorted-set pollers.
 var Analyzer = &analysis.Analyzer{
 	Name: "zclaimvet",
-	Doc: "report sorted-set pollers that read due members by score and remove them in a separate request " +
+	Doc: "report sorted-set pollers that read due members and remove them in a separate request " +
 		"(two workers take one job)",
-	URL:      "https://pkg.go.dev/github.com/zclaim/zclaim/zclaimvet",
-	Requires: []*analysis.Analyzer{inspect.Analyzer},
-	Run:      run,
+	URL:       "https://pkg.go.dev/github.com/zclaim/zclaim/zclaimvet",
+	Run:       run,
+	FactTypes: []analysis.Fact{new(Summary)},
+}
+
+var includeTests bool
+
+func init() {
+	Analyzer.Flags.BoolVar(&includeTests, "tests", false, "also analyse _test.go files")
 }
 
 // Messages of the two reports.
 const (
-	RacyMessage = "racy poller: %s reads due members of %s and %s removes them in a separate request; " +
+	RacyMessage = "racy poller: %s reads due members of %s here, and %s at %s removes them in a separate request; " +
 		"two workers read the same member before either removes it, and the job runs twice. " +
 		"Claim in one script instead: zclaim's Broker.Claim, or its Dispatcher into asynq"
-	CheckedMessage = "checked ZREM after %s on %s: correct (only the worker whose ZREM removed the member runs it), " +
-		"but one round trip per job and every other worker's read wasted; zclaim's Broker.Claim " +
+	CheckedMessage = "checked ZREM at %s after %s on %s: correct (only the worker whose ZREM removed the member " +
+		"runs it), but one round trip per job and every other worker's read wasted; zclaim's Broker.Claim " +
 		"takes a batch in one script"
 )
 
-// op is a sorted-set call the analyzer cares about.
-type op struct {
-	call    *ast.CallExpr
-	name    string   // the command, as Redis spells it
-	key     ast.Expr // the key argument
-	read    bool     // a read by score; else a removal
-	checked bool     // a removal whose result is tested
+// Summary is the fact of a function: the reads and removals of sorted-set
+// keys that it leaves to its callers to pair, with keys written in terms
+// of its parameters ("⟨p0⟩") and its receiver ("⟨r⟩.key").
+type Summary struct {
+	Accesses []Access
 }
 
-var (
-	readMethods = map[string]bool{"ZRangeByScore": true, "ZRangeByScoreWithScores": true, "ZRevRangeByScore": true,
-		"ZRevRangeByScoreWithScores": true}
-	argsMethods   = map[string]bool{"ZRangeArgs": true, "ZRangeArgsWithScores": true}
-	removeMethods = map[string]string{"ZRem": "ZREM", "ZRemRangeByScore": "ZREMRANGEBYSCORE",
-		"ZRemRangeByRank": "ZREMRANGEBYRANK"}
-	removeCmds = map[string]bool{"ZREM": true, "ZREMRANGEBYSCORE": true, "ZREMRANGEBYRANK": true}
-)
+func (*Summary) AFact() {}
+
+func (s *Summary) String() string {
+	var b []string
+	for _, a := range s.Accesses {
+		b = append(b, a.String())
+	}
+	return "zset(" + strings.Join(b, ", ") + ")"
+}
+
+// Access is one read or removal.
+type Access struct {
+	Read    bool
+	Name    string // the command, as Redis spells it
+	Key     string // the key, normalized (see norm)
+	Pos     string // where the command is sent, as file.go:line
+	Checked bool   // a removal of one member whose count is tested
+	// Forward: a removal whose members are the function's variadic
+	// parameter, so its caller's arguments say whether it removes one.
+	Forward bool
+	Batch   bool   // a removal of several members, or by range
+	Shown   string // the key as the source writes it, for messages
+}
+
+func (a Access) String() string {
+	v := "rm"
+	if a.Read {
+		v = "read"
+	}
+	return v + " " + a.Key
+}
+
+// event is an access as one function sends it, directly or through a call.
+type event struct {
+	Access
+	node    ast.Node // the call in this function
+	group   any      // non-nil: sent in one MULTI/EXEC with the others of its group
+	claim   bool     // an atomic claim (LPOP, LMOVE, SET NX): what follows it is cleanup
+	callee  *types.Func
+	calleeI int // the index of the access in the callee's summary
+}
+
+type analysisState struct {
+	pass      *analysis.Pass
+	ok        map[token.Position]bool
+	summaries map[*types.Func]*Summary // this package's, being computed
+	decls     map[*types.Func]*ast.FuncDecl
+	watched   map[ast.Node]bool // function bodies run in a WATCH transaction
+	final     bool              // the reporting pass
+	reported  map[ast.Node]bool
+	paired    map[*types.Func]map[int]bool // callee accesses paired at a call site
+	origin    map[*types.Func][]ast.Node   // node of each access of this package's summaries
+}
 
 func run(pass *analysis.Pass) (any, error) {
-	ins := pass.ResultOf[inspect.Analyzer].(*inspector.Inspector)
-	ok := okLines(pass)
-	// Functions run in a WATCH transaction are left out.
-	watched := map[*ast.FuncLit]bool{}
-	ins.Preorder([]ast.Node{(*ast.CallExpr)(nil)}, func(n ast.Node) {
-		if call := n.(*ast.CallExpr); isWatch(pass, call) {
-			for _, a := range call.Args {
-				if lit, isLit := ast.Unparen(a).(*ast.FuncLit); isLit {
-					watched[lit] = true
+	st := &analysisState{pass: pass, ok: okLines(pass), summaries: map[*types.Func]*Summary{},
+		decls: map[*types.Func]*ast.FuncDecl{}, watched: map[ast.Node]bool{}, reported: map[ast.Node]bool{},
+		paired: map[*types.Func]map[int]bool{}, origin: map[*types.Func][]ast.Node{}}
+	var funcs []*ast.FuncDecl
+	for _, f := range pass.Files {
+		name := pass.Fset.Position(f.Pos()).Filename
+		if strings.HasSuffix(name, "_test.go") && !includeTests {
+			continue
+		}
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
+				funcs = append(funcs, fd)
+				if fn, ok := pass.TypesInfo.Defs[fd.Name].(*types.Func); ok {
+					st.decls[fn] = fd
 				}
 			}
 		}
-	})
-	ins.Preorder([]ast.Node{(*ast.FuncDecl)(nil), (*ast.FuncLit)(nil)}, func(n ast.Node) {
-		var body *ast.BlockStmt
-		switch f := n.(type) {
-		case *ast.FuncDecl:
-			body = f.Body
-		case *ast.FuncLit:
-			if watched[f] {
-				return
-			}
-			body = f.Body
-		}
-		if body == nil {
-			return
-		}
-		ops := collect(pass, body)
-		// Each removal is reported once, against the last read of its key before it.
-		for i, rm := range ops {
-			if rm.read || ok[line(pass, rm.call)] {
+		st.findWatched(f)
+	}
+	// Summaries of this package's functions: wrappers of wrappers need a
+	// few rounds; each round can only add.
+	for round := 0; round < 6; round++ {
+		changed := false
+		for _, fd := range funcs {
+			fn, _ := pass.TypesInfo.Defs[fd.Name].(*types.Func)
+			if fn == nil || st.watched[fd.Body] {
 				continue
 			}
-			for j := i - 1; j >= 0; j-- {
-				r := ops[j]
-				if !r.read || !sameKey(pass, r.key, rm.key) {
-					continue
-				}
-				if ok[line(pass, r.call)] {
-					break
-				}
-				key := render(pass, r.key)
-				if rm.checked {
-					pass.Reportf(rm.call.Pos(), CheckedMessage, r.name, key)
-				} else {
-					pass.Reportf(rm.call.Pos(), RacyMessage, r.name, key, rm.name)
-				}
-				break
+			s := st.summarize(fd)
+			if old := st.summaries[fn]; old == nil && len(s.Accesses) > 0 ||
+				old != nil && len(old.Accesses) != len(s.Accesses) {
+				st.summaries[fn] = s
+				changed = true
 			}
 		}
-	})
+		if !changed {
+			break
+		}
+	}
+	st.final = true
+	for _, fd := range funcs {
+		if !st.watched[fd.Body] {
+			st.summarize(fd)
+		}
+	}
+	st.pairFields()
+	for fn, s := range st.summaries {
+		if len(s.Accesses) > 0 {
+			pass.ExportObjectFact(fn, s)
+		}
+	}
 	return nil, nil
 }
 
-// collect returns the sorted-set calls of one function body in source
-// order, leaving out nested function literals (each is a function of its
-// own) and those passed to a WATCH transaction; a function that sends
-// WATCH itself (redigo) has none.
-func collect(pass *analysis.Pass, body *ast.BlockStmt) []op {
-	var ops []op
-	watches := false
-	tested := testedCalls(pass, body)
-	ast.Inspect(body, func(n ast.Node) bool {
-		if _, lit := n.(*ast.FuncLit); lit {
-			return false
-		}
-		call, isCall := n.(*ast.CallExpr)
-		if !isCall {
+// findWatched marks the functions passed to go-redis' Watch: literals, local
+// variables that hold one, and named functions or methods of the package.
+func (st *analysisState) findWatched(f *ast.File) {
+	pass := st.pass
+	ast.Inspect(f, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok || !isWatch(pass, call) {
 			return true
 		}
-		if isWatch(pass, call) {
-			return false // the WATCH transaction's function and keys
+		for _, a := range call.Args {
+			switch x := ast.Unparen(a).(type) {
+			case *ast.FuncLit:
+				st.watched[x.Body] = true
+			case *ast.Ident, *ast.SelectorExpr:
+				var obj types.Object
+				if id, ok := x.(*ast.Ident); ok {
+					obj = pass.TypesInfo.Uses[id]
+				} else {
+					obj = pass.TypesInfo.Uses[x.(*ast.SelectorExpr).Sel]
+				}
+				switch o := obj.(type) {
+				case *types.Func:
+					if fd := st.declOf(o); fd != nil {
+						st.watched[fd.Body] = true
+					}
+				case *types.Var:
+					if lit := litOf(f, pass, o); lit != nil {
+						st.watched[lit.Body] = true
+					}
+				}
+			}
 		}
-		if sendsWatch(pass, call) {
-			watches = true
+		return true
+	})
+}
+
+func (st *analysisState) declOf(fn *types.Func) *ast.FuncDecl {
+	if fd := st.decls[fn]; fd != nil {
+		return fd
+	}
+	for _, f := range st.pass.Files {
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && st.pass.TypesInfo.Defs[fd.Name] == fn {
+				return fd
+			}
 		}
-		if o, found := classify(pass, call); found {
-			o.checked = !o.read && tested[call]
-			ops = append(ops, o)
+	}
+	return nil
+}
+
+// litOf finds the function literal a variable is defined as.
+func litOf(f *ast.File, pass *analysis.Pass, v *types.Var) *ast.FuncLit {
+	var lit *ast.FuncLit
+	ast.Inspect(f, func(n ast.Node) bool {
+		as, ok := n.(*ast.AssignStmt)
+		if !ok || len(as.Lhs) != len(as.Rhs) {
+			return lit == nil
+		}
+		for i, l := range as.Lhs {
+			if id, ok := l.(*ast.Ident); ok && pass.TypesInfo.ObjectOf(id) == v {
+				if fl, ok := ast.Unparen(as.Rhs[i]).(*ast.FuncLit); ok {
+					lit = fl
+				}
+			}
+		}
+		return lit == nil
+	})
+	return lit
+}
+
+// fnScope is what one function's keys are normalized against.
+type fnScope struct {
+	params map[types.Object]int
+	recv   types.Object
+	defs   map[types.Object]ast.Expr // locals assigned once
+	multi  map[types.Object]bool     // locals assigned more than once
+	parent map[ast.Node]ast.Node
+	body   *ast.BlockStmt
+}
+
+func (st *analysisState) scope(fd *ast.FuncDecl) *fnScope {
+	s := &fnScope{params: map[types.Object]int{}, defs: map[types.Object]ast.Expr{}, multi: map[types.Object]bool{},
+		parent: map[ast.Node]ast.Node{}, body: fd.Body}
+	info := st.pass.TypesInfo
+	if fd.Recv != nil && len(fd.Recv.List) == 1 && len(fd.Recv.List[0].Names) == 1 {
+		s.recv = info.Defs[fd.Recv.List[0].Names[0]]
+	}
+	i := 0
+	for _, f := range fd.Type.Params.List {
+		if len(f.Names) == 0 {
+			i++
+		}
+		for _, n := range f.Names {
+			s.params[info.Defs[n]] = i
+			i++
+		}
+	}
+	var stack []ast.Node
+	ast.Inspect(fd.Body, func(n ast.Node) bool {
+		if n == nil {
+			stack = stack[:len(stack)-1]
+			return true
+		}
+		if len(stack) > 0 {
+			s.parent[n] = stack[len(stack)-1]
+		}
+		stack = append(stack, n)
+		switch x := n.(type) {
+		case *ast.AssignStmt:
+			for j, l := range x.Lhs {
+				id, ok := l.(*ast.Ident)
+				if !ok || id.Name == "_" {
+					continue
+				}
+				o := info.ObjectOf(id)
+				_, seen := s.defs[o]
+				if seen || x.Tok != token.DEFINE || len(x.Lhs) != len(x.Rhs) {
+					s.multi[o] = true
+					continue
+				}
+				s.defs[o] = x.Rhs[j]
+			}
+		case *ast.ValueSpec:
+			for j, n := range x.Names {
+				if j < len(x.Values) {
+					s.defs[info.Defs[n]] = x.Values[j]
+				}
+			}
+		case *ast.IncDecStmt:
+			if id, ok := x.X.(*ast.Ident); ok {
+				s.multi[info.ObjectOf(id)] = true
+			}
+		}
+		return true
+	})
+	return s
+}
+
+// norm writes a key expression in a form two expressions of the same key
+// share: constants quoted, parameters as ⟨pN⟩, the receiver as ⟨r⟩, a
+// local assigned once as what it was assigned, package variables by name,
+// other locals by their declaration (never equal to a parameter's form).
+func (st *analysisState) norm(s *fnScope, e ast.Expr, depth int) string {
+	pass := st.pass
+	if c, ok := stringConst(pass, e); ok {
+		return strconv.Quote(c)
+	}
+	if depth > 6 {
+		return "⟨? " + strconv.Itoa(int(e.Pos())) + "⟩"
+	}
+	switch x := ast.Unparen(e).(type) {
+	case *ast.Ident:
+		o := pass.TypesInfo.ObjectOf(x)
+		if o == nil {
+			return "⟨?" + x.Name + "⟩"
+		}
+		if i, ok := s.params[o]; ok {
+			return "⟨p" + strconv.Itoa(i) + "⟩"
+		}
+		if o == s.recv && o != nil {
+			return "⟨r⟩"
+		}
+		if d, ok := s.defs[o]; ok && !s.multi[o] {
+			return st.norm(s, d, depth+1)
+		}
+		if o.Pkg() != nil && o.Parent() == o.Pkg().Scope() {
+			return "⟨g " + o.Pkg().Path() + "." + o.Name() + "⟩"
+		}
+		return "⟨l " + x.Name + "@" + strconv.Itoa(int(o.Pos())) + "⟩"
+	case *ast.SelectorExpr:
+		if id, ok := x.X.(*ast.Ident); ok {
+			if pn, ok := pass.TypesInfo.Uses[id].(*types.PkgName); ok {
+				return pn.Imported().Path() + "." + x.Sel.Name
+			}
+		}
+		return st.norm(s, x.X, depth+1) + "." + x.Sel.Name
+	case *ast.CallExpr:
+		var b strings.Builder
+		b.WriteString(st.norm(s, x.Fun, depth+1) + "(")
+		for i, a := range x.Args {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(st.norm(s, a, depth+1))
+		}
+		return b.String() + ")"
+	case *ast.BinaryExpr:
+		return st.norm(s, x.X, depth+1) + " " + x.Op.String() + " " + st.norm(s, x.Y, depth+1)
+	case *ast.IndexExpr:
+		return st.norm(s, x.X, depth+1) + "[" + st.norm(s, x.Index, depth+1) + "]"
+	case *ast.StarExpr:
+		return st.norm(s, x.X, depth+1)
+	case *ast.UnaryExpr:
+		if x.Op == token.AND {
+			return st.norm(s, x.X, depth+1)
+		}
+	case *ast.BasicLit:
+		return x.Value
+	}
+	return "⟨? " + strconv.Itoa(int(e.Pos())) + "⟩"
+}
+
+// local reports a normalized key that names something only this function
+// knows: it cannot be handed to a caller.
+func local(key string) bool {
+	return strings.Contains(key, "⟨l ") || strings.Contains(key, "⟨?")
+}
+
+// summarize collects the events of fd, pairs them (reporting in the final
+// pass), and returns what it leaves to its callers.
+func (st *analysisState) summarize(fd *ast.FuncDecl) *Summary {
+	s := st.scope(fd)
+	evs := st.events(s, fd.Body, nil)
+	pairedIdx := st.pair(evs)
+	// Each function literal (but those run in a pipeline, part of fd, and
+	// those of a WATCH transaction) is a poller of its own.
+	inline := map[*ast.FuncLit]bool{}
+	ast.Inspect(fd.Body, func(n ast.Node) bool {
+		switch x := n.(type) {
+		case *ast.CallExpr:
+			if lit, _ := pipelined(st.pass, x); lit != nil {
+				inline[lit] = true
+			}
+		case *ast.FuncLit:
+			if !inline[x] && !st.watched[x.Body] {
+				st.pair(st.events(s, x.Body, nil))
+			}
+		}
+		return true
+	})
+	// A key both read and removed in one MULTI/EXEC is claimed atomically
+	// there: its accesses are no caller's to pair.
+	atomic := map[[2]any]int{}
+	for _, ev := range evs {
+		if ev.group != nil && !ev.claim {
+			k := [2]any{ev.group, ev.Key}
+			if ev.Read {
+				atomic[k] |= 1
+			} else {
+				atomic[k] |= 2
+			}
+		}
+	}
+	out := &Summary{}
+	var nodes []ast.Node
+	for i, ev := range evs {
+		if ev.claim || pairedIdx[i] || local(ev.Key) || guarded(evs, i) ||
+			ev.group != nil && atomic[[2]any{ev.group, ev.Key}] == 3 {
+			continue
+		}
+		out.Accesses = append(out.Accesses, ev.Access)
+		nodes = append(nodes, ev.node)
+	}
+	if fn, ok := st.pass.TypesInfo.Defs[fd.Name].(*types.Func); ok && st.final {
+		st.origin[fn] = nodes
+	}
+	return out
+}
+
+// guarded reports an access after an atomic claim in the same function:
+// the claim decided who runs the job.
+func guarded(evs []event, i int) bool {
+	for j := range i {
+		if evs[j].claim {
+			return true
+		}
+	}
+	return false
+}
+
+// pair reports, in the final pass, each read followed by a removal of the
+// same key (the first such removal); it returns the events it paired.
+func (st *analysisState) pair(evs []event) map[int]bool {
+	paired := map[int]bool{}
+	for i, rm := range evs {
+		if rm.Read || rm.claim || guarded(evs, i) {
+			continue
+		}
+		for j := i - 1; j >= 0; j-- {
+			r := evs[j]
+			if !r.Read || r.claim || r.Key != rm.Key {
+				continue
+			}
+			if r.group != nil && r.group == rm.group {
+				break // one MULTI/EXEC: atomic
+			}
+			paired[i], paired[j] = true, true
+			if st.final {
+				st.report(r, rm)
+			}
+			break
+		}
+	}
+	return paired
+}
+
+func (st *analysisState) report(r, rm event) {
+	for _, e := range []event{r, rm} {
+		if e.callee != nil {
+			if st.paired[e.callee] == nil {
+				st.paired[e.callee] = map[int]bool{}
+			}
+			st.paired[e.callee][e.calleeI] = true
+		}
+	}
+	if st.reported[r.node] || st.ok[line(st.pass, r.node)] || st.ok[line(st.pass, rm.node)] {
+		return
+	}
+	st.reported[r.node] = true
+	key := r.Shown
+	if key == "" {
+		key = display(r.Key)
+	}
+	at := rm.Pos
+	if rm.Checked {
+		st.pass.Reportf(r.node.Pos(), CheckedMessage, at, r.Name, key)
+	} else {
+		st.pass.Reportf(r.node.Pos(), RacyMessage, r.Name, key, rm.Name, at)
+	}
+}
+
+// display turns a normalized key into something a reader recognizes.
+func display(key string) string {
+	r := strings.NewReplacer("⟨r⟩.", "", "⟨r⟩", "the receiver")
+	out := r.Replace(key)
+	for strings.Contains(out, "⟨") {
+		i := strings.Index(out, "⟨")
+		j := strings.Index(out[i:], "⟩")
+		if j < 0 {
+			break
+		}
+		inner := out[i+len("⟨") : i+j]
+		name := "key"
+		switch {
+		case strings.HasPrefix(inner, "p"):
+			name = "the key argument"
+			if n, err := strconv.Atoi(inner[1:]); err == nil {
+				name = fmt.Sprintf("argument %d", n+1)
+			}
+		case strings.HasPrefix(inner, "l "), strings.HasPrefix(inner, "g "):
+			name = strings.SplitN(inner[2:], "@", 2)[0]
+			if k := strings.LastIndex(name, "."); k >= 0 {
+				name = name[k+1:]
+			}
+		}
+		out = out[:i] + name + out[i+j+len("⟩"):]
+	}
+	return out
+}
+
+// events returns the accesses body sends, in source order: its own
+// commands, those of the functions it calls (from their summaries), and
+// those of the closures it hands to Pipelined (inline) and TxPipelined (one
+// group); not those of other function literals or of WATCH transactions.
+func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []event {
+	pass := st.pass
+	var evs []event
+	var multi any // a redigo MULTI in progress
+	watches := false
+	ast.Inspect(body, func(n ast.Node) bool {
+		switch x := n.(type) {
+		case *ast.FuncLit:
+			return false
+		case *ast.CallExpr:
+			if isWatch(pass, x) {
+				return false
+			}
+			if cmd, ok := redigoCmd(pass, x); ok {
+				switch cmd {
+				case "WATCH":
+					watches = true
+				case "MULTI":
+					multi = x
+				case "EXEC", "DISCARD":
+					multi = nil
+				}
+			}
+			if lit, tx := pipelined(pass, x); lit != nil {
+				g := group
+				if tx {
+					g = lit
+				}
+				evs = append(evs, st.events(s, lit.Body, g)...)
+				return false
+			}
+			g := group
+			if multi != nil {
+				g = multi
+			}
+			if txg := st.txPipe(s, x); txg != nil {
+				g = txg
+			}
+			if ev, ok := st.classify(s, x); ok {
+				ev.group = g
+				evs = append(evs, ev)
+				return true
+			}
+			if isClaim(pass, x) {
+				evs = append(evs, event{node: x, claim: true})
+				return true
+			}
+			evs = append(evs, st.viaCallee(s, x, g)...)
 		}
 		return true
 	})
 	if watches {
 		return nil
 	}
-	return ops
+	return evs
 }
 
-// sendsWatch reports redigo's Do("WATCH", ...): the function reads and
-// removes inside an optimistic transaction (WATCH, read, MULTI, ZREM, EXEC).
-func sendsWatch(pass *analysis.Pass, call *ast.CallExpr) bool {
+// pipelined returns the function literal of a go-redis Pipelined or
+// TxPipelined call, and whether it is the MULTI/EXEC one.
+func pipelined(pass *analysis.Pass, call *ast.CallExpr) (*ast.FuncLit, bool) {
+	fn, name := goRedisMethod(pass, call)
+	if fn == nil || name != "Pipelined" && name != "TxPipelined" {
+		return nil, false
+	}
+	for _, a := range call.Args {
+		if lit, ok := ast.Unparen(a).(*ast.FuncLit); ok {
+			return lit, name == "TxPipelined"
+		}
+	}
+	return nil, false
+}
+
+// txPipe returns the group of a command sent on a variable that holds a
+// go-redis TxPipeline (MULTI/EXEC), nil otherwise.
+func (st *analysisState) txPipe(s *fnScope, call *ast.CallExpr) any {
 	sel, ok := call.Fun.(*ast.SelectorExpr)
-	if !ok || sel.Sel.Name != "Do" || len(call.Args) == 0 {
+	if !ok {
+		return nil
+	}
+	id, ok := ast.Unparen(sel.X).(*ast.Ident)
+	if !ok {
+		return nil
+	}
+	o := st.pass.TypesInfo.ObjectOf(id)
+	d, ok := s.defs[o]
+	if !ok {
+		return nil
+	}
+	if c, ok := ast.Unparen(d).(*ast.CallExpr); ok {
+		if fn, name := goRedisMethod(st.pass, c); fn != nil && name == "TxPipeline" {
+			return o
+		}
+	}
+	return nil
+}
+
+// goRedisMethod returns the go-redis function call calls, and its name.
+func goRedisMethod(pass *analysis.Pass, call *ast.CallExpr) (*types.Func, string) {
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok {
+		return nil, ""
+	}
+	fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
+	if !ok || fn.Pkg() == nil || !isGoRedis(fn.Pkg().Path()) {
+		return nil, ""
+	}
+	return fn, sel.Sel.Name
+}
+
+var (
+	readMethods = map[string]bool{"ZRangeByScore": true, "ZRangeByScoreWithScores": true, "ZRevRangeByScore": true,
+		"ZRevRangeByScoreWithScores": true}
+	rankReadMethods = map[string]bool{"ZRangeWithScores": true, "ZRevRangeWithScores": true}
+	argsMethods     = map[string]bool{"ZRangeArgs": true, "ZRangeArgsWithScores": true}
+	removeMethods   = map[string]string{"ZRem": "ZREM", "ZRemRangeByScore": "ZREMRANGEBYSCORE",
+		"ZRemRangeByRank": "ZREMRANGEBYRANK"}
+	removeCmds  = map[string]bool{"ZREM": true, "ZREMRANGEBYSCORE": true, "ZREMRANGEBYRANK": true}
+	claimMethod = map[string]bool{"LPop": true, "RPop": true, "RPopLPush": true, "LMove": true, "BLMove": true,
+		"BRPopLPush": true, "BLPop": true, "BRPop": true, "SetNX": true, "HSetNX": true, "LMPop": true, "BLMPop": true}
+	claimCmds = map[string]bool{"LPOP": true, "RPOP": true, "RPOPLPUSH": true, "LMOVE": true, "BLMOVE": true,
+		"BRPOPLPUSH": true, "BLPOP": true, "BRPOP": true, "SETNX": true, "HSETNX": true, "LMPOP": true, "BLMPOP": true}
+)
+
+// isClaim reports a command that hands an id to one caller only: a pop or
+// move from a list, a SET NX.
+func isClaim(pass *analysis.Pass, call *ast.CallExpr) bool {
+	if fn, name := goRedisMethod(pass, call); fn != nil {
+		if claimMethod[name] {
+			return true
+		}
+		if name == "SetArgs" {
+			for _, a := range call.Args {
+				if lit, ok := ast.Unparen(a).(*ast.CompositeLit); ok {
+					for _, el := range lit.Elts {
+						if kv, ok := el.(*ast.KeyValueExpr); ok {
+							if v, ok := stringConst(pass, kv.Value); ok && strings.EqualFold(v, "NX") {
+								return true
+							}
+						}
+					}
+				}
+			}
+		}
+		if name == "Do" {
+			return doClaim(pass, call.Args[min(keyIndex(fn), len(call.Args)):])
+		}
 		return false
+	}
+	if cmd, ok := redigoCmd(pass, call); ok {
+		if claimCmds[cmd] {
+			return true
+		}
+		return cmd == "SET" && doClaim(pass, call.Args)
+	}
+	return false
+}
+
+func doClaim(pass *analysis.Pass, args []ast.Expr) bool {
+	if len(args) == 0 {
+		return false
+	}
+	cmd, ok := stringConst(pass, args[0])
+	if !ok {
+		return false
+	}
+	cmd = strings.ToUpper(cmd)
+	if claimCmds[cmd] {
+		return true
+	}
+	if cmd == "SET" {
+		for _, a := range args[1:] {
+			if v, ok := stringConst(pass, a); ok && strings.EqualFold(v, "NX") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// redigoCmd returns the command of a redigo Do or Send.
+func redigoCmd(pass *analysis.Pass, call *ast.CallExpr) (string, bool) {
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != "Do" && sel.Sel.Name != "Send" || len(call.Args) == 0 {
+		return "", false
 	}
 	fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
 	if !ok || fn.Pkg() == nil || !isRedigo(fn.Pkg().Path()) {
-		return false
+		return "", false
 	}
 	cmd, ok := stringConst(pass, call.Args[0])
-	return ok && strings.EqualFold(cmd, "WATCH")
+	return strings.ToUpper(cmd), ok
 }
 
-// classify says whether call is a read by score or a removal, and of which key.
-func classify(pass *analysis.Pass, call *ast.CallExpr) (op, bool) {
-	sel, isSel := call.Fun.(*ast.SelectorExpr)
-	if !isSel {
-		return op{}, false
-	}
-	fn, isFunc := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
-	if !isFunc || fn.Pkg() == nil {
-		return op{}, false
-	}
-	path := fn.Pkg().Path()
-	name := sel.Sel.Name
-	switch {
-	case isGoRedis(path):
-		switch {
-		case readMethods[name] && len(call.Args) >= 2:
-			return op{call: call, name: "ZRANGEBYSCORE", key: call.Args[1], read: true}, true
-		case argsMethods[name] && len(call.Args) >= 2:
-			if key, byScore := zrangeArgs(pass, call.Args[1]); byScore {
-				return op{call: call, name: "ZRANGE BYSCORE", key: key, read: true}, true
-			}
-		case removeMethods[name] != "" && len(call.Args) >= 2:
-			return op{call: call, name: removeMethods[name], key: call.Args[1]}, true
-		case name == "Do" && len(call.Args) >= 3:
-			return doCommand(pass, call, call.Args[1:])
+// keyIndex is where the key is among the arguments of a go-redis method:
+// after the context (v8, v9), or first (v7 and older).
+func keyIndex(fn *types.Func) int {
+	sig := fn.Type().(*types.Signature)
+	if sig.Params().Len() > 0 {
+		if named, ok := sig.Params().At(0).Type().(*types.Named); ok && named.Obj().Name() == "Context" {
+			return 1
 		}
-	case isRedigo(path) && name == "Do" && len(call.Args) >= 2:
-		return doCommand(pass, call, call.Args)
 	}
-	return op{}, false
+	return 0
 }
 
-func isGoRedis(path string) bool {
-	return strings.HasPrefix(path, "github.com/redis/go-redis/") || strings.HasPrefix(path, "github.com/go-redis/redis")
-}
-
-func isRedigo(path string) bool {
-	return strings.HasPrefix(path, "github.com/gomodule/redigo/") ||
-		strings.HasPrefix(path, "github.com/garyburd/redigo/")
+// classify reads a sorted-set command sent by call itself.
+func (st *analysisState) classify(s *fnScope, call *ast.CallExpr) (event, bool) {
+	pass := st.pass
+	mk := func(name string, key ast.Expr, read bool) event {
+		return event{Access: Access{Read: read, Name: name, Key: st.norm(s, key, 0), Pos: pos(pass, call),
+			Shown: render(pass, key)}, node: call}
+	}
+	if fn, name := goRedisMethod(pass, call); fn != nil {
+		k := keyIndex(fn)
+		if len(call.Args) <= k {
+			return event{}, false
+		}
+		switch {
+		case readMethods[name]:
+			return mk("ZRANGEBYSCORE", call.Args[k], true), true
+		case rankReadMethods[name]:
+			return mk("ZRANGE WITHSCORES", call.Args[k], true), true
+		case argsMethods[name]:
+			if key, byScore := st.zrangeArgs(s, call.Args[k]); key != nil && (byScore || name == "ZRangeArgsWithScores") {
+				n := "ZRANGE BYSCORE"
+				if !byScore {
+					n = "ZRANGE WITHSCORES"
+				}
+				return mk(n, key, true), true
+			}
+		case removeMethods[name] != "":
+			ev := mk(removeMethods[name], call.Args[k], false)
+			st.removal(s, &ev, call, name == "ZRem", call.Args[k+1:], call.Ellipsis.IsValid())
+			return ev, true
+		case name == "Do" && len(call.Args) >= k+2:
+			return st.doCommand(s, call, call.Args[k:])
+		}
+		return event{}, false
+	}
+	if _, ok := redigoCmd(pass, call); ok {
+		return st.doCommand(s, call, call.Args)
+	}
+	return event{}, false
 }
 
 // doCommand reads a command sent as Do(name, key, args...).
-func doCommand(pass *analysis.Pass, call *ast.CallExpr, args []ast.Expr) (op, bool) {
+func (st *analysisState) doCommand(s *fnScope, call *ast.CallExpr, args []ast.Expr) (event, bool) {
+	pass := st.pass
 	cmd, ok := stringConst(pass, args[0])
 	if !ok || len(args) < 2 {
-		return op{}, false
+		return event{}, false
+	}
+	mk := func(name string, read bool) event {
+		return event{Access: Access{Read: read, Name: name, Key: st.norm(s, args[1], 0), Pos: pos(pass, call),
+			Shown: render(pass, args[1])}, node: call}
 	}
 	cmd = strings.ToUpper(cmd)
 	switch {
 	case cmd == "ZRANGEBYSCORE" || cmd == "ZREVRANGEBYSCORE":
-		return op{call: call, name: cmd, key: args[1], read: true}, true
-	case cmd == "ZRANGE":
+		return mk(cmd, true), true
+	case cmd == "ZRANGE" || cmd == "ZREVRANGE":
 		for _, a := range args[2:] {
-			if s, ok := stringConst(pass, a); ok && strings.EqualFold(s, "BYSCORE") {
-				return op{call: call, name: "ZRANGE BYSCORE", key: args[1], read: true}, true
+			if v, ok := stringConst(pass, a); ok && strings.EqualFold(v, "BYSCORE") {
+				return mk("ZRANGE BYSCORE", true), true
+			}
+		}
+		for _, a := range args[2:] {
+			if v, ok := stringConst(pass, a); ok && strings.EqualFold(v, "WITHSCORES") {
+				return mk("ZRANGE WITHSCORES", true), true
 			}
 		}
 	case removeCmds[cmd]:
-		return op{call: call, name: cmd, key: args[1]}, true
+		ev := mk(cmd, false)
+		st.removal(s, &ev, call, cmd == "ZREM", args[2:], call.Ellipsis.IsValid())
+		return ev, true
 	}
-	return op{}, false
+	return event{}, false
 }
 
-// zrangeArgs reads the Key of a ZRangeArgs literal and whether it has ByScore set.
-func zrangeArgs(pass *analysis.Pass, e ast.Expr) (key ast.Expr, byScore bool) {
-	lit, ok := ast.Unparen(e).(*ast.CompositeLit)
+// removal fills in how many members a removal takes and whether its count
+// is tested.
+func (st *analysisState) removal(s *fnScope, ev *event, call *ast.CallExpr, zrem bool, members []ast.Expr,
+	ellipsis bool) {
+	single := zrem && len(members) == 1 && !ellipsis && !isSlice(st.pass, members[0])
+	if zrem && ellipsis && len(members) == 1 {
+		if id, ok := ast.Unparen(members[0]).(*ast.Ident); ok {
+			if i, ok := s.params[st.pass.TypesInfo.ObjectOf(id)]; ok && i >= 0 {
+				ev.Forward = true
+			}
+		}
+	}
+	ev.Batch = !single && !ev.Forward
+	ev.Checked = single && st.countTested(s, call)
+}
+
+func isSlice(pass *analysis.Pass, e ast.Expr) bool {
+	t := pass.TypesInfo.TypeOf(e)
+	if t == nil {
+		return false
+	}
+	switch t.Underlying().(type) {
+	case *types.Slice, *types.Array:
+		return true
+	}
+	return false
+}
+
+// countTested reports whether the count a removal returns is tested: its
+// Val() in a condition, its Result()'s first value or a redigo reply
+// helper's (redis.Int, redis.Bool) tested by a condition. Testing the
+// error alone is no check.
+func (st *analysisState) countTested(s *fnScope, call *ast.CallExpr) bool {
+	pass := st.pass
+	value := ast.Node(call)
+	p := s.parent[call]
+	// redigo: redis.Int(c.Do(...)), redis.Bool(...)
+	if outer, ok := p.(*ast.CallExpr); ok && len(outer.Args) > 0 && outer.Args[0] == call {
+		if sel, ok := outer.Fun.(*ast.SelectorExpr); ok {
+			if fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func); ok && fn.Pkg() != nil && isRedigo(fn.Pkg().Path()) {
+				value, p = outer, s.parent[outer]
+			}
+		}
+	}
+	// go-redis: .Val(), .Result(); .Err() tests the error only.
+	if sel, ok := p.(*ast.SelectorExpr); ok && sel.X == value {
+		switch sel.Sel.Name {
+		case "Err":
+			return false
+		case "Val", "Result", "Uint64", "Int64", "Bool":
+			if c, ok := s.parent[sel].(*ast.CallExpr); ok {
+				value, p = c, s.parent[c]
+			}
+		}
+	}
+	if inCondition(s, value) {
+		return true
+	}
+	if as, ok := p.(*ast.AssignStmt); ok && len(as.Rhs) == 1 && len(as.Lhs) >= 1 {
+		if id, ok := as.Lhs[0].(*ast.Ident); ok && id.Name != "_" {
+			return varTested(s, pass.TypesInfo.ObjectOf(id), pass)
+		}
+	}
+	return false
+}
+
+// inCondition reports n within an if, for or switch condition, or a
+// comparison.
+func inCondition(s *fnScope, n ast.Node) bool {
+	child := n
+	for p := s.parent[n]; p != nil; child, p = p, s.parent[p] {
+		switch x := p.(type) {
+		case *ast.IfStmt:
+			return x.Cond == child
+		case *ast.ForStmt:
+			return x.Cond == child
+		case *ast.SwitchStmt:
+			return x.Tag == child
+		case *ast.BinaryExpr:
+			switch x.Op {
+			case token.EQL, token.NEQ, token.GTR, token.LSS, token.GEQ, token.LEQ, token.LAND, token.LOR:
+				return true
+			}
+		case *ast.UnaryExpr:
+			if x.Op == token.NOT {
+				return true
+			}
+		case ast.Stmt:
+			return false
+		}
+	}
+	return false
+}
+
+func varTested(s *fnScope, o types.Object, pass *analysis.Pass) bool {
+	tested := false
+	ast.Inspect(s.body, func(n ast.Node) bool {
+		if id, ok := n.(*ast.Ident); ok && pass.TypesInfo.Uses[id] == o && inCondition(s, id) {
+			tested = true
+		}
+		return !tested
+	})
+	return tested
+}
+
+// viaCallee translates the accesses of a function the call calls (its
+// summary) into this function's terms.
+func (st *analysisState) viaCallee(s *fnScope, call *ast.CallExpr, group any) []event {
+	pass := st.pass
+	var fn *types.Func
+	var recv ast.Expr
+	switch f := ast.Unparen(call.Fun).(type) {
+	case *ast.Ident:
+		fn, _ = pass.TypesInfo.Uses[f].(*types.Func)
+	case *ast.SelectorExpr:
+		fn, _ = pass.TypesInfo.Uses[f.Sel].(*types.Func)
+		if sel := pass.TypesInfo.Selections[f]; sel != nil {
+			recv = f.X
+		}
+	}
+	if fn == nil {
+		return nil
+	}
+	sum := st.summaries[fn]
+	if sum == nil {
+		sum = new(Summary)
+		if !pass.ImportObjectFact(fn, sum) {
+			return nil
+		}
+	}
+	args := make([]string, len(call.Args))
+	for i, a := range call.Args {
+		args[i] = st.norm(s, a, 0)
+	}
+	r := "⟨? " + strconv.Itoa(int(call.Pos())) + "⟩"
+	if recv != nil {
+		r = st.norm(s, recv, 0)
+	}
+	var evs []event
+	for i, a := range sum.Accesses {
+		key, ok := substitute(a.Key, args, r)
+		if !ok {
+			continue
+		}
+		ev := event{Access: a, node: call, group: group, callee: fn, calleeI: i}
+		ev.Key = key
+		ev.Pos = pos(pass, call)
+		if !strings.Contains(ev.Name, " (in ") {
+			ev.Name += " (in " + fn.Name() + ")"
+		}
+		if i, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(a.Key, "⟨p"), "⟩")); err == nil &&
+			i < len(call.Args) {
+			ev.Shown = render(pass, call.Args[i])
+		} else if strings.HasPrefix(a.Key, "⟨r⟩.") && recv != nil {
+			ev.Shown = render(pass, recv) + strings.TrimPrefix(a.Key, "⟨r⟩")
+		}
+		if !a.Read && a.Forward {
+			sig := fn.Type().(*types.Signature)
+			n := len(call.Args) - (sig.Params().Len() - 1)
+			single := n == 1 && !call.Ellipsis.IsValid() && !isSlice(pass, call.Args[len(call.Args)-1])
+			ev.Batch = !single
+			ev.Checked = single && st.countTested(s, call)
+		}
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+// substitute writes a callee's key in the caller's terms, in one pass:
+// the caller's arguments hold placeholders of the caller's own.
+func substitute(key string, args []string, recv string) (string, bool) {
+	ok := true
+	out := placeholder.ReplaceAllStringFunc(key, func(m string) string {
+		if m == "⟨r⟩" {
+			return recv
+		}
+		i, err := strconv.Atoi(m[len("⟨p") : len(m)-len("⟩")])
+		if err != nil || i >= len(args) {
+			ok = false
+			return m
+		}
+		return args[i]
+	})
+	return out, ok
+}
+
+var placeholder = regexp.MustCompile(`⟨p\d+⟩|⟨r⟩`)
+
+// pairFields reports what a type's methods leave unpaired: a read of a
+// receiver's field key in one method and a removal of it in another (the
+// batch handed on between them), unless a call site already paired them.
+func (st *analysisState) pairFields() {
+	type acc struct {
+		fn   *types.Func
+		i    int
+		a    Access
+		node ast.Node
+	}
+	byKey := map[string][]acc{}
+	var keys []string
+	for fn, s := range st.summaries {
+		recv := fn.Type().(*types.Signature).Recv()
+		if recv == nil {
+			continue
+		}
+		t := recv.Type()
+		if p, ok := t.(*types.Pointer); ok {
+			t = p.Elem()
+		}
+		named, ok := t.(*types.Named)
+		if !ok {
+			continue
+		}
+		for i, a := range s.Accesses {
+			if !strings.HasPrefix(a.Key, "⟨r⟩.") || st.paired[fn][i] || i >= len(st.origin[fn]) {
+				continue
+			}
+			k := named.Obj().Name() + " " + a.Key
+			if byKey[k] == nil {
+				keys = append(keys, k)
+			}
+			byKey[k] = append(byKey[k], acc{fn, i, a, st.origin[fn][i]})
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		list := byKey[k]
+		slices.SortFunc(list, func(x, y acc) int { return int(x.node.Pos() - y.node.Pos()) })
+		for _, r := range list {
+			if !r.a.Read {
+				continue
+			}
+			for _, rm := range list {
+				if rm.a.Read || rm.fn == r.fn {
+					continue
+				}
+				st.report(event{Access: r.a, node: r.node}, event{Access: rm.a, node: rm.node})
+				break
+			}
+		}
+	}
+}
+
+// zrangeArgs reads the Key of a ZRangeArgs literal (or of the local it is
+// assigned to) and whether it has ByScore set.
+func (st *analysisState) zrangeArgs(s *fnScope, e ast.Expr) (key ast.Expr, byScore bool) {
+	pass := st.pass
+	e = ast.Unparen(e)
+	if id, ok := e.(*ast.Ident); ok {
+		if d, ok := s.defs[pass.TypesInfo.ObjectOf(id)]; ok {
+			e = ast.Unparen(d)
+		}
+	}
+	if u, ok := e.(*ast.UnaryExpr); ok && u.Op == token.AND {
+		e = u.X
+	}
+	lit, ok := e.(*ast.CompositeLit)
 	if !ok {
 		return nil, false
 	}
@@ -254,7 +1089,16 @@ func zrangeArgs(pass *analysis.Pass, e ast.Expr) (key ast.Expr, byScore bool) {
 			byScore = tv.Value == nil || constant.BoolVal(tv.Value) // a variable may be true
 		}
 	}
-	return key, byScore && key != nil
+	return key, byScore
+}
+
+func isGoRedis(path string) bool {
+	return strings.HasPrefix(path, "github.com/redis/go-redis/") || strings.HasPrefix(path, "github.com/go-redis/redis")
+}
+
+func isRedigo(path string) bool {
+	return strings.HasPrefix(path, "github.com/gomodule/redigo/") ||
+		strings.HasPrefix(path, "github.com/garyburd/redigo/")
 }
 
 func stringConst(pass *analysis.Pass, e ast.Expr) (string, bool) {
@@ -268,119 +1112,46 @@ func stringConst(pass *analysis.Pass, e ast.Expr) (string, bool) {
 // isWatch reports a call of go-redis' Watch: its function runs in an
 // optimistic transaction.
 func isWatch(pass *analysis.Pass, call *ast.CallExpr) bool {
-	sel, ok := call.Fun.(*ast.SelectorExpr)
-	if !ok {
-		return false
-	}
-	fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
-	if !ok || fn.Pkg() == nil || !isGoRedis(fn.Pkg().Path()) {
-		return false
-	}
-	return sel.Sel.Name == "Watch"
+	fn, name := goRedisMethod(pass, call)
+	return fn != nil && name == "Watch"
 }
 
-// sameKey reports whether two key expressions name the same key: the same
-// variable (or field of the same variable), the same constant, or the same
-// expression text.
-func sameKey(pass *analysis.Pass, a, b ast.Expr) bool {
-	a, b = ast.Unparen(a), ast.Unparen(b)
-	if ca, ok := stringConst(pass, a); ok {
-		cb, ok := stringConst(pass, b)
-		return ok && ca == cb
-	}
-	if ia, ok := a.(*ast.Ident); ok {
-		ib, ok := b.(*ast.Ident)
-		return ok && pass.TypesInfo.ObjectOf(ia) != nil && pass.TypesInfo.ObjectOf(ia) == pass.TypesInfo.ObjectOf(ib)
-	}
-	return render(pass, a) == render(pass, b)
+func pos(pass *analysis.Pass, n ast.Node) string {
+	p := pass.Fset.Position(n.Pos())
+	return filepath.Base(p.Filename) + ":" + strconv.Itoa(p.Line)
 }
 
-// testedCalls returns the calls whose result is tested: used in a
-// condition, or assigned to a variable that a condition of the function
-// uses.
-func testedCalls(pass *analysis.Pass, body *ast.BlockStmt) map[*ast.CallExpr]bool {
-	out := map[*ast.CallExpr]bool{}
-	condVars := map[types.Object]bool{}
-	var conds []ast.Expr
-	ast.Inspect(body, func(n ast.Node) bool {
-		switch s := n.(type) {
-		case *ast.IfStmt:
-			conds = append(conds, s.Cond)
-		case *ast.SwitchStmt:
-			if s.Tag != nil {
-				conds = append(conds, s.Tag)
-			}
-		case *ast.CaseClause:
-			conds = append(conds, s.List...)
-		case *ast.ForStmt:
-			if s.Cond != nil {
-				conds = append(conds, s.Cond)
-			}
-		case *ast.BinaryExpr:
-			switch s.Op {
-			case token.EQL, token.NEQ, token.GTR, token.LSS, token.GEQ, token.LEQ:
-				conds = append(conds, s)
-			}
-		}
-		return true
-	})
-	for _, c := range conds {
-		ast.Inspect(c, func(n ast.Node) bool {
-			switch x := n.(type) {
-			case *ast.Ident:
-				if o := pass.TypesInfo.ObjectOf(x); o != nil {
-					condVars[o] = true
+func line(pass *analysis.Pass, n ast.Node) token.Position {
+	p := pass.Fset.Position(n.Pos())
+	return token.Position{Filename: p.Filename, Line: p.Line}
+}
+
+// okLines returns the lines that carry a "//zclaimvet:ok" comment.
+func okLines(pass *analysis.Pass) map[token.Position]bool {
+	out := map[token.Position]bool{}
+	for _, f := range pass.Files {
+		for _, cg := range f.Comments {
+			for _, c := range cg.List {
+				if strings.HasPrefix(c.Text, "//zclaimvet:ok") {
+					p := pass.Fset.Position(c.Pos())
+					out[token.Position{Filename: p.Filename, Line: p.Line}] = true
 				}
-			case *ast.CallExpr:
-				markCalls(x, out)
 			}
-			return true
-		})
+		}
 	}
-	ast.Inspect(body, func(n ast.Node) bool {
-		as, ok := n.(*ast.AssignStmt)
-		if !ok || len(as.Rhs) != 1 || len(as.Lhs) == 0 {
-			return true
-		}
-		id, ok := as.Lhs[0].(*ast.Ident)
-		if !ok || id.Name == "_" || !condVars[pass.TypesInfo.ObjectOf(id)] {
-			return true
-		}
-		if call, ok := ast.Unparen(as.Rhs[0]).(*ast.CallExpr); ok {
-			markCalls(call, out)
-		}
-		return true
-	})
 	return out
-}
-
-// markCalls marks call and the calls it chains on (ZRem(...).Result()).
-func markCalls(call *ast.CallExpr, out map[*ast.CallExpr]bool) {
-	for {
-		out[call] = true
-		sel, ok := call.Fun.(*ast.SelectorExpr)
-		if !ok {
-			return
-		}
-		inner, ok := ast.Unparen(sel.X).(*ast.CallExpr)
-		if !ok {
-			return
-		}
-		call = inner
-	}
 }
 
 func render(pass *analysis.Pass, e ast.Expr) string {
 	if s, ok := stringConst(pass, e); ok {
-		return `"` + s + `"`
+		return strconv.Quote(s)
 	}
 	var b strings.Builder
 	writeExpr(&b, e)
 	return b.String()
 }
 
-// writeExpr writes a short form of e: enough to compare keys and to name
-// one in a message.
+// writeExpr writes a short form of e, to name a key in a message.
 func writeExpr(b *strings.Builder, e ast.Expr) {
 	switch x := e.(type) {
 	case *ast.Ident:
@@ -412,30 +1183,12 @@ func writeExpr(b *strings.Builder, e ast.Expr) {
 	case *ast.StarExpr:
 		b.WriteString("*")
 		writeExpr(b, x.X)
+	case *ast.UnaryExpr:
+		b.WriteString(x.Op.String())
+		writeExpr(b, x.X)
 	case *ast.ParenExpr:
 		writeExpr(b, x.X)
 	default:
-		b.WriteString("?")
+		b.WriteString("…")
 	}
-}
-
-func line(pass *analysis.Pass, n ast.Node) token.Position {
-	p := pass.Fset.Position(n.Pos())
-	return token.Position{Filename: p.Filename, Line: p.Line}
-}
-
-// okLines returns the lines that carry a "//zclaimvet:ok" comment.
-func okLines(pass *analysis.Pass) map[token.Position]bool {
-	out := map[token.Position]bool{}
-	for _, f := range pass.Files {
-		for _, cg := range f.Comments {
-			for _, c := range cg.List {
-				if strings.HasPrefix(c.Text, "//zclaimvet:ok") {
-					p := pass.Fset.Position(c.Pos())
-					out[token.Position{Filename: p.Filename, Line: p.Line}] = true
-				}
-			}
-		}
-	}
-	return out
 }

@@ -7,8 +7,19 @@ import (
 	"golang.org/x/tools/go/analysis/analysistest"
 )
 
-// True positives and negatives, with go-redis v9 and v8 and redigo (stubs
-// in testdata/src): every "want" comment is reported, nothing else is.
+// Every shape of poller, each with its twin (stubs of go-redis v9, v8 and
+// v7 and of redigo in testdata/src): every "want" comment is reported,
+// nothing else is. Package b polls through package wrap's methods, so its
+// reports come from wrap's facts; tnone's test file is skipped.
 func TestAnalyzer(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), zclaimvet.Analyzer, "a")
+	analysistest.Run(t, analysistest.TestData(), zclaimvet.Analyzer, "a", "wrap", "b", "tnone")
+}
+
+// With -tests, test files are analysed too.
+func TestAnalyzerTests(t *testing.T) {
+	if err := zclaimvet.Analyzer.Flags.Set("tests", "true"); err != nil {
+		t.Fatal(err)
+	}
+	defer zclaimvet.Analyzer.Flags.Set("tests", "false")
+	analysistest.Run(t, analysistest.TestData(), zclaimvet.Analyzer, "twith")
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -51,4 +52,63 @@ func TestVetTool(t *testing.T) {
 		t.Fatalf("reports in asynq or go-redis:\n%s", out)
 	}
 	t.Logf("asynq and go-redis (30 packages): %v", took)
+}
+
+// A package whose test file does not build: zclaimvet on its own still
+// reports the poller in it (it loads no test files), where go vet
+// -vettool drops the package.
+func TestTestsDoNotBuild(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "zclaimvet")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	stub, err := os.ReadFile("../../zclaimvet/testdata/src/github.com/redis/go-redis/v9/redis.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"go.mod": "module x\n\ngo 1.24\n\nrequire github.com/redis/go-redis/v9 v9.0.0\n\n" +
+			"replace github.com/redis/go-redis/v9 => ./stub\n",
+		"stub/go.mod":   "module github.com/redis/go-redis/v9\n\ngo 1.24\n",
+		"stub/redis.go": string(stub),
+		"x.go": `package x
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func Poll(rdb *redis.Client) {
+	ids := rdb.ZRangeByScore(context.Background(), "delay:jobs", &redis.ZRangeBy{Max: "+inf"}).Val()
+	rdb.ZRem(context.Background(), "delay:jobs", ids)
+}
+`,
+		"x_test.go": "package x\n\nfunc TestBroken(t *testing.T) { undefined() }\n",
+	}
+	for name, body := range files {
+		must(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755))
+		must(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644))
+	}
+	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off")
+	cmd := exec.Command(bin, "./...")
+	cmd.Dir, cmd.Env = dir, env
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || !strings.Contains(string(out), "x.go:10:9: racy poller") {
+		t.Fatalf("zclaimvet ./... over a package whose tests do not build: %v\n%s", err, out)
+	}
+	cmd = exec.Command("go", "vet", "-vettool="+bin, "./...")
+	cmd.Dir, cmd.Env = dir, env
+	out, _ = cmd.CombinedOutput()
+	if strings.Contains(string(out), "racy poller") || !strings.Contains(string(out), "undefined") {
+		t.Fatalf("go vet -vettool was expected to stop at the test file's type error:\n%s", out)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }

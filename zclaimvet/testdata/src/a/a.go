@@ -15,9 +15,9 @@ var ctx = context.Background()
 // The seed article's poller: read the due members, then remove them.
 func naive(rdb *redis.Client) {
 	now := fmt.Sprint(time.Now().Unix())
-	ids, _ := rdb.ZRangeByScore(ctx, "delay:jobs", &redis.ZRangeBy{Min: "-inf", Max: now}).Result()
+	ids, _ := rdb.ZRangeByScore(ctx, "delay:jobs", &redis.ZRangeBy{Min: "-inf", Max: now}).Result() // want `racy poller: ZRANGEBYSCORE reads due members of "delay:jobs" here, and ZREM at a.go:20 removes them`
 	for _, id := range ids {
-		rdb.ZRem(ctx, "delay:jobs", id) // want `racy poller: ZRANGEBYSCORE reads due members of "delay:jobs" and ZREM removes them`
+		rdb.ZRem(ctx, "delay:jobs", id)
 		run(id)
 	}
 }
@@ -32,31 +32,31 @@ func poller(rdb *redis.Client, stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		ids, err := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "+inf", Count: 100}).Result()
+		ids, err := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "+inf", Count: 100}).Result() // want `racy poller`
 		if err != nil {
 			continue
 		}
 		for _, id := range ids {
 			go run(id)
-			rdb.ZRem(ctx, key, id) // want `racy poller`
+			rdb.ZRem(ctx, key, id)
 		}
 	}
 }
 
 // A helper that takes the key as a parameter.
 func takeDue(rdb *redis.Client, key string, max string) []string {
-	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: max}).Val()
+	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: max}).Val() // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREMRANGEBYSCORE at a.go:50 removes`
 	if len(ids) > 0 {
-		rdb.ZRemRangeByScore(ctx, key, "-inf", max) // want `racy poller: ZRANGEBYSCORE reads due members of key and ZREMRANGEBYSCORE removes them`
+		rdb.ZRemRangeByScore(ctx, key, "-inf", max)
 	}
 	return ids
 }
 
 // A checked ZREM: correct, but a round trip per job.
 func checked(rdb *redis.Client, key string) {
-	ids, _ := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "+inf"}).Result()
+	ids, _ := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "+inf"}).Result() // want `checked ZREM at a.go:59 after ZRANGEBYSCORE on key`
 	for _, id := range ids {
-		n, err := rdb.ZRem(ctx, key, id).Result() // want `checked ZREM after ZRANGEBYSCORE on key`
+		n, err := rdb.ZRem(ctx, key, id).Result()
 		if err != nil || n == 0 {
 			continue
 		}
@@ -65,8 +65,8 @@ func checked(rdb *redis.Client, key string) {
 }
 
 func checkedInline(rdb *redis.Client, key string) {
-	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() {
-		if rdb.ZRem(ctx, key, id).Val() == 1 { // want `checked ZREM`
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() { // want `checked ZREM`
+		if rdb.ZRem(ctx, key, id).Val() == 1 {
 			run(id)
 		}
 	}
@@ -74,29 +74,29 @@ func checkedInline(rdb *redis.Client, key string) {
 
 // ZRANGE ... BYSCORE, typed and through Do.
 func zrangeArgs(rdb *redis.Client, key string) {
-	ids := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: key, Start: "-inf", Stop: "+inf", ByScore: true}).Val()
-	rdb.ZRem(ctx, key, ids) // want `racy poller: ZRANGE BYSCORE`
+	ids := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: key, Start: "-inf", Stop: "+inf", ByScore: true}).Val() // want `racy poller: ZRANGE BYSCORE`
+	rdb.ZRem(ctx, key, ids)
 }
 
 func viaDo(rdb *redis.Client, key string) {
-	res, _ := rdb.Do(ctx, "zrangebyscore", key, "-inf", "+inf").Result()
-	rdb.Do(ctx, "ZREM", key, res) // want `racy poller: ZRANGEBYSCORE reads due members of key and ZREM`
-	rdb.Do(ctx, "ZRANGE", key, "-inf", "+inf", "BYSCORE")
-	rdb.Do(ctx, "ZREM", key, "x") // want `racy poller: ZRANGE BYSCORE`
+	res, _ := rdb.Do(ctx, "zrangebyscore", key, "-inf", "+inf").Result() // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at a.go:83`
+	rdb.Do(ctx, "ZREM", key, res)
+	rdb.Do(ctx, "ZRANGE", key, "-inf", "+inf", "BYSCORE") // want `racy poller: ZRANGE BYSCORE`
+	rdb.Do(ctx, "ZREM", key, "x")
 }
 
 // go-redis v8 and redigo.
 func v8(rdb *redisv8.Client, key string) {
-	ids, _ := rdb.ZRangeByScore(ctx, key, &redisv8.ZRangeBy{Max: "+inf"}).Result()
+	ids, _ := rdb.ZRangeByScore(ctx, key, &redisv8.ZRangeBy{Max: "+inf"}).Result() // want `racy poller`
 	for _, id := range ids {
-		rdb.ZRem(ctx, key, id) // want `racy poller`
+		rdb.ZRem(ctx, key, id)
 	}
 }
 
 func withRedigo(c redigo.Conn, key string) {
-	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", time.Now().Unix()))
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", time.Now().Unix())) // want `racy poller`
 	for _, id := range ids {
-		c.Do("ZREM", key, id) // want `racy poller`
+		c.Do("ZREM", key, id)
 	}
 }
 

@@ -25,24 +25,24 @@ func watched(rdb *redis.Client, key string) {
 }
 
 // Another key, a read by rank, a removal before the read, a read alone.
-func otherKey(rdb *redis.Client) {
+func otherKey(rdb *redis.Client) { // want otherKey:`read "a", rm "b"`
 	ids := rdb.ZRangeByScore(ctx, "a", &redis.ZRangeBy{Max: "+inf"}).Val()
 	rdb.ZRem(ctx, "b", ids)
 }
 
-func byRank(rdb *redis.Client, key string) {
+func byRank(rdb *redis.Client, key string) { // want byRank:`rm ⟨p1⟩, rm ⟨p1⟩`
 	ids := rdb.ZRange(ctx, key, 0, 10).Val()
 	rdb.ZRem(ctx, key, ids)
 	rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: key, Start: 0, Stop: 10})
 	rdb.ZRem(ctx, key, ids)
 }
 
-func removeFirst(rdb *redis.Client, key string) {
+func removeFirst(rdb *redis.Client, key string) { // want removeFirst:`rm ⟨p1⟩, read ⟨p1⟩`
 	rdb.ZRem(ctx, key, "x")
 	rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"})
 }
 
-func readOnly(rdb *redis.Client, key string) []string {
+func readOnly(rdb *redis.Client, key string) []string { // want readOnly:`read ⟨p1⟩`
 	return rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val()
 }
 
@@ -53,11 +53,11 @@ func accepted(rdb *redis.Client, key string) {
 }
 
 // Two pollers in one file: each function on its own.
-func readHere(rdb *redis.Client, key string) []string {
+func readHere(rdb *redis.Client, key string) []string { // want readHere:`read ⟨p1⟩`
 	return rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val()
 }
 
-func removeThere(rdb *redis.Client, key string, ids []string) {
+func removeThere(rdb *redis.Client, key string, ids []string) { // want removeThere:`rm ⟨p1⟩`
 	rdb.ZRem(ctx, key, ids)
 }
 

@@ -3,7 +3,9 @@ package redis
 
 type Conn interface {
 	Do(command string, args ...interface{}) (interface{}, error)
+	Send(command string, args ...interface{}) error
 }
 
 func Strings(reply interface{}, err error) ([]string, error) { return nil, nil }
 func Int(reply interface{}, err error) (int, error)          { return 0, nil }
+func Bool(reply interface{}, err error) (bool, error)        { return false, nil }

@@ -66,3 +66,51 @@ func (*Client) Watch(ctx context.Context, fn func(*Tx) error, keys ...string) er
 func (*Tx) TxPipelined(ctx context.Context, fn func(any) error) error { return nil }
 
 var _ = time.Second
+
+type Z struct {
+	Score  float64
+	Member any
+}
+
+type ZSliceCmd struct{}
+
+func (ZSliceCmd) Val() []Z { return nil }
+
+type StringCmd struct{}
+
+func (StringCmd) Val() string { return "" }
+
+type BoolCmd struct{}
+
+func (BoolCmd) Val() bool { return false }
+
+type StatusCmd struct{}
+
+type SetArgs struct {
+	Mode string
+	TTL  time.Duration
+}
+
+// Pipeliner is the cmdable of a pipeline.
+type Pipeliner interface {
+	ZRangeByScore(ctx context.Context, key string, opt *ZRangeBy) *StringSliceCmd
+	ZRemRangeByScore(ctx context.Context, key, min, max string) *IntCmd
+	ZRem(ctx context.Context, key string, members ...any) *IntCmd
+	Exec(ctx context.Context) ([]any, error)
+}
+
+func (cmdable) ZRangeWithScores(ctx context.Context, key string, start, stop int64) *ZSliceCmd {
+	return nil
+}
+func (cmdable) LPop(ctx context.Context, key string) *StringCmd { return nil }
+func (cmdable) SetNX(ctx context.Context, key string, value any, exp time.Duration) *BoolCmd {
+	return nil
+}
+func (cmdable) SetArgs(ctx context.Context, key string, value any, a SetArgs) *StatusCmd { return nil }
+func (*Client) Pipelined(ctx context.Context, fn func(Pipeliner) error) ([]any, error) {
+	return nil, nil
+}
+func (*Client) TxPipelined(ctx context.Context, fn func(Pipeliner) error) ([]any, error) {
+	return nil, nil
+}
+func (*Client) TxPipeline() Pipeliner { return nil }

@@ -1,0 +1,287 @@
+package a
+
+import (
+	"fmt"
+	"time"
+
+	redisv7 "github.com/go-redis/redis/v7"
+	redigo "github.com/gomodule/redigo/redis"
+	"github.com/redis/go-redis/v9"
+)
+
+// Shape 1: read and remove in different methods, the key a field of the
+// receiver, the batch handed on between them.
+type batcher struct {
+	rdb     *redis.Client
+	key     string
+	doneKey string
+}
+
+func (q *batcher) GetBatch() []string { // want GetBatch:`read ⟨r⟩.key`
+	return q.rdb.ZRangeByScore(ctx, q.key, &redis.ZRangeBy{Max: "+inf"}).Val() // want `racy poller: ZRANGEBYSCORE reads due members of q.key here, and ZREMRANGEBYSCORE at shapes.go:25 removes`
+}
+
+func (q *batcher) ClearBatch(last string) { // want ClearBatch:`rm ⟨r⟩.key`
+	q.rdb.ZRemRangeByScore(ctx, q.key, "-inf", last)
+}
+
+// Its twin: the other method removes from another key.
+type mover struct {
+	rdb     *redis.Client
+	key     string
+	doneKey string
+}
+
+func (m *mover) Take() []string { // want Take:`read ⟨r⟩.key`
+	return m.rdb.ZRangeByScore(ctx, m.key, &redis.ZRangeBy{Max: "+inf"}).Val()
+}
+
+func (m *mover) Forget(last string) { // want Forget:`rm ⟨r⟩.doneKey`
+	m.rdb.ZRemRangeByScore(ctx, m.doneKey, "-inf", last)
+}
+
+// Shape 1 with the key an argument: the caller pairs them.
+func getBatch(rdb *redis.Client, key string) []string { // want getBatch:`read ⟨p1⟩`
+	return rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val()
+}
+
+func clearBatch(rdb *redis.Client, key, last string) { // want clearBatch:`rm ⟨p1⟩`
+	rdb.ZRemRangeByScore(ctx, key, "-inf", last)
+}
+
+func batchLoop(rdb *redis.Client) {
+	for {
+		b := getBatch(rdb, "delay:batch") // want `racy poller: ZRANGEBYSCORE \(in getBatch\) reads due members of "delay:batch" here, and ZREMRANGEBYSCORE \(in clearBatch\) at shapes.go:58 removes`
+		if len(b) == 0 {
+			return
+		}
+		clearBatch(rdb, "delay:batch", b[len(b)-1])
+	}
+}
+
+// Its twin: another key.
+func batchLoopTwoKeys(rdb *redis.Client) { // want batchLoopTwoKeys:`read "delay:a", rm "delay:b"`
+	b := getBatch(rdb, "delay:a")
+	clearBatch(rdb, "delay:b", b[0])
+}
+
+// Shape 3: read by rank with the scores compared in Go, the remove elsewhere.
+func rankPoll(rdb *redis.Client, key string) {
+	zs := rdb.ZRangeWithScores(ctx, key, 0, 0).Val() // want `racy poller: ZRANGE WITHSCORES reads due members of key here, and ZREM \(in removeMember\) at shapes.go:74`
+	if len(zs) == 0 || zs[0].Score > float64(time.Now().Unix()) {
+		return
+	}
+	removeMember(rdb, key, zs[0].Member)
+}
+
+func removeMember(rdb *redis.Client, key string, m any) { // want removeMember:`rm ⟨p1⟩`
+	rdb.ZRem(ctx, key, m)
+}
+
+func rankPollRedigo(c redigo.Conn, key string) {
+	reply, _ := redigo.Strings(c.Do("ZRANGE", key, 0, 0, "WITHSCORES")) // want `racy poller: ZRANGE WITHSCORES`
+	c.Do("ZREM", key, reply[0])
+}
+
+// Shape 4: the remove inside a pipeline's closure after a read outside it
+// (racy), read and remove in one pipeline (racy: no MULTI), read and remove
+// in one TxPipelined or TxPipeline (MULTI/EXEC: atomic).
+func pipeRemove(rdb *redis.Client, key string) {
+	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREMRANGEBYSCORE at shapes.go:92`
+	rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.ZRemRangeByScore(ctx, key, "-inf", "+inf")
+		return nil
+	})
+	_ = ids
+}
+
+func txRemoveAfterRead(rdb *redis.Client, key string) {
+	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() // want `racy poller`
+	rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.ZRem(ctx, key, ids)
+		return nil
+	})
+}
+
+func pipeBoth(rdb *redis.Client, key string) {
+	rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}) // want `racy poller`
+		pipe.ZRemRangeByScore(ctx, key, "-inf", "+inf")
+		return nil
+	})
+}
+
+func txBoth(rdb *redis.Client, key string) {
+	rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"})
+		pipe.ZRemRangeByScore(ctx, key, "-inf", "+inf")
+		return nil
+	})
+}
+
+func txPipeVar(rdb *redis.Client, key string) {
+	pipe := rdb.TxPipeline()
+	pipe.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"})
+	pipe.ZRemRangeByScore(ctx, key, "-inf", "+inf")
+	pipe.Exec(ctx)
+}
+
+func callsTxBothTwice(rdb *redis.Client) {
+	txBoth(rdb, "k")
+	txBoth(rdb, "k")
+}
+
+// redigo's MULTI/EXEC, and its twin with the read before MULTI.
+func redigoMulti(c redigo.Conn, key string) {
+	c.Send("MULTI")
+	c.Send("ZRANGEBYSCORE", key, "-inf", "+inf")
+	c.Send("ZREMRANGEBYSCORE", key, "-inf", "+inf")
+	c.Do("EXEC")
+}
+
+func redigoReadBeforeMulti(c redigo.Conn, key string) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", "+inf")) // want `racy poller`
+	c.Send("MULTI")
+	c.Send("ZREM", key, ids)
+	c.Do("EXEC")
+}
+
+// Shape 5: checks. A reply helper's count tested for one member is a
+// check; the error alone, or a count after a batch ZREM, is not.
+func redigoIntChecked(c redigo.Conn, key string) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", "+inf")) // want `checked ZREM at shapes.go:154`
+	for _, id := range ids {
+		if n, _ := redigo.Int(c.Do("ZREM", key, id)); n == 1 {
+			run(id)
+		}
+	}
+}
+
+func redigoBoolChecked(c redigo.Conn, key string) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", "+inf")) // want `checked ZREM`
+	for _, id := range ids {
+		ok, err := redigo.Bool(c.Do("ZREM", key, id))
+		if err != nil || !ok {
+			continue
+		}
+		run(id)
+	}
+}
+
+func errOnly(rdb *redis.Client, key string) {
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() { // want `racy poller`
+		if err := rdb.ZRem(ctx, key, id).Err(); err != nil {
+			continue
+		}
+		run(id)
+	}
+}
+
+func batchCount(rdb *redis.Client, key string) {
+	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() // want `racy poller`
+	if n, _ := rdb.ZRem(ctx, key, ids).Result(); n > 0 {
+		for _, id := range ids {
+			run(id)
+		}
+	}
+}
+
+// Shape 6: a ZREM that cleans up after another atomic claim of the id
+// (SET NX, a pop from a ready list); Watch with a named function or a
+// function variable. Their twins without the claim are racy.
+func setNXGuard(rdb *redis.Client, key string) { // want setNXGuard:`read ⟨p1⟩`
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() {
+		if !rdb.SetNX(ctx, "lock:"+id, 1, time.Minute).Val() {
+			continue
+		}
+		run(id)
+		rdb.ZRem(ctx, key, id)
+	}
+}
+
+func setArgsGuard(rdb *redis.Client, key string) { // want setArgsGuard:`read ⟨p1⟩`
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() {
+		rdb.SetArgs(ctx, "lock:"+id, 1, redis.SetArgs{Mode: "NX"})
+		rdb.ZRem(ctx, key, id)
+	}
+}
+
+func readyList(rdb *redis.Client) { // want readyList:`read "processing"`
+	expired := rdb.ZRangeByScore(ctx, "processing", &redis.ZRangeBy{Max: "+inf"}).Val()
+	id := rdb.LPop(ctx, "ready").Val()
+	run(id)
+	rdb.ZRem(ctx, "processing", id)
+	_ = expired
+}
+
+func noGuard(rdb *redis.Client) {
+	expired := rdb.ZRangeByScore(ctx, "processing", &redis.ZRangeBy{Max: "+inf"}).Val() // want `racy poller`
+	rdb.ZRem(ctx, "processing", expired)
+}
+
+func (q *batcher) txn(tx *redis.Tx) error {
+	ids := tx.ZRangeByScore(ctx, q.doneKey, &redis.ZRangeBy{Max: "+inf"}).Val()
+	tx.ZRem(ctx, q.doneKey, ids)
+	return nil
+}
+
+func (q *batcher) claimWatched() error {
+	return q.rdb.Watch(ctx, q.txn, q.doneKey)
+}
+
+func watchedVar(rdb *redis.Client, key string) {
+	txf := func(tx *redis.Tx) error {
+		ids := tx.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val()
+		tx.ZRem(ctx, key, ids)
+		return nil
+	}
+	rdb.Watch(ctx, txf, key)
+}
+
+func notWatchedVar(rdb *redis.Client, key string) {
+	f := func() {
+		ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() // want `racy poller`
+		rdb.ZRem(ctx, key, ids)
+	}
+	go f()
+}
+
+// Shape 7: ZRangeArgs built in a variable; the same key rebuilt into a new
+// variable; go-redis v7 (no context). Twins: another key.
+func argsInVar(rdb *redis.Client, key string) {
+	args := redis.ZRangeArgs{Key: key, Start: "-inf", Stop: "+inf", ByScore: true}
+	ids := rdb.ZRangeArgs(ctx, args).Val() // want `racy poller: ZRANGE BYSCORE`
+	rdb.ZRem(ctx, key, ids)
+}
+
+func argsInVarByRank(rdb *redis.Client, key string) { // want argsInVarByRank:`rm ⟨p1⟩`
+	args := redis.ZRangeArgs{Key: key, Start: 0, Stop: 10}
+	ids := rdb.ZRangeArgs(ctx, args).Val()
+	rdb.ZRem(ctx, key, ids)
+}
+
+func rebuilt(rdb *redis.Client, queue string) {
+	k := fmt.Sprintf("delay:%s", queue)
+	ids := rdb.ZRangeByScore(ctx, k, &redis.ZRangeBy{Max: "+inf"}).Val() // want `racy poller: ZRANGEBYSCORE reads due members of k here`
+	k2 := fmt.Sprintf("delay:%s", queue)
+	rdb.ZRem(ctx, k2, ids)
+}
+
+func rebuiltOther(rdb *redis.Client, queue string) { // want rebuiltOther:`read fmt.Sprintf\("delay:%s", ⟨p1⟩\), rm fmt.Sprintf\("done:%s", ⟨p1⟩\)`
+	ids := rdb.ZRangeByScore(ctx, fmt.Sprintf("delay:%s", queue), &redis.ZRangeBy{Max: "+inf"}).Val()
+	rdb.ZRem(ctx, fmt.Sprintf("done:%s", queue), ids)
+}
+
+func v7(rdb *redisv7.Client, key string) {
+	for _, id := range rdb.ZRangeByScore(key, redisv7.ZRangeBy{Max: "+inf"}).Val() { // want `racy poller`
+		rdb.ZRem(key, id)
+	}
+}
+
+func v7Checked(rdb *redisv7.Client, key string) {
+	for _, id := range rdb.ZRangeByScore(key, redisv7.ZRangeBy{Max: "+inf"}).Val() { // want `checked ZREM`
+		if rdb.ZRem(key, id).Val() == 1 {
+			run(id)
+		}
+	}
+}

@@ -1,0 +1,35 @@
+// Package b polls through package wrap's methods: shape 2 across packages.
+package b
+
+import "wrap"
+
+type Service struct{ rds *wrap.Redis }
+
+func (s *Service) Poll() {
+	ids := s.rds.ZRangeByScoreByOffset("delay:jobs", "-inf", "+inf", 0, 100) // want `racy poller: ZRANGEBYSCORE \(in ZRangeByScoreByOffset\) reads due members of "delay:jobs" here, and ZREM \(in ZRem\) at b.go:11`
+	for _, id := range ids {
+		s.rds.ZRem("delay:jobs", id)
+		run(id)
+	}
+}
+
+// The twin: each ZREM's count decides who runs the job.
+func (s *Service) PollChecked() {
+	for _, id := range s.rds.ZRangeByScoreByOffset("delay:jobs", "-inf", "+inf", 0, 100) { // want `checked ZREM`
+		if n, _ := s.rds.ZRem("delay:jobs", id); n == 1 {
+			run(id)
+		}
+	}
+}
+
+// A batch ZREM through the wrapper, its count tested: still racy.
+func (s *Service) PollBatch() {
+	ids := s.rds.ZRangeByScoreByOffset("delay:jobs", "-inf", "+inf", 0, 100) // want `racy poller`
+	if n, _ := s.rds.ZRem("delay:jobs", ids); n > 0 {
+		for _, id := range ids {
+			run(id)
+		}
+	}
+}
+
+func run(string) {}

@@ -1,0 +1,2 @@
+// Package tnone's test file holds a poller the analyzer skips without -tests.
+package tnone

@@ -1,0 +1,21 @@
+// Package wrap is a project's own client wrapper around go-redis: its
+// methods take the key and send one command each.
+package wrap
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
+type Redis struct{ c *redis.Client }
+
+func (r *Redis) ZRangeByScoreByOffset(key, min, max string, offset, count int64) []string { // want ZRangeByScoreByOffset:`read ⟨p0⟩`
+	return r.c.ZRangeByScore(context.Background(), key, &redis.ZRangeBy{Min: min, Max: max, Offset: offset, Count: count}).Val()
+}
+
+func (r *Redis) ZRem(key string, members ...any) (int64, error) { // want ZRem:`rm ⟨p0⟩`
+	return r.c.ZRem(context.Background(), key, members...).Result()
+}
+
+func (r *Redis) ZAdd(key string, score float64, member string) {}
