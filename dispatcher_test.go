@@ -454,7 +454,10 @@ func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
 	log := &runsLog{runs: map[string][]JobInfo{}}
 	startAsynq(t, testAddr, q, WithJob(log.handler()), asynq.Config{Concurrency: 4})
 	px := newProxy(t, testAddr)
-	b := newBroker(t, BrokerOptions{Key: key, Lease: 100 * time.Millisecond, MaxAttempts: 100,
+	// A lease long enough for an enqueue on a loaded machine (one that ran
+	// past it would be enqueued again: a conflict), short enough to run out
+	// for the claims that wait.
+	b := newBroker(t, BrokerOptions{Key: key, Lease: 300 * time.Millisecond, MaxAttempts: 100,
 		Backoff: func(int) time.Duration { return 0 }})
 	d, err := NewDispatcher(b, asynq.NewClientFromRedisClient(clientVia(t, px)), DispatcherOptions{
 		Concurrency: 1, RecoveryInterval: 20 * time.Millisecond, EnqueueTimeout: time.Minute})
@@ -468,7 +471,7 @@ func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
 	must(t, b.Schedule(ctx, jobs...))
 	runDispatcher(t, d)
 	waitFor(t, 5*time.Second, "claims", func() bool { return d.Stats().Claimed > 1 })
-	time.Sleep(300 * time.Millisecond) // the queued claims' leases run out; recovery takes them back
+	time.Sleep(900 * time.Millisecond) // the queued claims' leases run out; recovery takes them back
 	px.Resume()
 	waitFor(t, 10*time.Second, "every job to run", func() bool {
 		log.mu.Lock()

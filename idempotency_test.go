@@ -498,11 +498,11 @@ func TestMiddlewareLastRetryWaits(t *testing.T) {
 func TestMiddlewareRenewsLease(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
-	const lease = 150 * time.Millisecond // renewed every 50 ms; room for a loaded machine
+	const lease = 300 * time.Millisecond // renewed every 100 ms; room for a loaded machine
 	i := newIdem(t, rdb, IdempotencyOptions{Lease: lease, Key: payloadKey})
 	var probes []error
 	h := i.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
-		for k := 0; k < 8; k++ {
+		for k := 0; k < 6; k++ {
 			time.Sleep(lease / 2)
 			_, err := i.Begin(ctx, "long")
 			probes = append(probes, err)
