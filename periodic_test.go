@@ -194,7 +194,8 @@ func periodicDefs(queue string) []Periodic {
 // Three dispatchers in separate processes share a schedule with an
 // "@every 1s" and a "*/2 * * * * *" definition; one of them is SIGKILLed
 // and restarted every 700 ms. Every tick from the first to the last runs
-// exactly once, none before its time.
+// exactly once, none before its time (but for at most one per definition
+// that gives way to the next under RunLatest, on a machine that stalled).
 func TestPeriodicAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -271,6 +272,7 @@ func TestPeriodicAcrossProcesses(t *testing.T) {
 			t.Fatalf("%s ran %d ticks in about 5 s", name, len(rs))
 		}
 		var lags []time.Duration
+		missed := 0
 		for i, r := range rs {
 			if r.start.Before(r.due) {
 				t.Errorf("%s: tick %v started early, at %v", name, r.due, r.start)
@@ -280,8 +282,14 @@ func TestPeriodicAcrossProcesses(t *testing.T) {
 				switch gap := r.due.Sub(rs[i-1].due); {
 				case gap == 0:
 					t.Errorf("%s: tick %v ran twice", name, r.due)
+				case gap == 2*period && missed == 0:
+					// RunLatest: a tick claimed once the next was due (a
+					// dispatcher killed with it, on a machine that stalled
+					// past the period) gives way to the next. Once.
+					missed++
+					t.Logf("%s: the tick between %v and %v gave way to the next (RunLatest)", name, rs[i-1].due, r.due)
 				case gap != period:
-					t.Errorf("%s: %v between ticks %v and %v: a tick is missing", name, gap, rs[i-1].due, r.due)
+					t.Errorf("%s: %v between ticks %v and %v: ticks are missing", name, gap, rs[i-1].due, r.due)
 				}
 			}
 			if r.due.UnixMilli()%period.Milliseconds() != 0 {
