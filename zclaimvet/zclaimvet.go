@@ -559,6 +559,12 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 					multi = nil
 				}
 			}
+			// A literal called where it stands (go func(){...}(),
+			// defer func(){...}()) runs as part of this function.
+			if lit, ok := ast.Unparen(x.Fun).(*ast.FuncLit); ok {
+				evs = append(evs, st.events(s, lit.Body, group)...)
+				return false
+			}
 			if lit, tx := pipelined(pass, x); lit != nil {
 				g := group
 				if tx {

@@ -285,3 +285,25 @@ func v7Checked(rdb *redisv7.Client, key string) {
 		}
 	}
 }
+
+// Shape 1 as a delay queue of the corpus has it: the read in a goroutine,
+// the removal in that goroutine's deferred closure.
+func batchInGoroutine(rdb *redis.Client, keys []string) {
+	for _, key := range keys {
+		go func(key string) {
+			batch := getBatch(rdb, key) // want `racy poller: ZRANGEBYSCORE \(in getBatch\)`
+			defer func() {
+				if len(batch) != 0 {
+					clearBatch(rdb, key, batch[len(batch)-1])
+				}
+			}()
+		}(key)
+	}
+}
+
+// Its twin: the closure is handed on, not run here.
+func batchHandedOn(rdb *redis.Client, key string) func() { // want batchHandedOn:`read ⟨p1⟩`
+	batch := getBatch(rdb, key)
+	_ = batch
+	return func() { clearBatch(rdb, "other", "x") }
+}
