@@ -48,6 +48,10 @@ var Analyzer = &analysis.Analyzer{
 	URL:       "https://pkg.go.dev/github.com/zclaim/zclaim/zclaimvet",
 	Run:       run,
 	FactTypes: []analysis.Fact{new(Summary)},
+	// A package that does not fully type-check (a missing generated file,
+	// a dependency of another version) is still read: only the Redis
+	// clients' calls need their types.
+	RunDespiteErrors: true,
 }
 
 var includeTests bool
@@ -71,7 +75,14 @@ const (
 // of its parameters ("⟨p0⟩") and its receiver ("⟨r⟩.key").
 type Summary struct {
 	Accesses []Access
+	// Sends is set for a function that sends any command it is given:
+	// its parameter Cmd is the command, its variadic parameter Args the
+	// key and arguments (func Do(cmd string, args ...any)).
+	Sends *Sends
 }
+
+// Sends names the parameters of a command-sending wrapper.
+type Sends struct{ Cmd, Args int }
 
 func (*Summary) AFact() {}
 
@@ -79,6 +90,9 @@ func (s *Summary) String() string {
 	var b []string
 	for _, a := range s.Accesses {
 		b = append(b, a.String())
+	}
+	if s.Sends != nil {
+		b = append(b, fmt.Sprintf("sends ⟨p%d⟩ ⟨p%d⟩...", s.Sends.Cmd, s.Sends.Args))
 	}
 	return "zset(" + strings.Join(b, ", ") + ")"
 }
@@ -157,8 +171,8 @@ func run(pass *analysis.Pass) (any, error) {
 				continue
 			}
 			s := st.summarize(fd)
-			if old := st.summaries[fn]; old == nil && len(s.Accesses) > 0 ||
-				old != nil && len(old.Accesses) != len(s.Accesses) {
+			if old := st.summaries[fn]; old == nil && (len(s.Accesses) > 0 || s.Sends != nil) ||
+				old != nil && (len(old.Accesses) != len(s.Accesses) || (old.Sends == nil) != (s.Sends == nil)) {
 				st.summaries[fn] = s
 				changed = true
 			}
@@ -175,7 +189,7 @@ func run(pass *analysis.Pass) (any, error) {
 	}
 	st.pairFields()
 	for fn, s := range st.summaries {
-		if len(s.Accesses) > 0 {
+		if len(s.Accesses) > 0 || s.Sends != nil {
 			pass.ExportObjectFact(fn, s)
 		}
 	}
@@ -438,7 +452,115 @@ func (st *analysisState) summarize(fd *ast.FuncDecl) *Summary {
 	if fn, ok := st.pass.TypesInfo.Defs[fd.Name].(*types.Func); ok && st.final {
 		st.origin[fn] = nodes
 	}
+	out.Sends = st.sends(s, fd)
 	return out
+}
+
+// sends recognizes a wrapper that sends the command it is given with the
+// arguments it is given: a redigo Do or Send, or a call of another such
+// wrapper, of a parameter and the variadic parameter spread.
+func (st *analysisState) sends(s *fnScope, fd *ast.FuncDecl) *Sends {
+	pass := st.pass
+	var out *Sends
+	ast.Inspect(fd.Body, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok || out != nil || !call.Ellipsis.IsValid() || len(call.Args) != 2 {
+			return out == nil
+		}
+		cmdAt, argsAt := -1, -1
+		if id, ok := ast.Unparen(call.Args[0]).(*ast.Ident); ok {
+			if i, ok := s.params[pass.TypesInfo.ObjectOf(id)]; ok {
+				cmdAt = i
+			}
+		}
+		if id, ok := ast.Unparen(call.Args[1]).(*ast.Ident); ok {
+			if i, ok := s.params[pass.TypesInfo.ObjectOf(id)]; ok {
+				argsAt = i
+			}
+		}
+		if cmdAt < 0 || argsAt < 0 {
+			return true
+		}
+		if sel, ok := call.Fun.(*ast.SelectorExpr); ok && (sel.Sel.Name == "Do" || sel.Sel.Name == "Send") {
+			fn, _ := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
+			if fn != nil && fn.Pkg() != nil && isRedigo(fn.Pkg().Path()) ||
+				pass.TypesInfo.Uses[sel.Sel] == nil && importsRedigo(pass.Pkg) {
+				out = &Sends{Cmd: cmdAt, Args: argsAt}
+			}
+		}
+		if w := st.sendsOf(call); w != nil {
+			out = &Sends{Cmd: cmdAt, Args: argsAt}
+		}
+		return out == nil
+	})
+	return out
+}
+
+// sendsOf returns the Sends of the wrapper call calls, nil if none.
+func (st *analysisState) sendsOf(call *ast.CallExpr) *Sends {
+	fn := calleeOf(st.pass, call)
+	if fn == nil {
+		return nil
+	}
+	if sum := st.summaries[fn]; sum != nil {
+		return sum.Sends
+	}
+	sum := new(Summary)
+	if st.pass.ImportObjectFact(fn, sum) {
+		return sum.Sends
+	}
+	return nil
+}
+
+func calleeOf(pass *analysis.Pass, call *ast.CallExpr) *types.Func {
+	switch f := ast.Unparen(call.Fun).(type) {
+	case *ast.Ident:
+		fn, _ := pass.TypesInfo.Uses[f].(*types.Func)
+		return fn
+	case *ast.SelectorExpr:
+		fn, _ := pass.TypesInfo.Uses[f.Sel].(*types.Func)
+		return fn
+	}
+	return nil
+}
+
+// viaSends reads a command sent through a wrapper: Do("ZREM", key, id),
+// or Do("ZREM", args...) with args the caller's own variadic parameter,
+// whose first element is then the key.
+func (st *analysisState) viaSends(s *fnScope, call *ast.CallExpr, w *Sends) (event, bool) {
+	pass := st.pass
+	if w.Cmd >= len(call.Args) || w.Args > len(call.Args) {
+		return event{}, false
+	}
+	if _, ok := stringConst(pass, call.Args[w.Cmd]); !ok {
+		return event{}, false
+	}
+	rest := call.Args[w.Args:]
+	if call.Ellipsis.IsValid() && len(rest) == 1 {
+		id, ok := ast.Unparen(rest[0]).(*ast.Ident)
+		if !ok {
+			return event{}, false
+		}
+		k, ok := s.params[pass.TypesInfo.ObjectOf(id)]
+		if !ok {
+			return event{}, false
+		}
+		// The key is the first of the caller's own arguments.
+		lit := &ast.CallExpr{Fun: call.Fun, Args: []ast.Expr{call.Args[w.Cmd]}}
+		ev, ok := st.doCommand(s, lit, []ast.Expr{call.Args[w.Cmd], call.Args[w.Cmd]})
+		if !ok {
+			return event{}, false
+		}
+		ev.node, ev.Pos = call, pos(pass, call)
+		ev.Key, ev.Shown = "⟨p"+strconv.Itoa(k)+"[0]⟩", id.Name+"[0]"
+		if !ev.Read {
+			ev.Forward, ev.Batch, ev.Checked = true, false, false
+		}
+		return ev, true
+	}
+	ev, ok := st.doCommand(s, call, append([]ast.Expr{call.Args[w.Cmd]}, rest...))
+	ev.node = call
+	return ev, ok
 }
 
 // guarded reports an access after an atomic claim in the same function:
@@ -585,6 +707,13 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 				evs = append(evs, ev)
 				return true
 			}
+			if w := st.sendsOf(x); w != nil {
+				if ev, ok := st.viaSends(s, x, w); ok {
+					ev.group = g
+					evs = append(evs, ev)
+				}
+				return true
+			}
 			if isClaim(pass, x) {
 				evs = append(evs, event{node: x, claim: true})
 				return true
@@ -728,11 +857,25 @@ func redigoCmd(pass *analysis.Pass, call *ast.CallExpr) (string, bool) {
 		return "", false
 	}
 	fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
-	if !ok || fn.Pkg() == nil || !isRedigo(fn.Pkg().Path()) {
+	switch {
+	case ok && fn.Pkg() != nil && isRedigo(fn.Pkg().Path()):
+	case pass.TypesInfo.Uses[sel.Sel] == nil && importsRedigo(pass.Pkg):
+		// A connection whose type did not resolve (the package does not
+		// fully type-check) in a package that uses redigo.
+	default:
 		return "", false
 	}
 	cmd, ok := stringConst(pass, call.Args[0])
 	return strings.ToUpper(cmd), ok
+}
+
+func importsRedigo(p *types.Package) bool {
+	for _, imp := range p.Imports() {
+		if isRedigo(imp.Path()) {
+			return true
+		}
+	}
+	return false
 }
 
 // keyIndex is where the key is among the arguments of a go-redis method:
@@ -863,6 +1006,11 @@ func (st *analysisState) countTested(s *fnScope, call *ast.CallExpr) bool {
 			if fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func); ok && fn.Pkg() != nil && isRedigo(fn.Pkg().Path()) {
 				value, p = outer, s.parent[outer]
 			}
+			if id, ok := sel.X.(*ast.Ident); ok {
+				if pn, ok := pass.TypesInfo.Uses[id].(*types.PkgName); ok && isRedigo(pn.Imported().Path()) {
+					value, p = outer, s.parent[outer]
+				}
+			}
 		}
 	}
 	// go-redis: .Val(), .Result(); .Err() tests the error only.
@@ -954,6 +1102,13 @@ func (st *analysisState) viaCallee(s *fnScope, call *ast.CallExpr, group any) []
 	args := make([]string, len(call.Args))
 	for i, a := range call.Args {
 		args[i] = st.norm(s, a, 0)
+		if i == len(call.Args)-1 && call.Ellipsis.IsValid() {
+			if strings.HasPrefix(args[i], "⟨p") {
+				args[i] += "..." // first of it: the caller's own first
+			} else {
+				args[i] = "⟨? spread " + strconv.Itoa(int(a.Pos())) + "⟩"
+			}
+		}
 	}
 	r := "⟨? " + strconv.Itoa(int(call.Pos())) + "⟩"
 	if recv != nil {
@@ -971,7 +1126,7 @@ func (st *analysisState) viaCallee(s *fnScope, call *ast.CallExpr, group any) []
 		if !strings.Contains(ev.Name, " (in ") {
 			ev.Name += " (in " + fn.Name() + ")"
 		}
-		if i, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(a.Key, "⟨p"), "⟩")); err == nil &&
+		if i, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(a.Key, "⟨p"), "⟩"), "[0]")); err == nil &&
 			i < len(call.Args) {
 			ev.Shown = render(pass, call.Args[i])
 		} else if strings.HasPrefix(a.Key, "⟨r⟩.") && recv != nil {
@@ -980,6 +1135,9 @@ func (st *analysisState) viaCallee(s *fnScope, call *ast.CallExpr, group any) []
 		if !a.Read && a.Forward {
 			sig := fn.Type().(*types.Signature)
 			n := len(call.Args) - (sig.Params().Len() - 1)
+			if strings.HasSuffix(a.Key, "[0]⟩") {
+				n-- // the first is the key
+			}
 			single := n == 1 && !call.Ellipsis.IsValid() && !isSlice(pass, call.Args[len(call.Args)-1])
 			ev.Batch = !single
 			ev.Checked = single && st.countTested(s, call)
@@ -997,17 +1155,22 @@ func substitute(key string, args []string, recv string) (string, bool) {
 		if m == "⟨r⟩" {
 			return recv
 		}
-		i, err := strconv.Atoi(m[len("⟨p") : len(m)-len("⟩")])
+		idx := strings.TrimSuffix(m[len("⟨p"):len(m)-len("⟩")], "[0]")
+		i, err := strconv.Atoi(idx)
 		if err != nil || i >= len(args) {
 			ok = false
 			return m
+		}
+		if strings.HasSuffix(m, "[0]⟩") && strings.HasSuffix(args[i], "...") {
+			// The caller spreads its own variadic parameter.
+			return strings.TrimSuffix(args[i], "⟩...") + "[0]⟩"
 		}
 		return args[i]
 	})
 	return out, ok
 }
 
-var placeholder = regexp.MustCompile(`⟨p\d+⟩|⟨r⟩`)
+var placeholder = regexp.MustCompile(`⟨p\d+(\[0\])?⟩|⟨r⟩`)
 
 // pairFields reports what a type's methods leave unpaired: a read of a
 // receiver's field key in one method and a removal of it in another (the

@@ -1,0 +1,29 @@
+// Package c polls through package rwrap: the key is the first of the
+// wrapper's arguments.
+package c
+
+import "rwrap"
+
+func delayKey() string { return "delay:queue" }
+
+func getExpired(now int64) []string { // want getExpired:`read ⟨g c.delayKey⟩\(\)`
+	ids, _ := rwrap.ZRANGEBYSCORE(delayKey(), "0", now)
+	return ids
+}
+
+func drop(id string) error { // want drop:`rm ⟨g c.delayKey⟩\(\)`
+	return rwrap.ZREM(delayKey(), id)
+}
+
+func tick(now int64) {
+	for _, id := range getExpired(now) { // want `racy poller: ZRANGEBYSCORE \(in ZRANGEBYSCORE\) reads due members of delayKey\(\) here, and ZREM \(in ZREM\) at c.go:21`
+		rwrap.LPUSH("ready", id)
+		drop(id)
+	}
+}
+
+// The twin: another key.
+func tickOther(now int64) { // want tickOther:`read "a", rm "b"`
+	ids, _ := rwrap.ZRANGEBYSCORE("a", "0", now)
+	rwrap.ZREM("b", ids[0])
+}

@@ -1,0 +1,26 @@
+// Package rwrap wraps redigo the way many projects do: one Do that sends
+// any command, and a function per command that forwards its arguments.
+package rwrap
+
+import "github.com/gomodule/redigo/redis"
+
+var Pool interface{ Get() redis.Conn }
+
+func Do(command string, args ...interface{}) (interface{}, error) { // want Do:`sends ⟨p0⟩ ⟨p1⟩...`
+	c := Pool.Get()
+	return c.Do(command, args...)
+}
+
+func ZRANGEBYSCORE(args ...interface{}) ([]string, error) { // want ZRANGEBYSCORE:`read ⟨p0\[0\]⟩`
+	return redis.Strings(Do("ZRANGEBYSCORE", args...))
+}
+
+func ZREM(args ...interface{}) error { // want ZREM:`rm ⟨p0\[0\]⟩`
+	_, err := Do("ZREM", args...)
+	return err
+}
+
+func LPUSH(args ...interface{}) error {
+	_, err := Do("LPUSH", args...)
+	return err
+}
