@@ -1024,15 +1024,24 @@ func (st *analysisState) countTested(s *fnScope, call *ast.CallExpr) bool {
 			}
 		}
 	}
+	if e, ok := value.(ast.Expr); ok && isError(pass.TypesInfo.TypeOf(e)) {
+		return false // a wrapper that returns only the error
+	}
 	if inCondition(s, value) {
 		return true
 	}
 	if as, ok := p.(*ast.AssignStmt); ok && len(as.Rhs) == 1 && len(as.Lhs) >= 1 {
 		if id, ok := as.Lhs[0].(*ast.Ident); ok && id.Name != "_" {
-			return varTested(s, pass.TypesInfo.ObjectOf(id), pass)
+			o := pass.TypesInfo.ObjectOf(id)
+			return o != nil && !isError(o.Type()) && varTested(s, o, pass)
 		}
 	}
 	return false
+}
+
+// isError reports the error type: an error is no count.
+func isError(t types.Type) bool {
+	return t != nil && types.Identical(t, types.Universe.Lookup("error").Type())
 }
 
 // inCondition reports n within an if, for or switch condition, or a

@@ -27,3 +27,12 @@ func tickOther(now int64) { // want tickOther:`read "a", rm "b"`
 	ids, _ := rwrap.ZRANGEBYSCORE("a", "0", now)
 	rwrap.ZREM("b", ids[0])
 }
+
+// A wrapper's error tested is no check of the count.
+func tickErr(now int64) {
+	for _, id := range getExpired(now) { // want `racy poller`
+		if err := drop(id); err != nil {
+			return
+		}
+	}
+}
