@@ -304,7 +304,7 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 			if l.lag < 0 || l.lag > 2*time.Second+100*time.Millisecond { // "foreign" is due on a whole second
 				t.Errorf("%s dispatched %v after due", l.id, l.lag)
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(15 * time.Second): // MaxWait is an hour: only a lost wake-up gets here
 			t.Fatal("the notice did not wake the dispatcher")
 		}
 	}
@@ -457,7 +457,7 @@ func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
 	// A lease long enough for an enqueue on a loaded machine (one that ran
 	// past it would be enqueued again: a conflict), short enough to run out
 	// for the claims that wait.
-	b := newBroker(t, BrokerOptions{Key: key, Lease: 300 * time.Millisecond, MaxAttempts: 100,
+	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Second, MaxAttempts: 100,
 		Backoff: func(int) time.Duration { return 0 }})
 	d, err := NewDispatcher(b, asynq.NewClientFromRedisClient(clientVia(t, px)), DispatcherOptions{
 		Concurrency: 1, RecoveryInterval: 20 * time.Millisecond, EnqueueTimeout: time.Minute})
@@ -471,7 +471,7 @@ func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
 	must(t, b.Schedule(ctx, jobs...))
 	runDispatcher(t, d)
 	waitFor(t, 5*time.Second, "claims", func() bool { return d.Stats().Claimed > 1 })
-	time.Sleep(900 * time.Millisecond) // the queued claims' leases run out; recovery takes them back
+	time.Sleep(2500 * time.Millisecond) // the queued claims' leases run out; recovery takes them back
 	px.Resume()
 	waitFor(t, 10*time.Second, "every job to run", func() bool {
 		log.mu.Lock()

@@ -108,12 +108,12 @@ func TestReaddedMemberRunsAgain(t *testing.T) {
 			}
 			first := float64(redisNow(t, rdb).Add(-time.Second).UnixMilli()) / 1000
 			zadd(first)
-			waitFor(t, 5*time.Second, "the first run", func() bool { return len(log.get("order-731")) == 1 })
+			waitFor(t, 20*time.Second, "the first run", func() bool { return len(log.get("order-731")) == 1 })
 			second := first + 0.5
 			zadd(second) // a new due time: new work
-			waitFor(t, 5*time.Second, "the second run", func() bool { return len(log.get("order-731")) == 2 })
+			waitFor(t, 20*time.Second, "the second run", func() bool { return len(log.get("order-731")) == 2 })
 			zadd(second) // the same ZADD again: the same occurrence
-			waitFor(t, 5*time.Second, "the repeat to be settled", func() bool {
+			waitFor(t, 20*time.Second, "the repeat to be settled", func() bool {
 				st, err := b.Stats(ctx)
 				return err == nil && st.Scheduled == 0 && st.Inflight == 0 && d.Stats().Conflicts == 1
 			})
