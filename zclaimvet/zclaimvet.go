@@ -107,13 +107,22 @@ type Access struct {
 	// Forward: a removal whose members are the function's variadic
 	// parameter, so its caller's arguments say whether it removes one.
 	Forward bool
-	Batch   bool   // a removal of several members, or by range
-	Shown   string // the key as the source writes it, for messages
+	Batch   bool // a removal of several members, or by range
+	// Rank: a read by rank without scores (ZRANGE key 0 9), a read of due
+	// members only where the scores are read too (Score) and compared.
+	Rank  bool
+	Score bool   // a ZSCORE: neither a read of members nor a removal
+	Shown string // the key as the source writes it, for messages
 }
 
 func (a Access) String() string {
 	v := "rm"
-	if a.Read {
+	switch {
+	case a.Score:
+		v = "score"
+	case a.Read && a.Rank:
+		v = "rank"
+	case a.Read:
 		v = "read"
 	}
 	return v + " " + a.Key
@@ -270,14 +279,16 @@ func litOf(f *ast.File, pass *analysis.Pass, v *types.Var) *ast.FuncLit {
 type fnScope struct {
 	params map[types.Object]int
 	recv   types.Object
-	defs   map[types.Object]ast.Expr // locals assigned once
-	multi  map[types.Object]bool     // locals assigned more than once
+	defs   map[types.Object]ast.Expr   // locals assigned once
+	multi  map[types.Object]bool       // locals assigned more than once
+	values map[types.Object][]ast.Expr // every value a local is given
 	parent map[ast.Node]ast.Node
 	body   *ast.BlockStmt
 }
 
 func (st *analysisState) scope(fd *ast.FuncDecl) *fnScope {
 	s := &fnScope{params: map[types.Object]int{}, defs: map[types.Object]ast.Expr{}, multi: map[types.Object]bool{},
+		values: map[types.Object][]ast.Expr{},
 		parent: map[ast.Node]ast.Node{}, body: fd.Body}
 	info := st.pass.TypesInfo
 	if fd.Recv != nil && len(fd.Recv.List) == 1 && len(fd.Recv.List[0].Names) == 1 {
@@ -311,6 +322,11 @@ func (st *analysisState) scope(fd *ast.FuncDecl) *fnScope {
 					continue
 				}
 				o := info.ObjectOf(id)
+				if len(x.Lhs) == len(x.Rhs) && (x.Tok == token.DEFINE || x.Tok == token.ASSIGN) {
+					s.values[o] = append(s.values[o], x.Rhs[j])
+				} else {
+					s.values[o] = append(s.values[o], nil)
+				}
 				_, seen := s.defs[o]
 				if seen || x.Tok != token.DEFINE || len(x.Lhs) != len(x.Rhs) {
 					s.multi[o] = true
@@ -496,6 +512,47 @@ func (st *analysisState) sends(s *fnScope, fd *ast.FuncDecl) *Sends {
 	return out
 }
 
+// summaryOf returns fn's summary: this package's, a fact of another's, or
+// for a method of an interface (the project's own client interface), that
+// of the method of the same name and signature of a type of the
+// interface's package.
+func (st *analysisState) summaryOf(fn *types.Func) *Summary {
+	if s := st.summaries[fn]; s != nil {
+		return s
+	}
+	if s := new(Summary); st.pass.ImportObjectFact(fn, s) {
+		return s
+	}
+	sig, _ := fn.Type().(*types.Signature)
+	if sig == nil || sig.Recv() == nil || !types.IsInterface(sig.Recv().Type()) || fn.Pkg() == nil {
+		return nil
+	}
+	scope := fn.Pkg().Scope()
+	for _, name := range scope.Names() {
+		tn, ok := scope.Lookup(name).(*types.TypeName)
+		if !ok || types.IsInterface(tn.Type()) {
+			continue
+		}
+		obj, _, _ := types.LookupFieldOrMethod(types.NewPointer(tn.Type()), true, fn.Pkg(), fn.Name())
+		m, ok := obj.(*types.Func)
+		if !ok || m == fn {
+			continue
+		}
+		ms, _ := m.Type().(*types.Signature)
+		if ms == nil || !types.Identical(types.NewSignatureType(nil, nil, nil, ms.Params(), ms.Results(), ms.Variadic()),
+			types.NewSignatureType(nil, nil, nil, sig.Params(), sig.Results(), sig.Variadic())) {
+			continue
+		}
+		if s := st.summaries[m]; s != nil {
+			return s
+		}
+		if s := new(Summary); st.pass.ImportObjectFact(m, s) {
+			return s
+		}
+	}
+	return nil
+}
+
 // sendsOf returns the Sends of the wrapper call calls, nil if none.
 func (st *analysisState) sendsOf(call *ast.CallExpr) *Sends {
 	fn := calleeOf(st.pass, call)
@@ -532,7 +589,7 @@ func (st *analysisState) viaSends(s *fnScope, call *ast.CallExpr, w *Sends) (eve
 	if w.Cmd >= len(call.Args) || w.Args > len(call.Args) {
 		return event{}, false
 	}
-	if _, ok := stringConst(pass, call.Args[w.Cmd]); !ok {
+	if len(st.constStrings(s, call.Args[w.Cmd])) == 0 {
 		return event{}, false
 	}
 	rest := call.Args[w.Args:]
@@ -563,6 +620,17 @@ func (st *analysisState) viaSends(s *fnScope, call *ast.CallExpr, w *Sends) (eve
 	return ev, ok
 }
 
+// scoresRead reports a ZSCORE of key among evs: a read by rank whose
+// members' scores are then compared in Go is a read of due members.
+func scoresRead(evs []event, key string) bool {
+	for _, e := range evs {
+		if e.Score && e.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
 // guarded reports an access after an atomic claim in the same function:
 // the claim decided who runs the job.
 func guarded(evs []event, i int) bool {
@@ -579,12 +647,12 @@ func guarded(evs []event, i int) bool {
 func (st *analysisState) pair(evs []event) map[int]bool {
 	paired := map[int]bool{}
 	for i, rm := range evs {
-		if rm.Read || rm.claim || guarded(evs, i) {
+		if rm.Read || rm.Score || rm.claim || guarded(evs, i) {
 			continue
 		}
 		for j := i - 1; j >= 0; j-- {
 			r := evs[j]
-			if !r.Read || r.claim || r.Key != rm.Key {
+			if !r.Read || r.claim || r.Key != rm.Key || r.Rank && !scoresRead(evs[j+1:i], r.Key) {
 				continue
 			}
 			if r.group != nil && r.group == rm.group {
@@ -907,6 +975,14 @@ func (st *analysisState) classify(s *fnScope, call *ast.CallExpr) (event, bool) 
 			return mk("ZRANGEBYSCORE", call.Args[k], true), true
 		case rankReadMethods[name]:
 			return mk("ZRANGE WITHSCORES", call.Args[k], true), true
+		case name == "ZRange" || name == "ZRevRange":
+			ev := mk(strings.ToUpper(name), call.Args[k], true)
+			ev.Rank = true
+			return ev, true
+		case name == "ZScore":
+			ev := mk("ZSCORE", call.Args[k], false)
+			ev.Score = true
+			return ev, true
 		case argsMethods[name]:
 			if key, byScore := st.zrangeArgs(s, call.Args[k]); key != nil && (byScore || name == "ZRangeArgsWithScores") {
 				n := "ZRANGE BYSCORE"
@@ -924,24 +1000,43 @@ func (st *analysisState) classify(s *fnScope, call *ast.CallExpr) (event, bool) 
 		}
 		return event{}, false
 	}
-	if _, ok := redigoCmd(pass, call); ok {
+	if isRedigoSend(pass, call) {
 		return st.doCommand(s, call, call.Args)
 	}
 	return event{}, false
 }
 
+// isRedigoSend reports a redigo Do or Send, whatever its command.
+func isRedigoSend(pass *analysis.Pass, call *ast.CallExpr) bool {
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != "Do" && sel.Sel.Name != "Send" || len(call.Args) == 0 {
+		return false
+	}
+	fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
+	return ok && fn.Pkg() != nil && isRedigo(fn.Pkg().Path()) ||
+		pass.TypesInfo.Uses[sel.Sel] == nil && importsRedigo(pass.Pkg)
+}
+
 // doCommand reads a command sent as Do(name, key, args...).
 func (st *analysisState) doCommand(s *fnScope, call *ast.CallExpr, args []ast.Expr) (event, bool) {
-	pass := st.pass
-	cmd, ok := stringConst(pass, args[0])
-	if !ok || len(args) < 2 {
+	if len(args) < 2 {
 		return event{}, false
 	}
+	for _, cmd := range st.constStrings(s, args[0]) {
+		if ev, ok := st.doCommandNamed(s, call, strings.ToUpper(cmd), args); ok {
+			return ev, true
+		}
+	}
+	return event{}, false
+}
+
+// doCommandNamed reads command cmd sent with args (args[0] the command).
+func (st *analysisState) doCommandNamed(s *fnScope, call *ast.CallExpr, cmd string, args []ast.Expr) (event, bool) {
+	pass := st.pass
 	mk := func(name string, read bool) event {
 		return event{Access: Access{Read: read, Name: name, Key: st.norm(s, args[1], 0), Pos: pos(pass, call),
 			Shown: render(pass, args[1])}, node: call}
 	}
-	cmd = strings.ToUpper(cmd)
 	switch {
 	case cmd == "ZRANGEBYSCORE" || cmd == "ZREVRANGEBYSCORE":
 		return mk(cmd, true), true
@@ -956,6 +1051,13 @@ func (st *analysisState) doCommand(s *fnScope, call *ast.CallExpr, args []ast.Ex
 				return mk("ZRANGE WITHSCORES", true), true
 			}
 		}
+		ev := mk(cmd, true)
+		ev.Rank = true
+		return ev, true
+	case cmd == "ZSCORE":
+		ev := mk(cmd, false)
+		ev.Score = true
+		return ev, true
 	case removeCmds[cmd]:
 		ev := mk(cmd, false)
 		st.removal(s, &ev, call, cmd == "ZREM", args[2:], call.Ellipsis.IsValid())
@@ -1101,12 +1203,9 @@ func (st *analysisState) viaCallee(s *fnScope, call *ast.CallExpr, group any) []
 	if fn == nil {
 		return nil
 	}
-	sum := st.summaries[fn]
+	sum := st.summaryOf(fn)
 	if sum == nil {
-		sum = new(Summary)
-		if !pass.ImportObjectFact(fn, sum) {
-			return nil
-		}
+		return nil
 	}
 	args := make([]string, len(call.Args))
 	for i, a := range call.Args {
@@ -1140,6 +1239,11 @@ func (st *analysisState) viaCallee(s *fnScope, call *ast.CallExpr, group any) []
 			ev.Shown = render(pass, call.Args[i])
 		} else if strings.HasPrefix(a.Key, "⟨r⟩.") && recv != nil {
 			ev.Shown = render(pass, recv) + strings.TrimPrefix(a.Key, "⟨r⟩")
+		}
+		if !a.Read && !a.Score && !a.Forward && a.Checked {
+			// The callee tests the count and returns the outcome: a check
+			// only where this caller tests it in turn.
+			ev.Checked = st.countTested(s, call)
 		}
 		if !a.Read && a.Forward {
 			sig := fn.Type().(*types.Signature)
@@ -1222,11 +1326,11 @@ func (st *analysisState) pairFields() {
 		list := byKey[k]
 		slices.SortFunc(list, func(x, y acc) int { return int(x.node.Pos() - y.node.Pos()) })
 		for _, r := range list {
-			if !r.a.Read {
+			if !r.a.Read || r.a.Rank {
 				continue
 			}
 			for _, rm := range list {
-				if rm.a.Read || rm.fn == r.fn {
+				if rm.a.Read || rm.a.Score || rm.fn == r.fn {
 					continue
 				}
 				st.report(event{Access: r.a, node: r.node}, event{Access: rm.a, node: rm.node})
@@ -1369,4 +1473,26 @@ func writeExpr(b *strings.Builder, e ast.Expr) {
 	default:
 		b.WriteString("…")
 	}
+}
+
+// constStrings returns the constant strings e can hold: its value, or
+// every value a local it names is given, if all are constants.
+func (st *analysisState) constStrings(s *fnScope, e ast.Expr) []string {
+	if v, ok := stringConst(st.pass, e); ok {
+		return []string{v}
+	}
+	id, ok := ast.Unparen(e).(*ast.Ident)
+	if !ok {
+		return nil
+	}
+	vals := s.values[st.pass.TypesInfo.ObjectOf(id)]
+	var out []string
+	for _, v := range vals {
+		c, ok := stringConst(st.pass, v)
+		if v == nil || !ok {
+			return nil
+		}
+		out = append(out, c)
+	}
+	return out
 }

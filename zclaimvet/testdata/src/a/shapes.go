@@ -307,3 +307,34 @@ func batchHandedOn(rdb *redis.Client, key string) func() { // want batchHandedOn
 	_ = batch
 	return func() { clearBatch(rdb, "other", "x") }
 }
+
+// Shape 3 with the scores read apart: members by rank, then each one's
+// ZSCORE compared with now, then the removal. Its twin reads no score.
+func rankThenScore(rdb *redis.Client, key string) { // want rankThenScore:`score ⟨p1⟩`
+	for _, id := range rdb.ZRange(ctx, key, 0, 9).Val() { // want `racy poller: ZRANGE reads due members of key here`
+		if rdb.ZScore(ctx, key, id).Val() > float64(time.Now().Unix()) {
+			continue
+		}
+		rdb.ZRem(ctx, key, id)
+	}
+}
+
+func rankNoScore(rdb *redis.Client, key string) { // want rankNoScore:`rank ⟨p1⟩, rm ⟨p1⟩`
+	for _, id := range rdb.ZRange(ctx, key, 0, 9).Val() {
+		rdb.ZRem(ctx, key, id)
+	}
+}
+
+// The command in a local that holds only constants.
+func commandInVar(c redigo.Conn, key string, desc bool) { // want commandInVar:`score ⟨p1⟩`
+	cmd := "ZRANGE"
+	if desc {
+		cmd = "ZREVRANGE"
+	}
+	ids, _ := redigo.Strings(c.Do(cmd, key, 0, 9)) // want `racy poller: ZRANGE reads due members of key here`
+	for _, id := range ids {
+		if n, _ := redigo.Int(c.Do("ZSCORE", key, id)); n < int(time.Now().Unix()) {
+			c.Do("ZREM", key, id)
+		}
+	}
+}

@@ -33,3 +33,12 @@ func (s *Service) PollBatch() {
 }
 
 func run(string) {}
+
+// Through the interface: the implementation's facts apply.
+type Store struct{ rds wrap.Client }
+
+func (s *Store) GetReady(bucket string) []string {
+	ids := s.rds.ZRangeByScoreByOffset(bucket, "0", "+inf", 0, 20) // want `racy poller: ZRANGEBYSCORE \(in ZRangeByScoreByOffset\) reads due members of bucket here`
+	s.rds.ZRem(bucket, ids)
+	return ids
+}

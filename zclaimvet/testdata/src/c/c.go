@@ -36,3 +36,25 @@ func tickErr(now int64) {
 		}
 	}
 }
+
+// A wrapper that tests the count and returns the outcome: a check where
+// the caller tests it, not where the caller drops it.
+func take(id string) bool { // want take:`rm ⟨g c.delayKey⟩\(\)`
+	n, _ := rwrap.Do("ZREM", delayKey(), id)
+	return n == int64(1)
+}
+
+func tickTake(now int64) {
+	for _, id := range getExpired(now) { // want `checked ZREM`
+		if take(id) {
+			rwrap.LPUSH("ready", id)
+		}
+	}
+}
+
+func tickDropped(now int64) {
+	for _, id := range getExpired(now) { // want `racy poller`
+		take(id)
+		rwrap.LPUSH("ready", id)
+	}
+}

@@ -19,3 +19,11 @@ func (r *Redis) ZRem(key string, members ...any) (int64, error) { // want ZRem:`
 }
 
 func (r *Redis) ZAdd(key string, score float64, member string) {}
+
+// Client is the wrapper as an interface, the way callers hold it.
+type Client interface {
+	ZRangeByScoreByOffset(key, min, max string, offset, count int64) []string
+	ZRem(key string, members ...any) (int64, error)
+}
+
+var _ Client = (*Redis)(nil)

@@ -114,3 +114,9 @@ func (*Client) TxPipelined(ctx context.Context, fn func(Pipeliner) error) ([]any
 	return nil, nil
 }
 func (*Client) TxPipeline() Pipeliner { return nil }
+
+type FloatCmd struct{}
+
+func (FloatCmd) Val() float64 { return 0 }
+
+func (cmdable) ZScore(ctx context.Context, key, member string) *FloatCmd { return nil }
