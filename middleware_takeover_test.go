@@ -223,7 +223,7 @@ func TestTakeoverOnlyAbandonedOnce(t *testing.T) {
 	q := testQueue(t)
 	key := testKey(t)
 	prefix := key + ":run:"
-	const lease = 150 * time.Millisecond // renewed every 50ms: a loaded machine keeps it
+	const lease = 500 * time.Millisecond // renewed every 167ms: a loaded machine (CI's first minute) keeps it
 	var stores []*Idempotency
 	for range 5 {
 		stores = append(stores, newIdem(t, rdb, IdempotencyOptions{Prefix: prefix, Lease: lease, TakeoverQueues: []string{q}}))
@@ -253,7 +253,7 @@ func TestTakeoverOnlyAbandonedOnce(t *testing.T) {
 	c := newAsynqClient(t, testAddr)
 	_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID("slow"))
 	must(t, err)
-	time.Sleep(4 * lease) // six passes of each of five loops
+	time.Sleep(4 * lease) // about sixteen passes of each of five loops
 	close(release)
 	waitFor(t, 5*time.Second, "the slow run to complete", func() bool {
 		_, err := stores[1].Begin(ctx, "slow")

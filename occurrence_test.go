@@ -252,7 +252,7 @@ func TestDispatcherCrashBeforeSettle(t *testing.T) {
 				h = idem.Middleware()(log.handler())
 			}
 			startAsynq(t, testAddr, q, h, asynq.Config{Concurrency: 20})
-			b := newBroker(t, BrokerOptions{Key: key, Lease: 300 * time.Millisecond, Backoff: func(int) time.Duration { return 0 }})
+			b := newBroker(t, BrokerOptions{Key: key, Lease: time.Second, Backoff: func(int) time.Duration { return 0 }})
 			due := redisNow(t, b.rdb).Add(-time.Second)
 			jobs := make([]Job, n)
 			for i := range jobs {
@@ -298,7 +298,9 @@ func TestDispatcherCrashBeforeSettle(t *testing.T) {
 			runDispatcher(t, d)
 			waitFor(t, 10*time.Second, "every job dispatched again", func() bool {
 				st, err := b.Stats(ctx)
-				return err == nil && st.Inflight == 0 && st.Scheduled == 0 && d.Stats().Claimed == n
+				// At least n claims: on a loaded machine an enqueue can outlast
+				// a lease, and its job is claimed again.
+				return err == nil && st.Inflight == 0 && st.Scheduled == 0 && d.Stats().Claimed >= n
 			})
 			want := n * tc.runs
 			if tc.middleware {
