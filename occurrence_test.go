@@ -573,8 +573,11 @@ func TestDispatchedTaskHeader(t *testing.T) {
 		header     bool
 	}{{"first", OccurrenceID("first", due), 1, false}, {"retried", OccurrenceID("retried", due), 2, true}, {"own id", "mine-1", 1, true}} {
 		runs := log.get(c.id)
-		if len(runs) != 1 || !runs[0].Due.Equal(due) || runs[0].Attempt != c.attempt {
-			t.Errorf("%s: runs %+v, want one of attempt %d due %v", c.id, runs, c.attempt, due)
+		// An enqueue that failed (a loaded machine: EnqueueTimeout) sends
+		// its job back, and the next claim is the next attempt.
+		failed := int(d.Stats().Failed)
+		if len(runs) != 1 || !runs[0].Due.Equal(due) || runs[0].Attempt < c.attempt || runs[0].Attempt > c.attempt+failed {
+			t.Errorf("%s: runs %+v, want one of attempt %d (+%d failed enqueues) due %v", c.id, runs, c.attempt, failed, due)
 		}
 		info, err := newInspector(t).GetTaskInfo(q, c.taskID)
 		if err != nil {
