@@ -45,6 +45,11 @@ func startAsynq(t testing.TB, addr, queue string, h asynq.Handler, cfg asynq.Con
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 2 * time.Second
 	}
+	if cfg.RetryDelayFunc == nil {
+		// asynq's default waits 15 s and more: a transient failure on a
+		// loaded machine would outlast the tests' waits.
+		cfg.RetryDelayFunc = fastRetry
+	}
 	cfg.Logger = quietLogger{}
 	cfg.LogLevel = asynq.FatalLevel
 	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: addr}, cfg)

@@ -522,9 +522,10 @@ func TestDispatcherCallbackPanics(t *testing.T) {
 	for _, id := range []string{"good-0", "good-1", "bad", "good-2"} {
 		must(t, b.Schedule(ctx, Job{ID: id, RunAt: due, Type: "t"}))
 	}
-	waitFor(t, 5*time.Second, "every job settled", func() bool {
+	waitFor(t, 20*time.Second, "every job settled", func() bool {
 		st, err := b.Stats(ctx)
-		return err == nil && st.Scheduled == 0 && st.Inflight == 0 && hooked.Load() == 4
+		// At least 4 hooks: a failed enqueue (a loaded machine) is one more.
+		return err == nil && st.Scheduled == 0 && st.Inflight == 0 && hooked.Load() >= 4
 	})
 	if st := d.Stats(); st.Enqueued != 3 || st.Dead != 1 {
 		t.Fatalf("dispatcher stats %+v, want 3 enqueued and 1 dead", st)

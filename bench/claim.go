@@ -46,6 +46,8 @@ type claimer struct {
 	// naive poller: the ids it will run; nil once the set is empty) and
 	// the round trips it made.
 	setup func(c *redis.Client, key string) (take func(ctx context.Context) ([]string, int, error))
+	// load writes the n due jobs; nil: loadDue (ids only, as a plain ZADD).
+	load func(rdb *redis.Client, key string, n int)
 }
 
 func claimers() []claimer {
@@ -123,14 +125,36 @@ func claimers() []claimer {
 		}
 	}
 	return []claimer{
-		{"naive ZRANGEBYSCORE + ZREM", naive(false)},
-		{"naive, ZREM result checked", naive(true)},
-		{"Lua, one job per call", script(oneLua, 1, false)},
-		{"Lua batch 100, bare (ZRANGEBYSCORE + ZREM)", script(bareLua, 100, false)},
-		{"Lua batch 100, + in-flight ZADD", script(inflightLua, 100, true)},
-		{"Broker.Claim batch 10", broker(10)},
-		{"Broker.Claim batch 100", broker(100)},
-		{"Broker.Claim batch 1000", broker(1000)},
+		{name: "naive ZRANGEBYSCORE + ZREM", setup: naive(false)},
+		{name: "naive, ZREM result checked", setup: naive(true)},
+		{name: "Lua, one job per call", setup: script(oneLua, 1, false)},
+		{name: "Lua batch 100, bare (ZRANGEBYSCORE + ZREM)", setup: script(bareLua, 100, false)},
+		{name: "Lua batch 100, + in-flight ZADD", setup: script(inflightLua, 100, true)},
+		{name: "Broker.Claim batch 10", setup: broker(10)},
+		{name: "Broker.Claim batch 100", setup: broker(100)},
+		{name: "Broker.Claim batch 1000", setup: broker(1000)},
+		{name: "Broker.Claim batch 100, typed jobs", setup: broker(100), load: loadTyped},
+	}
+}
+
+// loadTyped writes n due jobs as Broker.Schedule does for a producer that
+// names a task type and a 64-byte payload: a member and a record each.
+func loadTyped(rdb *redis.Client, key string, n int) {
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: key})
+	if err != nil {
+		panic(err)
+	}
+	due := time.Now().Add(-time.Minute)
+	payload := []byte(`{"order":731,"customer":"c-5519","template":"reminder-2","lang":"en"}`)[:64]
+	for i := 0; i < n; i += zclaim.MaxBatchSize {
+		jobs := make([]zclaim.Job, 0, zclaim.MaxBatchSize)
+		for j := i; j < min(i+zclaim.MaxBatchSize, n); j++ {
+			jobs = append(jobs, zclaim.Job{ID: "job-" + strconv.Itoa(j), RunAt: due, Type: "email:reminder",
+				Payload: payload})
+		}
+		if err := b.Schedule(context.Background(), jobs...); err != nil {
+			panic(err)
+		}
 	}
 }
 
@@ -160,7 +184,11 @@ func runClaimer(cl claimer, workers, n int) claimRun {
 	defer admin.Close()
 	key := ns("claim")
 	defer dropKeys(admin, key)
-	loadDue(admin, key, n)
+	if cl.load != nil {
+		cl.load(admin, key, n)
+	} else {
+		loadDue(admin, key, n)
+	}
 	// Every worker's connection is dialled before the start, and all start
 	// together: pollers that begin in lockstep collide the most.
 	takes := make([]func(context.Context) ([]string, int, error), workers)
@@ -255,5 +283,7 @@ func claimScenario() {
 		[]string{"contender", "jobs/s (median)", "spread", "taken more than once", "round trips / job", "vs checked naive", "vs bare + in-flight"},
 		rows,
 		"Targets: `Broker.Claim` batch 100 ≥ 20× the checked naive poller and ≥ 0.5× the bare batch-100 script that moves ids into an in-flight ZSet. "+
-			"Broker.Claim also issues a fencing token per job (one counter update per batch), reads payload records (HMGET) and returns the next due time.")
+			"Broker.Claim also issues a fencing token per job (one counter update per batch), reads payload records (HMGET) and returns the next due time. "+
+			"Every contender but the last takes jobs written as ids only (a plain ZADD); the last takes jobs written by Schedule "+
+			"with a task type and a 64-byte payload, whose records move with their claims.")
 }
