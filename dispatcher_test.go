@@ -305,7 +305,10 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 				t.Errorf("%s dispatched %v after due", l.id, l.lag)
 			}
 		case <-time.After(15 * time.Second): // MaxWait is an hour: only a lost wake-up gets here
-			t.Fatal("the notice did not wake the dispatcher")
+			st, _ := b.Stats(ctx)
+			subs, _ := b.rdb.PubSubNumSub(ctx, b.keys.notice).Result()
+			t.Fatalf("the notice did not wake the dispatcher: schedule %+v, dispatcher %+v, subscribers of %s: %v",
+				st, d.Stats(), b.keys.notice, subs)
 		}
 	}
 	waitFor(t, 5*time.Second, "both tasks handled", func() bool {
