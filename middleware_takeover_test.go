@@ -424,6 +424,11 @@ func TestTakeoverOnCluster(t *testing.T) {
 			t.Fatalf("%d of %d runs taken over in 10s", len(copies), n)
 		}
 	}
+	// The counter moves once the copy's enqueue returns: a copy can start
+	// first.
+	for deadline := time.Now().Add(5 * time.Second); taker.Stats().Takeovers < n && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if got := taker.Stats().Takeovers; got != n {
 		t.Fatalf("%d takeovers, want %d", got, n)
 	}
