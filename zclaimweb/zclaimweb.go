@@ -34,6 +34,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -241,9 +242,8 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, status int, msg s
 
 // schedule is the Broker the {s} of the request's path names.
 func (h *handler) schedule(w http.ResponseWriter, r *http.Request) (int, *zclaim.Broker, bool) {
-	var n int
-	if _, err := fmt.Sscan(r.PathValue("s"), &n); err != nil || n < 0 || n >= len(h.opts.Schedules) ||
-		fmt.Sprint(n) != r.PathValue("s") {
+	n, err := strconv.Atoi(r.PathValue("s"))
+	if err != nil || n < 0 || n >= len(h.opts.Schedules) || strconv.Itoa(n) != r.PathValue("s") {
 		h.fail(w, r, http.StatusNotFound, "no such schedule", nil)
 		return 0, nil, false
 	}
