@@ -279,6 +279,12 @@ func TestAbandonedRunsAndTakeovers(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no takeover within 5s")
 	}
+	// The counter and the log line come once the copy's enqueue returns:
+	// the copy can start first.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) &&
+		(taker.Stats().Takeovers == 0 || !strings.Contains(logs.String(), "took over a run")); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	reg2 := prometheus.NewPedanticRegistry()
 	reg2.MustRegister(zclaimprom.NewCollector(zclaimprom.Options{Idempotency: []*zclaim.Idempotency{taker}}))
 	if got := scrape(t, reg2, "zclaim_middleware_takeovers_total"); got != 1 {
