@@ -155,11 +155,13 @@ func run(pass *analysis.Pass) (any, error) {
 		decls: map[*types.Func]*ast.FuncDecl{}, watched: map[ast.Node]bool{}, reported: map[ast.Node]bool{},
 		paired: map[*types.Func]map[int]bool{}, origin: map[*types.Func][]ast.Node{}}
 	var funcs []*ast.FuncDecl
+	var files []*ast.File
 	for _, f := range pass.Files {
 		name := pass.Fset.Position(f.Pos()).Filename
 		if strings.HasSuffix(name, "_test.go") && !includeTests {
 			continue
 		}
+		files = append(files, f)
 		for _, d := range f.Decls {
 			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
 				funcs = append(funcs, fd)
@@ -168,10 +170,14 @@ func run(pass *analysis.Pass) (any, error) {
 				}
 			}
 		}
+	}
+	// Every function is known before the Watch calls are read: a named
+	// function passed to Watch may be declared in a later file.
+	for _, f := range files {
 		st.findWatched(f)
 	}
 	// Summaries of this package's functions: wrappers of wrappers need a
-	// few rounds; each round can only add.
+	// few rounds, until no summary changes (at most six).
 	for round := 0; round < 6; round++ {
 		changed := false
 		for _, fd := range funcs {
@@ -227,7 +233,7 @@ func (st *analysisState) findWatched(f *ast.File) {
 				}
 				switch o := obj.(type) {
 				case *types.Func:
-					if fd := st.declOf(o); fd != nil {
+					if fd := st.decls[o]; fd != nil {
 						st.watched[fd.Body] = true
 					}
 				case *types.Var:
@@ -239,20 +245,6 @@ func (st *analysisState) findWatched(f *ast.File) {
 		}
 		return true
 	})
-}
-
-func (st *analysisState) declOf(fn *types.Func) *ast.FuncDecl {
-	if fd := st.decls[fn]; fd != nil {
-		return fd
-	}
-	for _, f := range st.pass.Files {
-		for _, d := range f.Decls {
-			if fd, ok := d.(*ast.FuncDecl); ok && st.pass.TypesInfo.Defs[fd.Name] == fn {
-				return fd
-			}
-		}
-	}
-	return nil
 }
 
 // litOf finds the function literal a variable is defined as.
@@ -497,14 +489,7 @@ func (st *analysisState) sends(s *fnScope, fd *ast.FuncDecl) *Sends {
 		if cmdAt < 0 || argsAt < 0 {
 			return true
 		}
-		if sel, ok := call.Fun.(*ast.SelectorExpr); ok && (sel.Sel.Name == "Do" || sel.Sel.Name == "Send") {
-			fn, _ := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
-			if fn != nil && fn.Pkg() != nil && isRedigo(fn.Pkg().Path()) ||
-				pass.TypesInfo.Uses[sel.Sel] == nil && importsRedigo(pass.Pkg) {
-				out = &Sends{Cmd: cmdAt, Args: argsAt}
-			}
-		}
-		if w := st.sendsOf(call); w != nil {
+		if isRedigoSend(pass, call) || st.sendsOf(call) != nil {
 			out = &Sends{Cmd: cmdAt, Args: argsAt}
 		}
 		return out == nil
@@ -920,17 +905,7 @@ func doClaim(pass *analysis.Pass, args []ast.Expr) bool {
 
 // redigoCmd returns the command of a redigo Do or Send.
 func redigoCmd(pass *analysis.Pass, call *ast.CallExpr) (string, bool) {
-	sel, ok := call.Fun.(*ast.SelectorExpr)
-	if !ok || sel.Sel.Name != "Do" && sel.Sel.Name != "Send" || len(call.Args) == 0 {
-		return "", false
-	}
-	fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
-	switch {
-	case ok && fn.Pkg() != nil && isRedigo(fn.Pkg().Path()):
-	case pass.TypesInfo.Uses[sel.Sel] == nil && importsRedigo(pass.Pkg):
-		// A connection whose type did not resolve (the package does not
-		// fully type-check) in a package that uses redigo.
-	default:
+	if !isRedigoSend(pass, call) {
 		return "", false
 	}
 	cmd, ok := stringConst(pass, call.Args[0])
@@ -1006,7 +981,9 @@ func (st *analysisState) classify(s *fnScope, call *ast.CallExpr) (event, bool) 
 	return event{}, false
 }
 
-// isRedigoSend reports a redigo Do or Send, whatever its command.
+// isRedigoSend reports a redigo Do or Send, whatever its command; where
+// the connection's type did not resolve (the package does not fully
+// type-check), a Do or Send in a package that imports redigo.
 func isRedigoSend(pass *analysis.Pass, call *ast.CallExpr) bool {
 	sel, ok := call.Fun.(*ast.SelectorExpr)
 	if !ok || sel.Sel.Name != "Do" && sel.Sel.Name != "Send" || len(call.Args) == 0 {
