@@ -121,6 +121,7 @@ type Idempotency struct {
 	opts  IdempotencyOptions
 	log   *slog.Logger
 	repl  replication
+	grp   group // Begin, Extend, Complete and Release called at the same moment go together
 	state *stateMarker
 
 	skipped, inProgress, completed, released, leaseLost, takeovers atomic.Int64
@@ -179,7 +180,7 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 		return nil, err
 	}
 	i := &Idempotency{rdb: rdb, opts: opts, log: opts.Logger, defaultKey: defaultKey,
-		repl: replication{opts.WaitReplicas, opts.WaitTimeout},
+		repl: replication{opts.WaitReplicas, opts.WaitTimeout}, grp: group{rdb: rdb},
 		// The bare prefix is the record key of no key (keys are never
 		// empty): it holds the store's state marker.
 		state: &stateMarker{rdb: rdb, key: opts.Prefix, log: opts.Logger,
@@ -239,7 +240,7 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 	i.state.poll()
 	rk := i.recordKey(key)
 	sent := time.Now()
-	reply, err := i.repl.run(ctx, i.rdb, beginScript, []string{rk}, ms(i.opts.Lease),
+	reply, err := i.script(ctx, beginScript, []string{rk}, ms(i.opts.Lease),
 		ms(i.opts.Lease+i.opts.Retention)).Result()
 	if err != nil {
 		return nil, i.wrap(ctx, "begin", rk, err)
@@ -256,6 +257,16 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 	}
 	return &Execution{Key: key, Token: raw[1], Resumed: raw[3] != 0, i: i, sent: sent,
 		leaseUntil: time.UnixMilli(raw[2]), state: i.state.current()}, nil
+}
+
+// script runs one of the run record's scripts: grouped with the store's
+// other calls of the moment (group), or alone, followed by WAIT, where
+// writes wait for replicas (WAIT counts the writes of its own connection).
+func (i *Idempotency) script(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if i.repl.n > 0 {
+		return i.repl.run(ctx, i.rdb, s, keys, args...)
+	}
+	return i.grp.run(ctx, s, keys, args...)
 }
 
 // int64s reads a script's array of integers.
@@ -295,7 +306,7 @@ func (e *Execution) settle(ctx context.Context, op string, ttl time.Duration) (i
 		return 0, wrap(ctx, op, err, nil)
 	}
 	rk := e.i.recordKey(e.Key)
-	reply, err := e.i.repl.run(ctx, e.i.rdb, settleScript, []string{rk}, strconv.FormatInt(e.Token, 10), op,
+	reply, err := e.i.script(ctx, settleScript, []string{rk}, strconv.FormatInt(e.Token, 10), op,
 		ms(e.i.opts.Lease), ms(ttl)).Result()
 	if err != nil {
 		return 0, e.i.wrap(ctx, op, rk, err)
