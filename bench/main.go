@@ -5,7 +5,7 @@
 //	go run ./bench                    # starts its own redis-server (from PATH)
 //	go run ./bench -redis host:port   # or uses yours (only keys of its own; never flushed)
 //	go run ./bench -quick             # smaller numbers, for a smoke test
-//	go run ./bench -only claim,lag    # some scenarios: claim, lag, zadd, throughput, middleware, memory, replicas, scale, recovery, takeover, idle, periodic, cluster, instructions
+//	go run ./bench -only claim,lag    # some scenarios: claim, lag, zadd, throughput, middleware, e2e, memory, replicas, scale, recovery, takeover, idle, periodic, cluster, instructions
 //	go run ./bench -only middleware -cpuprofile mw.pprof   # and look with go tool pprof
 package main
 
@@ -32,17 +32,19 @@ import (
 var (
 	addrFlag = flag.String("redis", "", "Redis address (default: start redis-server on a free port)")
 	quick    = flag.Bool("quick", false, "smaller numbers: a smoke test, not a measurement")
-	rounds   = flag.Int("rounds", 3, "rounds per contender (interleaved), for median and spread; at least 9 for throughput and middleware")
-	only     = flag.String("only", "", "comma-separated scenarios to run (claim, lag, zadd, throughput, middleware, memory, replicas, scale, recovery, takeover, idle, periodic, cluster, instructions)")
+	rounds   = flag.Int("rounds", 3, "rounds per contender (interleaved), for median and spread (default: 3, and 9 for throughput, middleware and e2e)")
+	only     = flag.String("only", "", "comma-separated scenarios to run (claim, lag, zadd, throughput, middleware, e2e, memory, replicas, scale, recovery, takeover, idle, periodic, cluster, instructions)")
 	cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of this process (all scenarios run) to this file")
 )
 
 var redisAddr string
 
 // shortRounds is the rounds of the short, noisy scenarios (dispatch
-// throughput, middleware): 5 unless -rounds asks for more (or -quick).
+// throughput, middleware, e2e): 9 unless -rounds says (or -quick).
 func shortRounds() int {
-	if *quick {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rounds" })
+	if *quick || set {
 		return *rounds
 	}
 	return max(*rounds, 9)
@@ -98,6 +100,7 @@ func main() {
 		{"zadd", zaddScenario},
 		{"throughput", dispatchThroughput},
 		{"middleware", middlewareScenario},
+		{"e2e", e2eScenario},
 		{"memory", memoryScenario},
 		{"replicas", replicaScenario},
 		{"scale", scaleScenario},
