@@ -93,14 +93,21 @@ func TestRedisCluster(t *testing.T) {
 				t.Fatalf("batch re-claimed %d, recovered %+v", len(res.claims), r)
 			}
 
+			// The run records and their buckets of finished records: with
+			// the prefix's hash tag, or (delay:jobs:run:) in each key's slot.
 			i, err := NewIdempotency(cc, IdempotencyOptions{Prefix: key + ":run:"})
 			must(t, err)
-			e, err := i.Begin(ctx, "a")
-			must(t, err)
-			must(t, e.Extend(ctx))
-			must(t, e.Complete(ctx))
-			_, err = i.Begin(ctx, "a")
-			wantErr(t, err, ErrAlreadyDone)
+			for _, k := range []string{"a", "b{x}c", "order-731@2026-12-01T08:00:00.000Z", "{", "}{"} {
+				e, err := i.Begin(ctx, k)
+				must(t, err)
+				must(t, e.Extend(ctx))
+				must(t, e.Complete(ctx))
+				_, err = i.Begin(ctx, k)
+				wantErr(t, err, ErrAlreadyDone)
+				e, err = i.Begin(ctx, k+"-released")
+				must(t, err)
+				must(t, e.Release(ctx))
+			}
 		})
 	}
 }

@@ -42,6 +42,9 @@ var (
 	// ErrReservedID: a job id that begins with PeriodicPrefix, which the
 	// ticks of periodic definitions use.
 	ErrReservedID = errors.New("zclaim: job id begins with \"periodic:\", which is kept for periodic definitions")
+	// ErrReservedKey is returned by Begin for an idempotency key that
+	// begins with a NUL byte and "done": the names of a store's own keys.
+	ErrReservedKey = errors.New("zclaim: idempotency key reserved for the store's own records")
 	// ErrShards: a Broker's Shards differs from the count the schedule was
 	// made with, or Shards > 1 names a key that holds a set already.
 	ErrShards = errors.New("zclaim: shard count")

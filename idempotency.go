@@ -74,6 +74,14 @@ type IdempotencyOptions struct {
 	// Retention is how long a finished record is kept: a run of the same
 	// key within it is skipped. Default: DefaultRunRetention (24h).
 	Retention time.Duration
+	// DoneBuckets is the number of small hashes that hold the finished
+	// records (see DefaultDoneBuckets): they stay compact, about 30 bytes
+	// a record, while finish rate × Retention ≤ 128 × DoneBuckets, so set
+	// it to about rate × Retention / 100. The number is recorded with the
+	// records at the first start and fixed from then on: zero takes the
+	// recorded one (DefaultDoneBuckets for a new store), and another is
+	// refused with ErrInvalidOptions.
+	DoneBuckets int
 	// Key names the work of an asynq task. Default: OccurrenceKey, the
 	// occurrence of a task a Dispatcher enqueued (see JobInfo), else the
 	// asynq task id.
@@ -125,6 +133,13 @@ type Idempotency struct {
 	state *stateMarker
 
 	skipped, inProgress, completed, released, leaseLost, takeovers atomic.Int64
+
+	doneTagged  bool // Prefix has a hash tag: every key of the store is in its slot
+	doneMu      sync.Mutex
+	doneReady   atomic.Bool // doneBuckets and doneSub are set (readyDone)
+	doneBuckets int         // buckets of finished records (setupDone)
+	doneSub     int         // of them, in each slot (doneTagged: all)
+	sweepOdds   int         // a Complete sweeps its bucket with odds 1 in this (doneSweepOdds)
 
 	defaultKey bool     // Key is OccurrenceKey: takeovers tell a task's key from its id
 	takeover   takeover // the loop that takes over dead workers' runs
@@ -179,7 +194,7 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 	if err := validateReplication(opts.WaitReplicas, &opts.WaitTimeout); err != nil {
 		return nil, err
 	}
-	i := &Idempotency{rdb: rdb, opts: opts, log: opts.Logger, defaultKey: defaultKey,
+	i := &Idempotency{rdb: rdb, opts: opts, log: opts.Logger, defaultKey: defaultKey, sweepOdds: doneSweepOdds,
 		repl: replication{opts.WaitReplicas, opts.WaitTimeout}, grp: group{rdb: rdb},
 		// The bare prefix is the record key of no key (keys are never
 		// empty): it holds the store's state marker.
@@ -187,6 +202,16 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 			what:  "the idempotency records (" + opts.Prefix + "*)",
 			every: stateCheckInterval}}
 	if err := startup(rdb, opts.Prefix, opts.AllowEviction, i.log, i.state); err != nil {
+		return nil, err
+	}
+	if err := i.checkDoneOptions(); err != nil {
+		return nil, err
+	}
+	// A server that cannot be reached now is tried again at the first call.
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := i.readyDone(sctx)
+	cancel()
+	if errors.Is(err, ErrInvalidOptions) || errors.Is(err, ErrCorrupt) {
 		return nil, err
 	}
 	i.state.polled.Store(time.Now().UnixNano())
@@ -237,13 +262,20 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 	if err := checkID(ctx, "begin", key); err != nil {
 		return nil, err
 	}
+	if strings.HasPrefix(key, doneInfix) {
+		return nil, zerr("zclaim: begin: %w: key %q", ErrReservedKey, key)
+	}
+	if err := i.readyDone(ctx); err != nil {
+		return nil, err
+	}
 	i.state.poll()
 	rk := i.recordKey(key)
+	bucket, field := i.doneOf(key)
 	sent := time.Now()
-	reply, err := i.script(ctx, beginScript, []string{rk}, ms(i.opts.Lease),
-		ms(i.opts.Lease+i.opts.Retention)).Result()
+	reply, err := i.script(ctx, beginScript, []string{rk, bucket}, ms(i.opts.Lease),
+		ms(i.opts.Lease+i.opts.Retention), field, ms(i.opts.Retention)).Result()
 	if err != nil {
-		return nil, i.wrap(ctx, "begin", rk, err)
+		return nil, i.wrap(ctx, "begin", rk, bucket, err)
 	}
 	raw, ok := int64s(reply)
 	if !ok || len(raw) < 3 || raw[0] == 0 && len(raw) != 4 {
@@ -284,9 +316,10 @@ func int64s(v any) ([]int64, bool) {
 	return out, true
 }
 
-// wrap names the record key in the errors its single-key scripts raise:
-// ZCLAIM_CORRUPT, and Redis' own WRONGTYPE (which names no key).
-func (i *Idempotency) wrap(ctx context.Context, op, rk string, err error) error {
+// wrap names the key in the errors a run record's scripts raise:
+// ZCLAIM_CORRUPT, and Redis' own WRONGTYPE (which names no key: it is the
+// run record rk or its bucket of finished records).
+func (i *Idempotency) wrap(ctx context.Context, op, rk, bucket string, err error) error {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		msg := rerr.Error()
@@ -294,7 +327,12 @@ func (i *Idempotency) wrap(ctx context.Context, op, rk string, err error) error 
 		case msg == "ZCLAIM_CORRUPT "+rk:
 			return zerr("zclaim: %s: %w: run record %q", op, ErrCorrupt, rk)
 		case strings.HasPrefix(msg, "WRONGTYPE"):
-			typ, _ := i.rdb.Type(context.WithoutCancel(ctx), rk).Result()
+			ctx := context.WithoutCancel(ctx)
+			typ, _ := i.rdb.Type(ctx, rk).Result()
+			if typ == "string" || typ == "none" {
+				btyp, _ := i.rdb.Type(ctx, bucket).Result()
+				return &WrongTypeError{Key: bucket, Want: "hash", Got: btyp}
+			}
 			return &WrongTypeError{Key: rk, Want: "string", Got: typ}
 		}
 	}
@@ -306,10 +344,11 @@ func (e *Execution) settle(ctx context.Context, op string, ttl time.Duration) (i
 		return 0, wrap(ctx, op, err, nil)
 	}
 	rk := e.i.recordKey(e.Key)
-	reply, err := e.i.script(ctx, settleScript, []string{rk}, strconv.FormatInt(e.Token, 10), op,
-		ms(e.i.opts.Lease), ms(ttl)).Result()
+	bucket, field := e.i.doneOf(e.Key)
+	reply, err := e.i.script(ctx, settleScript, []string{rk, bucket}, strconv.FormatInt(e.Token, 10), op,
+		ms(e.i.opts.Lease), ms(ttl), field, e.i.sweepOdds).Result()
 	if err != nil {
-		return 0, e.i.wrap(ctx, op, rk, err)
+		return 0, e.i.wrap(ctx, op, rk, bucket, err)
 	}
 	n, ok := reply.(int64)
 	if !ok {

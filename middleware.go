@@ -127,7 +127,7 @@ func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 				i.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: task's work is running elsewhere; asynq will try it again",
 					slog.String("key", short(key)), slog.String("type", t.Type()))
 				return err
-			case errors.Is(err, ErrIDTooLong):
+			case errors.Is(err, ErrIDTooLong), errors.Is(err, ErrReservedKey):
 				return fmt.Errorf("%w (%w)", err, asynq.SkipRetry)
 			case err != nil:
 				return err

@@ -149,21 +149,36 @@ func (i *Idempotency) activeRuns(in *asynq.Inspector) ([]activeRun, error) {
 }
 
 // records reads the run records of runs in one pipeline, with Redis TIME.
-// A missing record's command holds redis.Nil.
+// A missing record's command holds redis.Nil; a finished one's holds
+// "done 0 0" (its token is not kept).
 func (i *Idempotency) records(ctx context.Context, runs []activeRun) ([]*redis.StringCmd, time.Time, error) {
+	if err := i.readyDone(ctx); err != nil {
+		return nil, time.Time{}, err
+	}
 	cmds := make([]*redis.StringCmd, len(runs))
+	fins := make([]*redis.StringCmd, len(runs))
 	var clock *redis.TimeCmd
 	_, err := i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		clock = p.Time(ctx)
 		for n, r := range runs {
 			cmds[n] = p.Get(ctx, i.recordKey(r.key))
+			bucket, field := i.doneOf(r.key)
+			fins[n] = p.HGet(ctx, bucket, field)
 		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, time.Time{}, err
 	}
-	return cmds, clock.Val(), nil
+	now := clock.Val()
+	for n := range runs {
+		fin, ferr := fins[n].Int64()
+		if errors.Is(cmds[n].Err(), redis.Nil) && ferr == nil && time.UnixMilli(fin).Add(i.opts.Retention).After(now) {
+			cmds[n].SetErr(nil)
+			cmds[n].SetVal("done 0 0")
+		}
+	}
+	return cmds, now, nil
 }
 
 // runOf tells the key of an active task as the middleware gives it.
@@ -262,8 +277,9 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 // it did.
 func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64) bool {
 	lease := i.opts.Lease
-	reply, err := takeoverScript.Run(ctx, i.rdb, []string{i.recordKey(r.key)}, strconv.FormatInt(token, 10),
-		ms(lease), ms(lease)).Result()
+	bucket, field := i.doneOf(r.key)
+	reply, err := takeoverScript.Run(ctx, i.rdb, []string{i.recordKey(r.key), bucket}, strconv.FormatInt(token, 10),
+		ms(lease), ms(lease), field, ms(i.opts.Retention)).Result()
 	raw, ok := int64s(reply)
 	if err != nil || !ok || len(raw) != 3 || raw[0] != 1 {
 		return false
@@ -378,8 +394,10 @@ func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs [
 		}
 		if rec, err := cmds[n].Result(); err == nil {
 			if state, tok, until, ok := parseRecord(rec); ok {
-				ri.Token = tok
-				ri.Started = time.UnixMicro(tok)
+				if tok > 0 {
+					ri.Token = tok
+					ri.Started = time.UnixMicro(tok)
+				}
 				switch state {
 				case "run":
 					ri.LeaseUntil = time.UnixMilli(until)

@@ -345,13 +345,13 @@ func TestSkipsAndFailuresVisible(t *testing.T) {
 	}
 	must(t, run(func(context.Context) error { return nil }))
 	must(t, run(func(context.Context) error { t.Error("ran a finished key"); return nil }))
-	must(t, rdb.Del(ctx, idem.recordKey(key)).Err())
+	forget(t, rdb, idem, key)
 	e, err := idem.Begin(ctx, key) // another run holds the key
 	must(t, err)
 	wantErr(t, run(func(context.Context) error { t.Error("ran a held key"); return nil }), ErrInProgress)
 	must(t, e.Release(ctx))
 	err = run(func(ctx context.Context) error { // the record is taken from under the run
-		must(t, rdb.Del(ctx, idem.recordKey(key)).Err())
+		forget(t, rdb, idem, key)
 		_, err := idem.Begin(ctx, key)
 		return err
 	})
@@ -547,7 +547,9 @@ func TestDispatchedTaskHeader(t *testing.T) {
 	key, q := testKey(t), testQueue(t)
 	log := &runsLog{runs: map[string][]JobInfo{}}
 	startAsynq(t, testAddr, q, WithJob(log.handler()), asynq.Config{})
-	b := newBroker(t, BrokerOptions{Key: key, Backoff: func(int) time.Duration { return 0 }})
+	// A lease that a loaded machine's enqueue does not outlast: an expired
+	// one would make the next claim attempt 2.
+	b := newBroker(t, BrokerOptions{Key: key, Lease: 5 * time.Second, Backoff: func(int) time.Duration { return 0 }})
 	due := redisNow(t, b.rdb).Add(-time.Second).Truncate(time.Millisecond)
 	must(t, b.Schedule(ctx, Job{ID: "retried", RunAt: due, Type: "t", Queue: q}))
 	cs, err := b.Claim(ctx, 1)

@@ -1,20 +1,29 @@
 -- begin.lua: start a run of one idempotency key, unless it finished or is running.
 -- KEYS[1] run record: a string "<state> <token> <n>", where state is run
 --   (n = lease deadline, Unix ms), take (an abandoned run that a live
---   process took over, takeover.lua: n = until when), done or free (n = 0)
+--   process took over, takeover.lua: n = until when), free (n = 0), or
+--   done (n = 0: written by an earlier version; Complete now deletes the
+--   record and keeps the finish in KEYS[2])
+-- KEYS[2] the bucket of finished records that holds the key's (a hash:
+--   field = digest of the key, value = finish time in Unix ms)
 -- ARGV[1] lease in ms   ARGV[2] ttl of a running record in ms
+-- ARGV[3] the key's field in KEYS[2]   ARGV[4] retention in ms
 -- Returns {0, token, deadline_ms, prev} acquired, where prev is 0 for a key
 --   with no earlier unfinished run, 1 when an earlier run's lease ran out
 --   without Complete or Release (its worker died or stalled), 2 when an
---   earlier run was released; {1, token, 0} already done;
+--   earlier run was released; {1, token, 0} already done (token 0 when
+--   the bucket said so);
 --   {2, token, ms_left} running elsewhere with a live lease.
 -- The new token is the larger of the last one + 1 and Redis TIME in
 -- microseconds, so it keeps growing after a record has expired.
--- Errors: Redis' WRONGTYPE (from the first SET, which then writes nothing),
---   "ZCLAIM_CORRUPT key".
+-- Errors: Redis' WRONGTYPE (from the HGET or the first SET, which then
+--   writes nothing), "ZCLAIM_CORRUPT key".
 local t = redis.call('TIME')
 local now_us = t[1] * 1000000 + t[2]
 local now_ms = math.floor(now_us / 1000)
+local fin = redis.call('HGET', KEYS[2], ARGV[3])
+-- A field older than the retention is not done: its sweep is late.
+if fin and tonumber(fin) + tonumber(ARGV[4]) > now_ms then return {1, 0, 0} end
 local deadline = now_ms + tonumber(ARGV[1])
 -- The common case, a key never seen (or long expired), in one call: SET NX
 -- writes the new run only if there is no record, and GET answers the

@@ -1,11 +1,15 @@
 -- settle.lua: extend, complete or release a run, fenced by its token.
--- KEYS[1] run record (see begin.lua)   ARGV[1] token (decimal, as Begin gave it)
+-- KEYS[1] run record (see begin.lua)   KEYS[2] the key's bucket of
+--   finished records (see begin.lua; complete)
+-- ARGV[1] token (decimal, as Begin gave it)
 -- ARGV[2] "extend" | "complete" | "release"   ARGV[3] lease in ms (extend)
--- ARGV[4] ttl in ms: of a running record (extend, release) or of a
---   finished one (complete)
+-- ARGV[4] ttl in ms: of a running record (extend, release), or the
+--   retention of a finished one (complete)
+-- ARGV[5] the key's field in KEYS[2] (complete)
+-- ARGV[6] odds of a sweep of KEYS[2]'s expired fields: 1 in this (complete)
 -- Returns the new lease deadline in Unix ms for extend, 1 for complete and
 -- release, 0 when the token is not current (nothing changed).
--- A key of another type fails the GET below, before anything is written.
+-- A run record of another type fails the GET below, before anything is written.
 local rec = redis.call('GET', KEYS[1])
 -- The fence: the record is this token's run. A prefix comparison, not a
 -- pattern: the token ends at the space.
@@ -13,8 +17,22 @@ local run = 'run ' .. ARGV[1] .. ' '
 if not rec or string.sub(rec, 1, #run) ~= run then return 0 end
 local op = ARGV[2]
 if op == 'complete' then
-  -- No time of its own: the record's TTL tells how long ago it finished.
-  redis.call('SET', KEYS[1], 'done ' .. ARGV[1] .. ' 0', 'PX', ARGV[4])
+  -- The run record goes; the finish is one field of a small hash, which
+  -- lives Retention past its last write.
+  local t = redis.call('TIME')
+  local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+  -- The first write: a bucket of another type fails it, before anything changed.
+  redis.call('HSET', KEYS[2], ARGV[5], now_ms)
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  redis.call('DEL', KEYS[1])
+  if tonumber(t[2]) % tonumber(ARGV[6]) == 0 then
+    local all, old = redis.call('HGETALL', KEYS[2]), {}
+    local before = now_ms - tonumber(ARGV[4])
+    for j = 1, #all, 2 do
+      if tonumber(all[j + 1]) <= before then old[#old + 1] = all[j] end
+    end
+    if #old > 0 then redis.call('HDEL', KEYS[2], unpack(old)) end
+  end
   return 1
 elseif op == 'extend' then
   local t = redis.call('TIME')

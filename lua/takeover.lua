@@ -4,6 +4,8 @@
 -- ARGV[2] how long the takeover holds the record, in ms (its copy must
 --   begin within it, or another process may take the run over again)
 -- ARGV[3] the run lease in ms, to tell how long the run had been silent
+-- KEYS[2] the key's bucket of finished records (see begin.lua)
+-- ARGV[4] the key's field in KEYS[2]   ARGV[5] retention in ms
 -- Returns {1, silent_ms, take_id} when this call took the run over (the
 --   record becomes "take <token> <until>", which Begin acquires as an
 --   abandoned run); {0} when the record is gone, finished, released, of
@@ -13,6 +15,9 @@ if not rec then
   if ARGV[1] ~= '0' then return {0} end
   local t = redis.call('TIME')
   local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+  -- No run record may mean a finished one.
+  local fin = redis.call('HGET', KEYS[2], ARGV[4])
+  if fin and tonumber(fin) + tonumber(ARGV[5]) > now_ms then return {0} end
   if not redis.call('SET', KEYS[1], string.format('take 0 %d', now_ms + tonumber(ARGV[2])), 'NX', 'PX', 10 * tonumber(ARGV[2])) then
     return {0}
   end

@@ -1,0 +1,146 @@
+package zclaim
+
+// Finished records. A run that completes leaves its run record (a key of
+// its own) and becomes one field of a small hash: the field is a 16-byte
+// digest of its key, the value its finish time, and the hash one of
+// DoneBuckets buckets, picked by the digest, that Redis keeps as a
+// listpack while it holds at most 128 fields (hash-max-listpack-entries):
+// about 30 bytes a record where a key of its own costs 210. A lookup is
+// one HGET inside Begin's script. A bucket expires Retention after its
+// last write, and every 32nd Complete into it, at random, drops its
+// fields older than Retention; a field older than Retention is not done.
+//
+// On Redis Cluster a bucket must sit in the slot of the run records it
+// serves, since one script writes both: a prefix with a hash tag of its own
+// puts every key of the store in one slot, and its buckets with them;
+// otherwise each slot has DoneBuckets/16384 buckets (at least one) whose
+// names carry a hash tag of that slot.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultDoneBuckets is IdempotencyOptions.DoneBuckets when it is zero and
+// the store has recorded none: 65,536 buckets keep up to about 8.4M
+// finished records (rate × Retention: 97 runs/s with the default 24h) at
+// about 30 bytes each; past that a bucket becomes a hash table, at about
+// 80 bytes a record.
+const DefaultDoneBuckets = 1 << 16
+
+// maxDoneBuckets bounds IdempotencyOptions.DoneBuckets.
+const maxDoneBuckets = 1 << 24
+
+// doneInfix follows the store's prefix in the names of its own keys: the
+// buckets of finished records, and the key that records their number. A
+// run key of that form would be one of them, so Begin refuses such keys.
+const doneInfix = "\x00done"
+
+// doneSweepOdds: a Complete drops its bucket's expired fields with odds 1
+// in this.
+const doneSweepOdds = 32
+
+// doneOf returns the bucket and field of key's finished record.
+func (i *Idempotency) doneOf(key string) (bucket, field string) {
+	d := sha256.Sum256([]byte(key))
+	b := strconv.FormatUint(uint64(binary.BigEndian.Uint32(d[16:20])%uint32(i.doneSub)), 10)
+	if i.doneTagged {
+		return i.opts.Prefix + doneInfix + ":" + b, string(d[:16])
+	}
+	return i.opts.Prefix + doneInfix + ":{" + slotTags()[slot(i.recordKey(key))] + "}" + b, string(d[:16])
+}
+
+// slotTags returns, for each Redis Cluster slot, a short string whose
+// CRC16 falls in it: "{" + slotTags()[s] + "}" puts a key in slot s.
+var slotTags = sync.OnceValue(func() []string {
+	tags := make([]string, 16384)
+	for n, left := 0, len(tags); left > 0; n++ {
+		t := strconv.FormatInt(int64(n), 36)
+		if s := crc16(t) % 16384; tags[s] == "" {
+			tags[s] = t
+			left--
+		}
+	}
+	return tags
+})
+
+// checkDoneOptions checks the options of the finished records.
+func (i *Idempotency) checkDoneOptions() error {
+	p := i.opts.Prefix
+	if s := strings.IndexByte(p, '{'); s >= 0 {
+		if _, tagged := hashTag(p); !tagged {
+			return fmt.Errorf("%w: Prefix %q opens a hash tag it does not close, or leaves it empty: "+
+				"the slot of each record would depend on its key in ways its finished records cannot follow",
+				ErrInvalidOptions, p)
+		}
+		i.doneTagged = true
+	}
+	if n := i.opts.DoneBuckets; n < 0 || n > maxDoneBuckets {
+		return fmt.Errorf("%w: DoneBuckets must be from 1 to %d, not %d", ErrInvalidOptions, maxDoneBuckets, n)
+	}
+	return nil
+}
+
+// readyDone settles the store's number of buckets once (setupDone); until
+// it could, it tries again at each call, and the store's calls fail with
+// its error (a server that cannot be reached, a user without access to
+// the prefix).
+func (i *Idempotency) readyDone(ctx context.Context) error {
+	if i.doneReady.Load() {
+		return nil
+	}
+	i.doneMu.Lock()
+	defer i.doneMu.Unlock()
+	if i.doneReady.Load() {
+		return nil
+	}
+	if err := i.setupDone(ctx); err != nil {
+		return err
+	}
+	i.doneReady.Store(true)
+	return nil
+}
+
+// setupDone settles the store's number of buckets: the one its records
+// were written with (recorded at Prefix + doneInfix), else DoneBuckets
+// or DefaultDoneBuckets, recorded then. A DoneBuckets other than the
+// recorded number is refused: its lookups would miss the records written
+// before, and their work would run again.
+func (i *Idempotency) setupDone(ctx context.Context) error {
+	p := i.opts.Prefix
+	want := i.opts.DoneBuckets
+	n := want
+	if n == 0 {
+		n = DefaultDoneBuckets
+	}
+	old, err := i.rdb.SetArgs(ctx, p+doneInfix, n, redis.SetArgs{Mode: "NX", Get: true}).Result()
+	switch {
+	case err == redis.Nil:
+	case err != nil:
+		return wrap(ctx, "idempotency store: record the number of buckets", err, nil)
+	default:
+		rec, perr := strconv.Atoi(old)
+		if perr != nil || rec < 1 || rec > maxDoneBuckets {
+			return zerr("zclaim: idempotency store: %w: %q holds %q, not a number of buckets",
+				ErrCorrupt, p+doneInfix, old)
+		}
+		if want != 0 && want != rec {
+			return fmt.Errorf("%w: DoneBuckets %d, but this store's finished records were written with %d "+
+				"(%q): a store that looked elsewhere would run their work again", ErrInvalidOptions, want, rec, p+doneInfix)
+		}
+		n = rec
+	}
+	i.doneBuckets = n
+	i.doneSub = n
+	if !i.doneTagged {
+		i.doneSub = max(1, (n+16383)/16384)
+	}
+	return nil
+}

@@ -1,0 +1,152 @@
+package zclaim
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// forget deletes key's run record and finished record, as a server that
+// lost them would.
+func forget(t testing.TB, rdb redis.UniversalClient, i *Idempotency, key string) {
+	t.Helper()
+	bucket, field := i.doneOf(key)
+	must(t, rdb.Del(ctx, i.recordKey(key)).Err())
+	must(t, rdb.HDel(ctx, bucket, field).Err())
+}
+
+// A finished run leaves no run record: its finish is one field of a small
+// hash that Redis keeps as a listpack. Begin finds it for Retention and
+// not after; the bucket expires Retention after its last write, and a
+// sweep drops the fields past Retention.
+func TestDoneRecordsCompact(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	// Two stores on one prefix: one that keeps records a minute, and one
+	// that keeps them 150 ms, for their expiry.
+	i := newIdem(t, rdb, IdempotencyOptions{Retention: time.Minute, DoneBuckets: 1})
+	short := newIdem(t, rdb, IdempotencyOptions{Prefix: i.Prefix(), Retention: 150 * time.Millisecond})
+	short.sweepOdds = 1 // every Complete sweeps
+	finish := func(k string) {
+		t.Helper()
+		e, err := i.Begin(ctx, k)
+		must(t, err)
+		must(t, e.Complete(ctx))
+	}
+	for n := range 50 {
+		finish(fmt.Sprint("k", n))
+	}
+	bucket, _ := i.doneOf("k0")
+	if enc := rdb.ObjectEncoding(ctx, bucket).Val(); enc != "listpack" {
+		t.Fatalf("bucket encoding %q", enc)
+	}
+	if n := rdb.HLen(ctx, bucket).Val(); n != 50 {
+		t.Fatalf("bucket holds %d records, want 50", n)
+	}
+	if ttl := rdb.PTTL(ctx, bucket).Val(); ttl <= 0 || ttl > time.Minute {
+		t.Fatalf("bucket TTL %v", ttl)
+	}
+	if n, _ := rdb.Exists(ctx, i.recordKey("k0"), i.recordKey("k49")).Result(); n != 0 {
+		t.Fatalf("%d finished runs kept their run records", n)
+	}
+	for n := range 50 {
+		if _, err := i.Begin(ctx, fmt.Sprint("k", n)); !errors.Is(err, ErrAlreadyDone) {
+			t.Fatalf("k%d after Complete: %v", n, err)
+		}
+	}
+	// Past Retention a record is not done, whether or not swept yet...
+	time.Sleep(160 * time.Millisecond)
+	e, err := short.Begin(ctx, "k0")
+	must(t, err)
+	// ...and the next Complete's sweep drops the other 49.
+	must(t, e.Complete(ctx))
+	if n := rdb.HLen(ctx, bucket).Val(); n != 1 {
+		t.Fatalf("after the sweep the bucket holds %d records, want 1", n)
+	}
+	// Nothing written: the bucket expires on its own.
+	time.Sleep(160 * time.Millisecond)
+	if n, _ := rdb.Exists(ctx, bucket).Result(); n != 0 {
+		t.Fatal("the bucket outlived its retention")
+	}
+}
+
+// The number of buckets is recorded with the store's records at its first
+// start: zero adopts it, another number is refused, and so is a prefix
+// whose hash tag the buckets could not follow.
+func TestDoneBucketsRecorded(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	prefix := testKey(t) + ":run:"
+	i := newIdem(t, rdb, IdempotencyOptions{Prefix: prefix, DoneBuckets: 8})
+	if i.doneBuckets != 8 || i.doneSub != 8 {
+		t.Fatalf("buckets %d, per slot %d", i.doneBuckets, i.doneSub)
+	}
+	i2 := newIdem(t, rdb, IdempotencyOptions{Prefix: prefix})
+	if i2.doneBuckets != 8 {
+		t.Fatalf("a store with DoneBuckets 0 took %d, not the recorded 8", i2.doneBuckets)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	_, err := NewIdempotency(rdb, IdempotencyOptions{Prefix: prefix, DoneBuckets: 16, Logger: quiet})
+	wantErr(t, err, ErrInvalidOptions)
+	for _, p := range []string{"zt:{" + t.Name() + ":run:", "zt:{}" + t.Name() + ":run:"} {
+		_, err = NewIdempotency(rdb, IdempotencyOptions{Prefix: p, Logger: quiet})
+		wantErr(t, err, ErrInvalidOptions)
+	}
+	_, err = NewIdempotency(rdb, IdempotencyOptions{Prefix: prefix, DoneBuckets: -1, Logger: quiet})
+	wantErr(t, err, ErrInvalidOptions)
+
+	// Without a hash tag each slot has its buckets: DoneBuckets / 16384.
+	untagged := "zt-" + t.Name() + ":run:"
+	t.Cleanup(func() { rdb.Del(ctx, untagged+doneInfix) })
+	u := newIdem(t, rdb, IdempotencyOptions{Prefix: untagged, DoneBuckets: 1 << 16})
+	if u.doneSub != 4 {
+		t.Fatalf("per slot %d, want 4", u.doneSub)
+	}
+	for _, k := range []string{"a", "order-731@2026-12-01T08:00:00.000Z", "x{y}z"} {
+		if b, _ := u.doneOf(k); slot(b) != slot(untagged+k) {
+			t.Fatalf("bucket %q of %q in slot %d, its run record in %d", b, k, slot(b), slot(untagged+k))
+		}
+	}
+}
+
+// Keys of the store's own form are refused; a bucket of another type is
+// reported by name and nothing is written; a finished record written by
+// an earlier version (a "done" run record) is still done.
+func TestDoneRecordsBadInput(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	i := newIdem(t, rdb, IdempotencyOptions{DoneBuckets: 1})
+	_, err := i.Begin(ctx, doneInfix+":0")
+	wantErr(t, err, ErrReservedKey)
+
+	bucket, _ := i.doneOf("k")
+	must(t, rdb.Set(ctx, bucket, "x", 0).Err())
+	_, err = i.Begin(ctx, "k")
+	var wt *WrongTypeError
+	if !errors.As(err, &wt) || wt.Key != bucket || wt.Got != "string" {
+		t.Fatalf("begin with a string bucket: %v", err)
+	}
+	if n, _ := rdb.Exists(ctx, i.recordKey("k")).Result(); n != 0 {
+		t.Fatal("a refused Begin wrote its run record")
+	}
+	must(t, rdb.Del(ctx, bucket).Err())
+	e, err := i.Begin(ctx, "k")
+	must(t, err)
+	must(t, rdb.Set(ctx, bucket, "x", 0).Err())
+	err = e.Complete(ctx)
+	if !errors.As(err, &wt) || wt.Key != bucket {
+		t.Fatalf("complete with a string bucket: %v", err)
+	}
+	if rec := rdb.Get(ctx, i.recordKey("k")).Val(); rec == "" {
+		t.Fatal("a refused Complete deleted its run record")
+	}
+	must(t, rdb.Del(ctx, bucket).Err())
+
+	must(t, rdb.Set(ctx, i.recordKey("old"), "done 12 0", time.Minute).Err())
+	_, err = i.Begin(ctx, "old")
+	wantErr(t, err, ErrAlreadyDone)
+}
