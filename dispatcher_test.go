@@ -143,11 +143,11 @@ func TestDispatchExactlyOnceOnTime(t *testing.T) {
 	must(t, b.Schedule(ctx, jobs...))
 	// Under load a task can wait out a retry in asynq's retry set, which
 	// asynq's forwarder looks at every 5 s: the deadline leaves room.
-	for deadline := time.Now().Add(45 * time.Second); log.count() < len(ids); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(90 * time.Second); log.count() < len(ids); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			st, _ := b.Stats(ctx)
 			qi, _ := newInspector(t).GetQueueInfo(q)
-			t.Fatalf("handled %d of %d jobs in 45 s; schedule %+v; dispatchers %+v, %+v; asynq queue %+v",
+			t.Fatalf("handled %d of %d jobs in 90 s; schedule %+v; dispatchers %+v, %+v; asynq queue %+v",
 				log.count(), len(ids), st, dsps[0].Stats(), dsps[1].Stats(), qi)
 		}
 	}
