@@ -62,9 +62,12 @@ func (e *InProgressError) Is(target error) bool { return target == ErrInProgress
 // IdempotencyOptions configure an Idempotency store. The zero value is
 // valid: every field left zero takes the default its comment names.
 type IdempotencyOptions struct {
-	// Prefix of the run record keys: the record of key k is Prefix+k, one
-	// Redis key per job, so every script touches a single key and runs on
-	// Redis Cluster. Default: DefaultIdempotencyPrefix ("zclaim:run:").
+	// Prefix of the store's keys: the record of a running key k is
+	// Prefix+k, and the finished records are fields of small hashes named
+	// Prefix+"\x00done:"... in the slot of the records they serve, so that
+	// every script stays in one slot of Redis Cluster. A prefix with a
+	// hash tag puts every key of the store in that tag's slot.
+	// Default: DefaultIdempotencyPrefix ("zclaim:run:").
 	Prefix string
 	// Lease of a running record. The middleware renews it every Lease/3
 	// while the handler runs; a run that stops renewing (a stalled or dead
@@ -75,7 +78,7 @@ type IdempotencyOptions struct {
 	// key within it is skipped. Default: DefaultRunRetention (24h).
 	Retention time.Duration
 	// DoneBuckets is the number of small hashes that hold the finished
-	// records (see DefaultDoneBuckets): they stay compact, about 30 bytes
+	// records (see DefaultDoneBuckets): they stay compact, about 32 bytes
 	// a record, while finish rate × Retention ≤ 128 × DoneBuckets, so set
 	// it to about rate × Retention / 100. The number is recorded with the
 	// records at the first start and fixed from then on: zero takes the

@@ -5,7 +5,7 @@ package zclaim
 // digest of its key, the value its finish time, and the hash one of
 // DoneBuckets buckets, picked by the digest, that Redis keeps as a
 // listpack while it holds at most 128 fields (hash-max-listpack-entries):
-// about 30 bytes a record where a key of its own costs 210. A lookup is
+// about 32 bytes a record where a key of its own costs 210. A lookup is
 // one HGET inside Begin's script. A bucket expires Retention after its
 // last write, and every 32nd Complete into it, at random, drops its
 // fields older than Retention; a field older than Retention is not done.
@@ -31,8 +31,8 @@ import (
 // DefaultDoneBuckets is IdempotencyOptions.DoneBuckets when it is zero and
 // the store has recorded none: 65,536 buckets keep up to about 8.4M
 // finished records (rate × Retention: 97 runs/s with the default 24h) at
-// about 30 bytes each; past that a bucket becomes a hash table, at about
-// 80 bytes a record.
+// 32 to 43 bytes each; past that a bucket becomes a hash table, at about
+// 90 bytes a record.
 const DefaultDoneBuckets = 1 << 16
 
 // maxDoneBuckets bounds IdempotencyOptions.DoneBuckets.
