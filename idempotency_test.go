@@ -143,7 +143,9 @@ func TestBeginConcurrentOneWinner(t *testing.T) {
 func TestRetention(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
-	i := newIdem(t, rdb, IdempotencyOptions{Retention: 50 * time.Millisecond})
+	// A running record lives Lease + Retention: a lease of a second keeps
+	// it until Complete on a loaded machine.
+	i := newIdem(t, rdb, IdempotencyOptions{Lease: time.Second, Retention: 50 * time.Millisecond})
 	e, err := i.Begin(ctx, "r")
 	must(t, err)
 	must(t, e.Complete(ctx))
