@@ -7,7 +7,9 @@
 # ZCLAIM_TEST_POSTGRES (a URL), else 127.0.0.1:5432, else a server they start
 # from initdb (internal/pgproc), each test in a schema of its own. Output: go test's line
 # per package, failed tests' output, and slow tests' progress as it happens.
-# -p 4 -parallel 8: most tests wait on servers, not on the 2 cores.
+# -p 2 -parallel 8: most tests wait on servers, not on the 2 cores; two
+# packages at a time keep the throughput tests (asynq servers working off
+# thousands of tasks) fed on a slow VM.
 GO ?= go
 SHELL := /bin/bash
 
@@ -18,7 +20,7 @@ MODULES := ./... ./cmd/zclaimvet/... ./example/... ./zclaimpg/... ./zclaimprom/.
 test: vet
 	@set -o pipefail; dir=$$($(GO) run ./internal/findredis) || exit 1; \
 	$(GO) build -o .cache/testlog ./internal/testlog && \
-	PATH="$$dir:$$PATH" $(GO) test -race -count=1 -p 4 -parallel 8 -json $(MODULES) | .cache/testlog
+	PATH="$$dir:$$PATH" $(GO) test -race -count=1 -p 2 -parallel 8 -json $(MODULES) | .cache/testlog
 
 vet:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt needed"; exit 1; }
