@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -86,14 +85,7 @@ func e2eRound(k, n, conc int) (float64, [2]time.Duration) {
 			}
 		})
 	}
-	var handled atomic.Int64
-	done := make(chan struct{})
-	var h asynq.Handler = asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
-		if handled.Add(1) == int64(n) {
-			close(done)
-		}
-		return nil
-	})
+	h, done := noopHandler(n)
 	idemClient := newClient(32)
 	defer idemClient.Close()
 	if k == 1 || k == 3 {

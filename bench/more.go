@@ -51,6 +51,19 @@ func (h scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) } // one round trip
 }
 
+// noopHandler returns a handler that does nothing, and a channel closed
+// once it has run n times.
+func noopHandler(n int) (asynq.Handler, <-chan struct{}) {
+	var handled atomic.Int64
+	done := make(chan struct{})
+	return asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		if handled.Add(1) == int64(n) {
+			close(done)
+		}
+		return nil
+	}), done
+}
+
 // Scenario 3: an asynq server with a no-op handler over N pending tasks,
 // with and without the idempotency middleware, and with the least any
 // middleware that asks Redis about each task must do (the floor).
@@ -82,14 +95,7 @@ func middlewareScenario() {
 			})
 			ac.Close()
 
-			var handled atomic.Int64
-			done := make(chan struct{})
-			var h asynq.Handler = asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
-				if handled.Add(1) == int64(n) {
-					close(done)
-				}
-				return nil
-			})
+			h, done := noopHandler(n)
 			var trips atomic.Int64
 			idemClient := newClient(32)
 			idemClient.AddHook(scriptCounter{&trips})
