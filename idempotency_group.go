@@ -10,11 +10,11 @@ import (
 // group commits the run-record scripts of one store (Begin, Extend,
 // Complete, Release) that are called at the same moment: a call made while
 // fewer than groupRounds rounds are on their way to Redis goes at once,
-// alone; calls made while that many are wait for one of them to return and
-// then go together, in one pipeline, led by the first of them. Every call still returns only once Redis answered it, so
-// a Complete is on Redis before the middleware hands its task back to
-// asynq; grouping changes the number of round trips, never what is
-// written or when a caller learns of it.
+// alone; calls made while that many are wait for one of them to return
+// and then go together, in one pipeline, led by the first of them. Every
+// call still returns only once Redis answered it, so a Complete is on
+// Redis before the middleware hands its task back to asynq; grouping
+// changes the number of round trips, never what is written.
 type group struct {
 	rdb   redis.UniversalClient
 	mu    sync.Mutex
@@ -24,10 +24,9 @@ type group struct {
 
 // groupRounds is how many rounds of one store may be on their way to
 // Redis at once. With one, Redis idles while each round's reply travels
-// back and the next is written; with a few, it stays busy while the calls
-// behind them still group (on 2 cores, 16 goroutines' Begin + Complete:
-// 4 rounds cost about a fifth less CPU per call than no grouping, and one
-// round a third less throughput).
+// back and the next is written, and every handler that meets a round on
+// its way waits for it; with a few, Redis stays busy and calls group only
+// when more than that many are made at the same moment.
 const groupRounds = 4
 
 // call is one script call of a round.
@@ -84,31 +83,18 @@ func (g *group) next() {
 	lead.done <- true
 }
 
-// send runs a round's calls: alone for one, else in one pipeline. A call
-// refused before it ran (NOSCRIPT: the server lacks the script; or a
-// retryable cluster error) is sent again alone, as replication{}.run
-// sends it.
+// send runs a round's calls: alone for one, else in one pipeline
+// (pipelinedScripts).
 func (g *group) send(ctx context.Context, round []*call) {
 	if len(round) == 1 {
 		c := round[0]
 		c.cmd = replication{}.run(ctx, g.rdb, c.s, c.keys, c.args...)
 		return
 	}
-	_, perr := g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, c := range round {
-			c.cmd = c.s.EvalSha(ctx, p, c.keys, c.args...)
-		}
-		return nil
+	cmds := pipelinedScripts(ctx, g.rdb, len(round), func(i int) (*redis.Script, []string, []any) {
+		return round[i].s, round[i].keys, round[i].args
 	})
-	for _, c := range round {
-		err := c.cmd.Err()
-		if perr != nil && err == nil && c.cmd.Val() == nil {
-			// The pipeline never ran (no connection): the call did not.
-			err = perr
-			c.cmd.SetErr(perr)
-		}
-		if redis.HasErrorPrefix(err, "NOSCRIPT") || retryable(err) {
-			c.cmd = replication{}.run(ctx, g.rdb, c.s, c.keys, c.args...)
-		}
+	for i, c := range round {
+		c.cmd = cmds[i]
 	}
 }

@@ -101,15 +101,25 @@ func (b *Broker) writeShards(ctx context.Context, s *redis.Script, shards []*key
 	return cmds
 }
 
-// pipelined sends s to each of shards in one pipeline. A call refused
-// before it ran (NOSCRIPT: the node lacks the script; or retryable) is sent
-// again, alone, with the script's body.
+// pipelined sends s to each of shards in one pipeline (pipelinedScripts).
 func (b *Broker) pipelined(ctx context.Context, s *redis.Script, shards []*keys,
 	args func(k *keys) ([]string, []any)) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(shards))
-	_, perr := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range shards {
-			keys, a := args(k)
+	return pipelinedScripts(ctx, b.rdb, len(shards), func(i int) (*redis.Script, []string, []any) {
+		keys, a := args(shards[i])
+		return s, keys, a
+	})
+}
+
+// pipelinedScripts sends n script calls in one pipeline, call(i) naming
+// the i-th's script, keys and arguments, and returns their replies in
+// order. A call refused before it ran (NOSCRIPT: the node lacks the
+// script; or retryable) is sent again, alone, with the script's body.
+func pipelinedScripts(ctx context.Context, rdb redis.UniversalClient, n int,
+	call func(i int) (*redis.Script, []string, []any)) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, n)
+	_, perr := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range cmds {
+			s, keys, a := call(i)
 			cmds[i] = s.EvalSha(ctx, p, keys, a...)
 		}
 		return nil
@@ -122,10 +132,10 @@ func (b *Broker) pipelined(ctx context.Context, s *redis.Script, shards []*keys,
 			c.SetErr(perr)
 		}
 	}
-	for i, k := range shards {
+	for i := range cmds {
 		if err := cmds[i].Err(); redis.HasErrorPrefix(err, "NOSCRIPT") || retryable(err) {
-			keys, a := args(k)
-			cmds[i] = replication{}.run(ctx, b.rdb, s, keys, a...)
+			s, keys, a := call(i)
+			cmds[i] = replication{}.run(ctx, rdb, s, keys, a...)
 		}
 	}
 	return cmds
