@@ -238,11 +238,19 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 	seen := make(map[string]time.Time, len(i.takeover.seen))
 	for n, r := range runs {
 		rec, err := cmds[n].Result()
-		if errors.Is(err, redis.Nil) {
-			// No record: its worker died between taking the task and the
-			// middleware's Begin, or has not reached Begin yet. Taken over
-			// once a lease has passed without one, for a task type this
-			// middleware handles (others are not its work).
+		if err != nil && !errors.Is(err, redis.Nil) {
+			continue
+		}
+		state, token, until, ok := parseRecord(rec)
+		if errors.Is(err, redis.Nil) || (ok && state == "free") {
+			// No run holds the key while asynq holds the task: its worker
+			// died between taking the task and the middleware's Begin (no
+			// record), or after the middleware released a failed run and
+			// before asynq recorded the failure ("free"; also when asynq's
+			// own write failed, which leaves the task to its recoverer), or
+			// has not reached Begin yet. Taken over once a lease has passed
+			// so, for a task type this middleware handles (others are not
+			// its work).
 			if _, ok := i.types.Load(r.task.Type); !ok {
 				continue
 			}
@@ -250,17 +258,13 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 			if !ok {
 				first = time.Now()
 			}
-			if time.Since(first) >= i.opts.Lease && i.takeOver(ctx, r, 0) {
+			if time.Since(first) >= i.opts.Lease && i.takeOver(ctx, r, token) {
 				took++
 				continue
 			}
 			seen[r.task.ID] = first
 			continue
 		}
-		if err != nil {
-			continue
-		}
-		state, token, until, ok := parseRecord(rec)
 		if !ok || (state != "run" && state != "take") || until > now {
 			continue
 		}
@@ -272,8 +276,9 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 	return took, err
 }
 
-// takeOver marks r's abandoned run (of token; 0 for a task whose run never
-// began) as taken over and enqueues a copy of its task. It reports whether
+// takeOver marks r's abandoned run (of token: 0 for a task whose run never
+// began; a released run's for one whose failure asynq never recorded) as
+// taken over and enqueues a copy of its task. It reports whether
 // it did.
 func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64) bool {
 	lease := i.opts.Lease
@@ -338,7 +343,7 @@ const (
 	RunAbandoned RunState = "abandoned"  // its lease ran out: its worker is gone; a takeover will start it again
 	RunTakenOver RunState = "taken over" // a live process enqueued a copy, which has not begun yet
 	RunFinished  RunState = "finished"   // the task is still active in asynq (its worker died), but the work is done
-	RunNone      RunState = "no record"  // active in asynq, no run record (not yet begun, or expired)
+	RunNone      RunState = "no record"  // active in asynq, no run record (not yet begun, released, or expired)
 )
 
 // RunInfo is a run of an asynq task that is active now, as the

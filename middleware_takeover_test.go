@@ -41,7 +41,8 @@ func runWorkerRole() bool {
 		os.Exit(2)
 	}
 	h := idem.Middleware()(noteRuns(rdb, sink, strconv.Itoa(os.Getpid()), os.Getenv("ZT_BLOCK") == "1"))
-	if os.Getenv("ZT_BLOCK") == "outer" {
+	switch os.Getenv("ZT_BLOCK") {
+	case "outer":
 		// Blocks before the middleware: the worker dies before Begin.
 		inner := h
 		h = asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
@@ -49,6 +50,21 @@ func runWorkerRole() bool {
 			rdb.RPush(ctx, sink, id+" outer false")
 			<-ctx.Done()
 			return inner.ProcessTask(ctx, t)
+		})
+	case "failed":
+		// The handler fails, the middleware releases its run, and the
+		// worker blocks before asynq records the failure: it dies there.
+		note := noteRuns(rdb, sink, strconv.Itoa(os.Getpid()), false)
+		inner := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			if err := note.ProcessTask(ctx, t); err != nil {
+				return err
+			}
+			return errors.New("zclaim test: the handler failed")
+		}))
+		h = asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			err := inner.ProcessTask(ctx, t)
+			<-ctx.Done()
+			return err
 		})
 	}
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Queues: map[string]int{queue: 1}, Concurrency: 10,
@@ -111,7 +127,9 @@ func runsNoted(t *testing.T, rdb redis.UniversalClient, sink string) map[string]
 
 // A worker process of the quick start's shape (Lease 2s) is SIGKILLed while
 // six handlers run (or while six tasks wait in a middleware before ours,
-// so that their runs never began). A live process of the same shape runs
+// so that their runs never began, or after six handlers failed and the
+// middleware released their runs, before asynq recorded the failures). A
+// live process of the same shape runs
 // each of those occurrences again within Lease + 3 s, once each, as
 // resumed runs; the
 // originals, still active in asynq, would be skipped when asynq brings them
@@ -123,7 +141,8 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 		name     string
 		takeover bool
 		block    string
-	}{{"takeover", true, "1"}, {"killed before Begin", true, "outer"}, {"control", false, "1"}} {
+	}{{"takeover", true, "1"}, {"killed before Begin", true, "outer"}, {"killed after a failed run", true, "failed"},
+		{"control", false, "1"}} {
 		takeover := v.takeover
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
@@ -273,7 +292,7 @@ func TestTakeoverOnlyAbandonedOnce(t *testing.T) {
 
 // The takeover script fences by token: of many calls for one abandoned
 // run, one takes it over; a live run, another token, a finished run or a
-// missing record is not taken.
+// missing record is not taken; a released run is taken with its own token.
 func TestTakeoverScriptFenced(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
@@ -324,6 +343,20 @@ func TestTakeoverScriptFenced(t *testing.T) {
 	must(t, e2.Complete(ctx))
 	if take("k", strconv.FormatInt(e2.Token, 10)) || take("missing", tok) {
 		t.Fatal("a finished run or a missing record was taken over")
+	}
+	// A released run whose task asynq still holds: taken with its token,
+	// once.
+	f, err := i.Begin(ctx, "f")
+	must(t, err)
+	must(t, f.Release(ctx))
+	ftok := strconv.FormatInt(f.Token, 10)
+	if take("f", strconv.FormatInt(f.Token+1, 10)) || !take("f", ftok) || take("f", ftok) {
+		t.Fatal("a released run: want taken with its own token, once")
+	}
+	f2, err := i.Begin(ctx, "f")
+	must(t, err)
+	if !f2.Resumed {
+		t.Fatal("the copy of a released run's task did not begin resumed")
 	}
 }
 

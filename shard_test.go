@@ -162,7 +162,7 @@ type clusterRuns struct {
 	early int
 }
 
-func (r *clusterRuns) serve(t *testing.T, cc *redis.ClusterClient, queue string, wait int) {
+func (r *clusterRuns) serve(t *testing.T, cc *redis.ClusterClient, queue string, wait int) *Idempotency {
 	// A short lease: a run whose record's master fails mid-run is taken
 	// over seconds later, not after the default 30 s.
 	idem, err := NewIdempotency(cc, IdempotencyOptions{Prefix: "zt:run:{" + queue + "}:", Lease: 2 * time.Second, WaitReplicas: wait})
@@ -195,6 +195,7 @@ func (r *clusterRuns) serve(t *testing.T, cc *redis.ClusterClient, queue string,
 		Logger: quietLogger{}, LogLevel: asynq.FatalLevel})
 	must(t, srv.Start(h))
 	t.Cleanup(srv.Shutdown)
+	return idem
 }
 
 func (r *clusterRuns) count() (n int, twice int) {
@@ -321,7 +322,7 @@ func TestClusterFailover(t *testing.T) {
 	t.Cleanup(func() { cc.Close() }) // after the asynq servers' shutdowns
 	q := "zt-failover"
 	runs := &clusterRuns{runs: map[string]int{}}
-	runs.serve(t, cc, q, 1)
+	idem := runs.serve(t, cc, q, 1)
 	b, err := NewBroker(cc, BrokerOptions{Key: "zt:{failover}", Shards: 16, Lease: time.Second, WaitReplicas: 1, WaitTimeout: 500 * time.Millisecond})
 	must(t, err)
 	now, err := cc.Time(ctx).Result()
@@ -372,7 +373,9 @@ func TestClusterFailover(t *testing.T) {
 			k, _ := runs.count()
 			st, err := b.Stats(ctx)
 			qi, qerr := asynq.NewInspectorFromRedisClient(cc).GetQueueInfo(q)
-			t.Fatalf("ran %d of %d jobs in 30 s; stats %+v (%v); dispatcher %+v; asynq queue %+v (%v)", k, n, st, err, dsp.Stats(), qi, qerr)
+			active, _, rerr := idem.Runs(ctx, "", 20)
+			t.Fatalf("ran %d of %d jobs in 30 s; stats %+v (%v); dispatcher %+v; asynq queue %+v (%v); active runs %+v (%v); takeovers %d",
+				k, n, st, err, dsp.Stats(), qi, qerr, active, rerr, idem.Stats().Takeovers)
 		}
 	}
 	got, twice := runs.count()

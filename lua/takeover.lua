@@ -1,6 +1,8 @@
 -- takeover.lua: mark an abandoned run as taken over, at most once.
 -- KEYS[1] run record (see begin.lua)   ARGV[1] the token the caller saw, or
---   "0" for a task whose worker died before its run began (no record)
+--   "0" for a task whose worker died before its run began (no record); a
+--   released ("free") record is taken with its token: its task is still
+--   active, so asynq never recorded the failure
 -- ARGV[2] how long the takeover holds the record, in ms (its copy must
 --   begin within it, or another process may take the run over again)
 -- ARGV[3] the run lease in ms, to tell how long the run had been silent
@@ -8,8 +10,8 @@
 -- ARGV[4] the key's field in KEYS[2]   ARGV[5] retention in ms
 -- Returns {1, silent_ms, take_id} when this call took the run over (the
 --   record becomes "take <token> <until>", which Begin acquires as an
---   abandoned run); {0} when the record is gone, finished, released, of
---   another token, still leased, or taken over by someone else meanwhile.
+--   abandoned run); {0} when the record is gone, finished, of another
+--   token, still leased, or taken over by someone else meanwhile.
 local rec = redis.call('GET', KEYS[1])
 if not rec then
   if ARGV[1] ~= '0' then return {0} end
@@ -24,7 +26,7 @@ if not rec then
   return {1, 0, t[1] * 1000000 + t[2]}
 end
 local s, tok, n = string.match(rec, '^(%l+) (%d+) (%d+)$')
-if (s ~= 'run' and s ~= 'take') or tok ~= ARGV[1] then return {0} end
+if (s ~= 'run' and s ~= 'take' and s ~= 'free') or tok ~= ARGV[1] then return {0} end
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
 n = tonumber(n)
@@ -32,6 +34,9 @@ if n > now_ms then return {0} end
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl < 0 then ttl = tonumber(ARGV[2]) end
 redis.call('SET', KEYS[1], string.format('take %s %d', tok, now_ms + tonumber(ARGV[2])), 'PX', ttl)
-local silent = now_ms - n
-if s == 'run' then silent = silent + tonumber(ARGV[3]) end
+-- A released run is not silent: its release says when it ended, which the
+-- record does not keep.
+local silent = 0
+if s == 'run' then silent = now_ms - n + tonumber(ARGV[3]) end
+if s == 'take' then silent = now_ms - n end
 return {1, silent, t[1] * 1000000 + t[2]}
