@@ -75,7 +75,9 @@ type IdempotencyOptions struct {
 	// process takes it over (see Middleware). Default: DefaultRunLease (5s).
 	Lease time.Duration
 	// Retention is how long a finished record is kept: a run of the same
-	// key within it is skipped. Default: DefaultRunRetention (24h).
+	// key within it is skipped. It counts from the run's lease deadline
+	// when it finished (at most Lease after its Complete). Default:
+	// DefaultRunRetention (24h).
 	Retention time.Duration
 	// DoneBuckets is the number of small hashes that hold the finished
 	// records (see DefaultDoneBuckets): they stay compact, about 32 bytes
@@ -280,6 +282,10 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 	if err != nil {
 		return nil, i.wrap(ctx, "begin", rk, bucket, err)
 	}
+	if tok, ok := reply.(int64); ok { // a key with no record
+		return &Execution{Key: key, Token: tok, i: i, sent: sent,
+			leaseUntil: time.UnixMilli(tok/1000 + ms(i.opts.Lease)), state: i.state.current()}, nil
+	}
 	raw, ok := int64s(reply)
 	if !ok || len(raw) < 3 || raw[0] == 0 && len(raw) != 4 {
 		return nil, zerr("zclaim: begin: %w: reply %v", ErrCorrupt, reply)
@@ -380,7 +386,7 @@ func (e *Execution) Extend(ctx context.Context) error {
 // Complete marks the key finished; it is kept for Retention. It returns
 // ErrLeaseLost, changing nothing, when this run's token is no longer current.
 func (e *Execution) Complete(ctx context.Context) error {
-	_, err := e.settle(ctx, "complete", e.i.opts.Retention)
+	_, err := e.settle(ctx, "complete", e.i.opts.Retention+e.i.opts.Lease)
 	return err
 }
 

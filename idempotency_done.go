@@ -2,13 +2,15 @@ package zclaim
 
 // Finished records. A run that completes leaves its run record (a key of
 // its own) and becomes one field of a small hash: the field is a 16-byte
-// digest of its key, the value its finish time, and the hash one of
-// DoneBuckets buckets, picked by the digest, that Redis keeps as a
-// listpack while it holds at most 128 fields (hash-max-listpack-entries):
-// about 32 bytes a record where a key of its own costs 210. A lookup is
-// one HGET inside Begin's script. A bucket expires Retention after its
-// last write, and every 32nd Complete into it, at random, drops its
-// fields older than Retention; a field older than Retention is not done.
+// digest of its key, the value the run's lease deadline when it finished
+// (no earlier than its finish for a run that held its lease, at most a
+// Lease later), and the hash one of DoneBuckets buckets, picked by the
+// digest, that Redis keeps as a listpack while it holds at most 128 fields
+// (hash-max-listpack-entries): about 32 bytes a record where a key of its
+// own costs 210. A lookup is one HGET inside Begin's script. A bucket
+// expires Retention + Lease after its last write, and every 32nd Complete
+// into it, by its deadline's last bits, drops its fields past Retention; a
+// field past Retention is not done.
 //
 // On Redis Cluster a bucket must sit in the slot of the run records it
 // serves, since one script writes both: a prefix with a hash tag of its own

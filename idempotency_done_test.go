@@ -20,16 +20,17 @@ func forget(t testing.TB, rdb redis.UniversalClient, i *Idempotency, key string)
 }
 
 // A finished run leaves no run record: its finish is one field of a small
-// hash that Redis keeps as a listpack. Begin finds it for Retention and
-// not after; the bucket expires Retention after its last write, and a
-// sweep drops the fields past Retention.
+// hash that Redis keeps as a listpack. Begin finds it for Retention past
+// the run's lease deadline and not after; the bucket expires Retention +
+// Lease after its last write, and a sweep drops the fields past Retention.
 func TestDoneRecordsCompact(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
 	// Two stores on one prefix: one that keeps records a minute, and one
-	// that keeps them 150 ms, for their expiry.
-	i := newIdem(t, rdb, IdempotencyOptions{Retention: time.Minute, DoneBuckets: 1})
-	short := newIdem(t, rdb, IdempotencyOptions{Prefix: i.Prefix(), Retention: 150 * time.Millisecond})
+	// that keeps them 150 ms, for their expiry; leases of 50 ms.
+	const lease = 50 * time.Millisecond
+	i := newIdem(t, rdb, IdempotencyOptions{Lease: lease, Retention: time.Minute, DoneBuckets: 1})
+	short := newIdem(t, rdb, IdempotencyOptions{Prefix: i.Prefix(), Lease: lease, Retention: 150 * time.Millisecond})
 	short.sweepOdds = 1 // every Complete sweeps
 	finish := func(k string) {
 		t.Helper()
@@ -47,7 +48,7 @@ func TestDoneRecordsCompact(t *testing.T) {
 	if n := rdb.HLen(ctx, bucket).Val(); n != 50 {
 		t.Fatalf("bucket holds %d records, want 50", n)
 	}
-	if ttl := rdb.PTTL(ctx, bucket).Val(); ttl <= 0 || ttl > time.Minute {
+	if ttl := rdb.PTTL(ctx, bucket).Val(); ttl <= 0 || ttl > time.Minute+lease {
 		t.Fatalf("bucket TTL %v", ttl)
 	}
 	if n, _ := rdb.Exists(ctx, i.recordKey("k0"), i.recordKey("k49")).Result(); n != 0 {
@@ -58,8 +59,9 @@ func TestDoneRecordsCompact(t *testing.T) {
 			t.Fatalf("k%d after Complete: %v", n, err)
 		}
 	}
-	// Past Retention a record is not done, whether or not swept yet...
-	time.Sleep(160 * time.Millisecond)
+	// Past Retention (from the lease deadline) a record is not done,
+	// whether or not swept yet...
+	time.Sleep(150*time.Millisecond + lease + 30*time.Millisecond)
 	e, err := short.Begin(ctx, "k0")
 	must(t, err)
 	// ...and the next Complete's sweep drops the other 49.
@@ -68,7 +70,7 @@ func TestDoneRecordsCompact(t *testing.T) {
 		t.Fatalf("after the sweep the bucket holds %d records, want 1", n)
 	}
 	// Nothing written: the bucket expires on its own.
-	time.Sleep(160 * time.Millisecond)
+	time.Sleep(150*time.Millisecond + lease + 30*time.Millisecond)
 	if n, _ := rdb.Exists(ctx, bucket).Result(); n != 0 {
 		t.Fatal("the bucket outlived its retention")
 	}

@@ -8,8 +8,10 @@
 --   field = digest of the key, value = finish time in Unix ms)
 -- ARGV[1] lease in ms   ARGV[2] ttl of a running record in ms
 -- ARGV[3] the key's field in KEYS[2]   ARGV[4] retention in ms
--- Returns {0, token, deadline_ms, prev} acquired, where prev is 0 for a key
---   with no earlier unfinished run, 1 when an earlier run's lease ran out
+-- Returns the token alone when it acquired a key with no record (the
+--   common case: its deadline is floor(token / 1000) + lease, and no
+--   earlier run is unfinished); {0, token, deadline_ms, prev} acquired
+--   over a record, where prev is 1 when an earlier run's lease ran out
 --   without Complete or Release (its worker died or stalled), 2 when an
 --   earlier run was released; {1, token, 0} already done (token 0 when
 --   the bucket said so);
@@ -29,7 +31,7 @@ local deadline = now_ms + tonumber(ARGV[1])
 -- writes the new run only if there is no record, and GET answers the
 -- record it found instead.
 local rec = redis.call('SET', KEYS[1], string.format('run %d %d', now_us, deadline), 'NX', 'PX', ARGV[2], 'GET')
-if not rec then return {0, now_us, deadline, 0} end
+if not rec then return now_us end
 -- A record exists: it must be one of ours.
 local s, tok, n = string.match(rec, '^(%l+) (%d+) (%d+)$')
 tok, n = tonumber(tok), tonumber(n)
