@@ -143,11 +143,19 @@ if batch then
 end
 
 -- One in-flight member per job; a record moves to its run's token, and a
--- job without one has its due in the member.
+-- job without one has its due in the member. Numbers are formatted once a
+-- batch (the deadline) or once in ten jobs (the tokens' leading digits):
+-- Redis would format every number it is given, and string.format costs
+-- as much.
 local zadd, hset = {}, {}
+local dl = string.format('%d', deadline)
+local digits, tens, ten = {'0', '1', '2', '3', '4', '5', '6', '7', '8', '9'}, nil, -1
 for i = 1, n do
-  local tok = string.format('%d', first + i - 1)
-  zadd[2 * i - 1] = deadline
+  local t = first + i - 1
+  local hi = math.floor(t / 10)
+  if hi ~= ten then ten, tens = hi, hi > 0 and string.format('%d', hi) or '' end
+  local tok = tens .. digits[t - 10 * hi + 1]
+  zadd[2 * i - 1] = dl
   if recs[i] then
     zadd[2 * i] = ids[i] .. '|' .. tok
     hset[#hset + 1] = tok
