@@ -52,12 +52,37 @@ func (j JobInfo) Occurrence() string { return OccurrenceID(j.ID, j.Due) }
 // "order-731@2026-08-29T08:18:20.000Z". The Dispatcher gives each task it
 // enqueues this asynq TaskID, and it is the middleware's default key.
 func OccurrenceID(id string, due time.Time) string {
-	b := make([]byte, 0, len(id)+25)
+	var buf [96]byte
+	b := buf[:0]
+	if len(id)+25 > len(buf) {
+		b = make([]byte, 0, len(id)+25)
+	}
 	b = append(append(b, id...), '@')
-	return string(due.UTC().AppendFormat(b, occurrenceLayout))
+	return string(appendOccurrenceTime(b, due))
 }
 
 const occurrenceLayout = "2006-01-02T15:04:05.000Z"
+
+// appendOccurrenceTime appends t as AppendFormat(occurrenceLayout) does, in
+// UTC, without reading the layout for years 0 to 9999: the dispatcher
+// names every task it enqueues with it.
+func appendOccurrenceTime(b []byte, t time.Time) []byte {
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		return t.AppendFormat(b, occurrenceLayout)
+	}
+	hour, minute, sec := t.Clock()
+	two := func(b []byte, v int) []byte { return append(b, byte('0'+v/10), byte('0'+v%10)) }
+	b = two(two(b, year/100), year%100)
+	b = two(append(b, '-'), int(month))
+	b = two(append(b, '-'), day)
+	b = two(append(b, 'T'), hour)
+	b = two(append(b, ':'), minute)
+	b = two(append(b, ':'), sec)
+	msec := t.Nanosecond() / 1e6
+	return append(b, '.', byte('0'+msec/100), byte('0'+msec/10%10), byte('0'+msec%10), 'Z')
+}
 
 // ParseOccurrence reads an occurrence name back into the job id and the
 // due time (the id is what comes before the last "@"). It reports false
@@ -68,11 +93,35 @@ func ParseOccurrence(name string) (id string, due time.Time, ok bool) {
 	if i <= 0 {
 		return "", time.Time{}, false
 	}
-	due, err := time.Parse(occurrenceLayout, name[i+1:])
-	if err != nil || OccurrenceID(name[:i], due) != name {
+	due, ok = parseOccurrenceTime(name[i+1:])
+	if !ok || OccurrenceID(name[:i], due) != name {
 		return "", time.Time{}, false
 	}
 	return name[:i], time.UnixMilli(due.UnixMilli()), true
+}
+
+// parseOccurrenceTime reads "YYYY-MM-DDTHH:MM:SS.mmmZ" (occurrenceLayout)
+// as UTC. Fields out of their range are not checked here: the caller
+// compares the name made of the result with what it read.
+func parseOccurrenceTime(s string) (time.Time, bool) {
+	if len(s) != len(occurrenceLayout) || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' ||
+		s[19] != '.' || s[23] != 'Z' {
+		return time.Time{}, false
+	}
+	ok := true
+	num := func(from, to int) int {
+		v := 0
+		for _, c := range []byte(s[from:to]) {
+			if c < '0' || c > '9' {
+				ok = false
+			}
+			v = 10*v + int(c-'0')
+		}
+		return v
+	}
+	t := time.Date(num(0, 4), time.Month(num(5, 7)), num(8, 10), num(11, 13), num(14, 16), num(17, 19),
+		num(20, 23)*int(time.Millisecond), time.UTC)
+	return t, ok
 }
 
 // readable reports whether ParseOccurrence reads the name of an

@@ -590,3 +590,52 @@ func TestDispatchedTaskHeader(t *testing.T) {
 		}
 	}
 }
+
+// OccurrenceID's own formatting writes what time.AppendFormat writes with
+// its layout, for any instant (outside years 0 to 9999 it is that).
+func TestOccurrenceTimeFormat(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(t *rapid.T) {
+		var at time.Time
+		if rapid.Bool().Draw(t, "near") {
+			at = time.UnixMilli(rapid.Int64Range(-62167219200000, 253402300799999).Draw(t, "ms")) // years 0 to 9999
+		} else {
+			at = time.Unix(rapid.Int64Range(-1<<40, 1<<40).Draw(t, "s"), rapid.Int64Range(0, 999999999).Draw(t, "ns"))
+		}
+		at = at.In(time.FixedZone("z", rapid.IntRange(-50400, 50400).Draw(t, "offset")))
+		want := at.UTC().AppendFormat([]byte("x@"), occurrenceLayout)
+		if got := OccurrenceID("x", at); got != string(want) {
+			t.Fatalf("OccurrenceID(%v) = %q, want %q", at, got, want)
+		}
+	})
+}
+
+// ParseOccurrence reads what time.Parse with the layout reads, and only
+// the names OccurrenceID makes.
+func TestParseOccurrenceLikeTimeParse(t *testing.T) {
+	t.Parallel()
+	old := func(name string) (string, time.Time, bool) {
+		i := strings.LastIndexByte(name, '@')
+		if i <= 0 {
+			return "", time.Time{}, false
+		}
+		due, err := time.Parse(occurrenceLayout, name[i+1:])
+		if err != nil || OccurrenceID(name[:i], due) != name {
+			return "", time.Time{}, false
+		}
+		return name[:i], time.UnixMilli(due.UnixMilli()), true
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		at := time.UnixMilli(rapid.Int64Range(-62167219200000-1000, 253402300799999+1000).Draw(t, "ms"))
+		name := []byte(OccurrenceID("job", at))
+		for range rapid.IntRange(0, 3).Draw(t, "edits") { // a few bytes of it changed
+			p := rapid.IntRange(0, len(name)-1).Draw(t, "at")
+			name[p] = rapid.SampledFrom([]byte("0123456789-:.TZ@x ")).Draw(t, "byte")
+		}
+		id, due, ok := ParseOccurrence(string(name))
+		wid, wdue, wok := old(string(name))
+		if ok != wok || id != wid || !due.Equal(wdue) {
+			t.Fatalf("ParseOccurrence(%q) = %q %v %v, time.Parse's way %q %v %v", name, id, due, ok, wid, wdue, wok)
+		}
+	})
+}
