@@ -67,6 +67,30 @@ func instructionsScenario() {
 			}
 			return nil
 		}},
+		{"floor of Begin + Complete: plain SET NX GET, then SET", 1, nil, func(ctx context.Context, rdb *redis.Client, k int) error {
+			for j := range k {
+				key := "k" + strconv.Itoa(j)
+				if err := rdb.SetArgs(ctx, key, "run 1 2", redis.SetArgs{Mode: "NX", Get: true, TTL: time.Hour}).Err(); err != nil && err != redis.Nil {
+					return err
+				}
+				if err := rdb.Set(ctx, key, "done", time.Hour).Err(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"two scripts that only return (2 keys, 4 arguments each, as Begin's)", 1, nil, func(ctx context.Context, rdb *redis.Client, k int) error {
+			s := redis.NewScript("return 1")
+			for j := range k {
+				keys := []string{"k" + strconv.Itoa(j), "b"}
+				for range 2 {
+					if err := s.Run(ctx, rdb, keys, 5000, 86405000, "0123456789abcdef", 86400000).Err(); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}},
 		{"Broker.Claim of 32 + AckMany, per job (jobs with a type and queue)", 32, scheduleDue, func(ctx context.Context, rdb *redis.Client, k int) error {
 			b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Lease: time.Minute})
 			if err != nil {

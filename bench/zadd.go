@@ -168,7 +168,7 @@ func memoryScenario() {
 		[]string{"DoneBuckets", "records", "used_memory delta", "per record", "Begin + Complete"},
 		rows,
 		"Keys: `"+zclaim.OccurrenceID("order-731", time.Now().Truncate(time.Millisecond))+"` (an occurrence of a Dispatcher's). "+
-			"A finished record is a field of one of DoneBuckets small hashes (a digest of its key, its finish time), "+
+			"A finished record is a field of one of DoneBuckets small hashes (a digest of its key, its run's lease deadline when it finished), "+
 			"kept as a listpack while a bucket holds at most 128; a lookup is one HGET inside Begin's script. "+
 			"Records kept = finish rate × Retention (up to a sweep later): 100 runs/s with the default 24 h keep 8.64M records; "+
 			"with DoneBuckets ≥ records / 100 they cost what the second row shows.")
