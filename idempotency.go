@@ -397,3 +397,11 @@ func (e *Execution) Release(ctx context.Context) error {
 	_, err := e.settle(ctx, "release", e.i.opts.Lease+e.i.opts.Retention)
 	return err
 }
+
+// releaseFinal releases the key after a failure that ends its task (asynq
+// archives or revokes it): the record says so, and a takeover leaves the
+// task to asynq.
+func (e *Execution) releaseFinal(ctx context.Context) error {
+	_, err := e.settle(ctx, "release-final", e.i.opts.Lease+e.i.opts.Retention)
+	return err
+}

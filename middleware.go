@@ -84,8 +84,12 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 // spending no retry, with Execution.Resumed set; when asynq later brings
 // the original back, it is skipped as done. An active task of a type this
 // middleware handles that has no run record a Lease after a pass first saw
-// it (its worker died before Begin) is taken over too. A run that is slow but renewing
-// is never taken over. Each takeover is logged at Warn and counted in
+// it (its worker died before Begin) is taken over too, and so is one whose
+// run failed and was released while asynq still holds the task (its worker
+// died before asynq recorded the failure, or asynq's write failed), with
+// the retries it had left; a failure that ends its task (SkipRetry,
+// RevokeTask, its last attempt) is left to asynq. A run that is slow but
+// renewing is never taken over. Each takeover is logged at Warn and counted in
 // Stats().Takeovers. Tasks keyed by a custom Key function take part when
 // that function can tell the key from the task alone (not from its
 // context). Close stops the loop.
@@ -229,7 +233,12 @@ func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler,
 			}
 			return nil
 		}
-		rerr := e.Release(sctx)
+		var rerr error
+		if endsTask(ctx, handlerErr) {
+			rerr = e.releaseFinal(sctx)
+		} else {
+			rerr = e.Release(sctx)
+		}
 		i.count(rerr, &i.released)
 		if rerr != nil {
 			i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not release a run",
@@ -321,4 +330,18 @@ func (i *Idempotency) heartbeat(ctx context.Context, e *Execution,
 			}
 		}
 	}
+}
+
+// endsTask tells whether asynq ends the task after its handler failed
+// with err (a panic: nil) rather than retrying it: SkipRetry, RevokeTask,
+// or a failure of its last attempt. An error asynq does not count as a
+// failure (Config.IsFailure) is retried even then; taking it for the end
+// only leaves the task to asynq's own recovery should its worker die.
+func endsTask(ctx context.Context, err error) bool {
+	if errors.Is(err, asynq.SkipRetry) || errors.Is(err, asynq.RevokeTask) {
+		return true
+	}
+	retried, ok1 := asynq.GetRetryCount(ctx)
+	maxRetry, ok2 := asynq.GetMaxRetry(ctx)
+	return ok1 && ok2 && retried >= maxRetry
 }

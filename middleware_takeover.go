@@ -242,6 +242,9 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 			continue
 		}
 		state, token, until, ok := parseRecord(rec)
+		if ok && state == "free" && (until != 0 || r.task.Retried >= r.task.MaxRetry) {
+			continue // a failure that ended its task: asynq's recovery archives it
+		}
 		if errors.Is(err, redis.Nil) || (ok && state == "free") {
 			// No run holds the key while asynq holds the task: its worker
 			// died between taking the task and the middleware's Begin (no
@@ -258,7 +261,7 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 			if !ok {
 				first = time.Now()
 			}
-			if time.Since(first) >= i.opts.Lease && i.takeOver(ctx, r, token) {
+			if time.Since(first) >= i.opts.Lease && i.takeOver(ctx, r, token, state == "free") {
 				took++
 				continue
 			}
@@ -268,7 +271,7 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 		if !ok || (state != "run" && state != "take") || until > now {
 			continue
 		}
-		if i.takeOver(ctx, r, token) {
+		if i.takeOver(ctx, r, token, false) {
 			took++
 		}
 	}
@@ -278,9 +281,10 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 
 // takeOver marks r's abandoned run (of token: 0 for a task whose run never
 // began; a released run's for one whose failure asynq never recorded) as
-// taken over and enqueues a copy of its task. It reports whether
-// it did.
-func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64) bool {
+// taken over and enqueues a copy of its task. The copy of a run that
+// failed (released) has the retries its task had left after that failure;
+// any other copy, its task's. It reports whether it did.
+func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64, failed bool) bool {
 	lease := i.opts.Lease
 	bucket, field := i.doneOf(r.key)
 	reply, err := takeoverScript.Run(ctx, i.rdb, []string{i.recordKey(r.key), bucket}, strconv.FormatInt(token, 10),
@@ -300,7 +304,11 @@ func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64) bo
 	if r.has {
 		headers[headerJob] = r.job.header() // the copy's TaskID does not name it
 	}
-	opts := []asynq.Option{asynq.Queue(ti.Queue), asynq.MaxRetry(ti.MaxRetry),
+	retries := ti.MaxRetry
+	if failed {
+		retries = max(0, ti.MaxRetry-ti.Retried-1)
+	}
+	opts := []asynq.Option{asynq.Queue(ti.Queue), asynq.MaxRetry(retries),
 		asynq.TaskID(base + takeoverSep + strconv.FormatInt(raw[2], 10))}
 	if ti.Timeout > 0 {
 		opts = append(opts, asynq.Timeout(ti.Timeout))

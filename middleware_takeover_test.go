@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -357,6 +358,67 @@ func TestTakeoverScriptFenced(t *testing.T) {
 	must(t, err)
 	if !f2.Resumed {
 		t.Fatal("the copy of a released run's task did not begin resumed")
+	}
+	// A failure that ended its task is asynq's: not taken.
+	must(t, f2.releaseFinal(ctx))
+	if take("f", strconv.FormatInt(f2.Token, 10)) {
+		t.Fatal("a run whose failure ended its task was taken over")
+	}
+}
+
+// The middleware marks a failure that ends its task (SkipRetry, the last
+// attempt) in the run record, and no takeover copies it; a failure that
+// asynq will retry is marked as an ordinary release.
+func TestFinalFailureMarked(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	q := testQueue(t)
+	i := newIdem(t, rdb, IdempotencyOptions{Prefix: testKey(t) + ":run:", Lease: 100 * time.Millisecond, TakeoverQueues: []string{q}})
+	var mu sync.Mutex
+	records := map[string][]string{} // the record each attempt left, seen from the next
+	h := i.Middleware()(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		if string(task.Payload()) == "skip" {
+			return fmt.Errorf("zclaim test: %w", asynq.SkipRetry)
+		}
+		return errors.New("zclaim test: failed")
+	}))
+	startAsynq(t, testAddr, q, asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		err := h.ProcessTask(ctx, task)
+		id, _ := asynq.GetTaskID(ctx)
+		rec, _ := rdb.Get(context.Background(), i.recordKey(id)).Result()
+		state, _, n, _ := parseRecord(rec)
+		mu.Lock()
+		records[id] = append(records[id], fmt.Sprintf("%s %d", state, n))
+		mu.Unlock()
+		return err
+	}), asynq.Config{IsFailure: IsFailure, RetryDelayFunc: fastRetry})
+	c := newAsynqClient(t, testAddr)
+	for _, v := range []struct {
+		id, payload string
+		retries     int
+	}{{"skip", "skip", 5}, {"last", "fail", 0}, {"twice", "fail", 1}} {
+		_, err := c.Enqueue(asynq.NewTask("work", []byte(v.payload)), asynq.Queue(q), asynq.TaskID(v.id), asynq.MaxRetry(v.retries))
+		must(t, err)
+	}
+	in := newInspector(t)
+	waitFor(t, 10*time.Second, "every task archived", func() bool {
+		for _, id := range []string{"skip", "last", "twice"} {
+			if ti, err := in.GetTaskInfo(q, id); err != nil || ti.State != asynq.TaskStateArchived {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string][]string{"skip": {"free 1"}, "last": {"free 1"}, "twice": {"free 0", "free 1"}}
+	for id, w := range want {
+		if !slices.Equal(records[id], w) {
+			t.Errorf("%s: records after each attempt %v, want %v", id, records[id], w)
+		}
+	}
+	if n := i.Stats().Takeovers; n != 0 {
+		t.Errorf("%d takeovers", n)
 	}
 }
 

@@ -1,7 +1,8 @@
 -- begin.lua: start a run of one idempotency key, unless it finished or is running.
 -- KEYS[1] run record: a string "<state> <token> <n>", where state is run
 --   (n = lease deadline, Unix ms), take (an abandoned run that a live
---   process took over, takeover.lua: n = until when), free (n = 0), or
+--   process took over, takeover.lua: n = until when), free (released:
+--   n = 0, or 1 for a failure that ended its task, settle.lua), or
 --   done (n = 0: written by an earlier version; Complete now deletes the
 --   record and keeps the finish in KEYS[2])
 -- KEYS[2] the bucket of finished records that holds the key's (a hash:

@@ -2,7 +2,8 @@
 -- KEYS[1] run record (see begin.lua)   KEYS[2] the key's bucket of
 --   finished records (see begin.lua; complete)
 -- ARGV[1] token (decimal, as Begin gave it)
--- ARGV[2] "extend" | "complete" | "release"   ARGV[3] lease in ms
+-- ARGV[2] "extend" | "complete" | "release" | "release-final" (a failure
+--   that ends its task: asynq archives or revokes it)   ARGV[3] lease in ms
 -- ARGV[4] ttl in ms: of a running record (extend, release), or the
 --   retention of a finished one plus the lease (complete)
 -- ARGV[5] the key's field in KEYS[2] (complete)
@@ -47,6 +48,9 @@ elseif op == 'extend' then
   return r
 end
 -- Released: the holder's token is void; it stays recorded so that the
--- next run's token is larger.
-redis.call('SET', KEYS[1], 'free ' .. ARGV[1] .. ' 0', 'PX', ARGV[4])
+-- next run's token is larger. "free <token> 1" marks a failure that ends
+-- its task, which a takeover leaves to asynq.
+local final = '0'
+if op == 'release-final' then final = '1' end
+redis.call('SET', KEYS[1], 'free ' .. ARGV[1] .. ' ' .. final, 'PX', ARGV[4])
 return 1

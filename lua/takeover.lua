@@ -1,8 +1,8 @@
 -- takeover.lua: mark an abandoned run as taken over, at most once.
 -- KEYS[1] run record (see begin.lua)   ARGV[1] the token the caller saw, or
 --   "0" for a task whose worker died before its run began (no record); a
---   released ("free") record is taken with its token: its task is still
---   active, so asynq never recorded the failure
+--   released ("free <token> 0") record is taken with its token: its task
+--   is still active, so asynq never recorded the failure
 -- ARGV[2] how long the takeover holds the record, in ms (its copy must
 --   begin within it, or another process may take the run over again)
 -- ARGV[3] the run lease in ms, to tell how long the run had been silent
@@ -27,6 +27,8 @@ if not rec then
 end
 local s, tok, n = string.match(rec, '^(%l+) (%d+) (%d+)$')
 if (s ~= 'run' and s ~= 'take' and s ~= 'free') or tok ~= ARGV[1] then return {0} end
+-- A failure that ended its task (settle.lua's release-final) is asynq's.
+if s == 'free' and n ~= '0' then return {0} end
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
 n = tonumber(n)
