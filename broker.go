@@ -204,7 +204,11 @@ type Claim struct {
 	Attempt int
 	// Due is the due time of the claim's occurrence (see JobInfo), to the
 	// millisecond: the time the job was first scheduled for, which a
-	// retry's backoff does not move. RunAt is this claim's own due time.
+	// retry's backoff does not move. RunAt is this claim's own due time:
+	// its score in the schedule, except on a first attempt of a job written
+	// by Schedule, which reads it from the job's record (what Schedule
+	// wrote: the same time, unless another program has since moved the
+	// member with a ZADD of its own).
 	Due time.Time
 	// LeaseUntil is the lease deadline by Redis' clock. After it, recovery
 	// may take the job back and void Token.

@@ -155,6 +155,9 @@ func (b *Broker) claim(ctx context.Context, k *keys, max int, mode claimMode) (c
 		}
 		c.Attempt = a + 1
 		c.Due = b.dueTime(due)
+		if j.recScore {
+			c.RunAt = b.scoreTime(due)
+		}
 		res.claims = append(res.claims, c)
 		if batch {
 			res.index = append(res.index, i+1)
@@ -247,7 +250,12 @@ func (b *Broker) buryCorrupt(ctx context.Context, c Claim, cause error) {
 }
 
 // claimed is one job of a claim script's reply.
-type claimed struct{ id, score, rec string }
+// claimed is a job of a claim's reply. recScore: its score is its
+// record's due (a first attempt of a lazy claim, see claim.lua).
+type claimed struct {
+	id, score, rec string
+	recScore       bool
+}
 
 // claimedJobs reads the jobs of a claim script's reply, in either form.
 func claimedJobs(raw []any, batch bool, max int) (jobs []claimed, err error) {
@@ -267,6 +275,28 @@ func claimedJobs(raw []any, batch bool, max int) (jobs []claimed, err error) {
 			}
 			j.score, scores, _ = strings.Cut(scores, " ")
 			jobs = append(jobs, j)
+		}
+	case len(raw) == 7 && !batch:
+		ids, _ := raw[4].([]any)
+		recs, _ := raw[5].([]any)
+		asked, _ := raw[6].([]any)
+		if len(ids) != len(recs) || len(asked)%2 != 0 {
+			return nil, zerr("zclaim: claim: %w: %d ids, %d records, %d asked", ErrCorrupt, len(ids), len(recs), len(asked))
+		}
+		jobs = make([]claimed, len(recs))
+		for i := range jobs {
+			jobs[i].id, _ = ids[i].(string)
+			jobs[i].rec, _ = recs[i].(string)
+			jobs[i].recScore = true
+		}
+		for k := 0; k < len(asked); k += 2 {
+			at, _ := asked[k].(int64)
+			if at < 1 || int(at) > len(jobs) {
+				return nil, zerr("zclaim: claim: %w: asked score of job %d of %d", ErrCorrupt, at, len(jobs))
+			}
+			j := &jobs[at-1]
+			j.score, _ = asked[k+1].(string)
+			j.recScore = false
 		}
 	case len(raw) == 6:
 		due, _ := raw[4].([]any)

@@ -19,6 +19,12 @@
 --   A batch claim answers its jobs as the record of its lease (see
 --   prelude.lua) and their scores joined by spaces instead:
 --   {deadline_ms, first_token, now, next, jobs, "score1 score2 ..." or false}.
+--   A per-job claim where the pending records hash is not empty reads ids
+--   only and answers {deadline_ms, first_token, now, next, {id1, id2, ...},
+--   {record1|false, ...}, {index1, score1, index2, score2, ...}}: the
+--   scores of the jobs (by place, from 1) whose record does not give one;
+--   a first attempt's score is its record's due (what Schedule wrote),
+--   unless the due is marked moved (see moved in lua/prelude.lua).
 --   Error "ZCLAIM_WRONGTYPE key type", or "ZCLAIM_CORRUPT key" for a token
 --   counter that no token can follow.
 -- Every key is read, or checked, before the first write.
@@ -29,14 +35,20 @@ if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 local max, lease, ups = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local now_ms, now, now_us = clock(ups)
 local now_s = string.format('%.6f', now)
-local due, err
-if scored then
+-- Redis formats every score it answers, at more cost than the rest of a
+-- job's claim: a per-job claim of jobs with records asks for the scores
+-- of those whose record does not give it (lazy).
+local pending, err = read('HLEN', KEYS[4])
+if err then return err end
+local lazy = not batch and pending > 0
+local due
+if scored and not lazy then
   due, err = read('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, max)
 else
   due, err = read('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, max)
 end
 if err then return err end
-local n = scored and #due / 2 or #due
+local n = (scored and not lazy) and #due / 2 or #due
 local function next_score()
   local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   if head[2] then return head[2] end
@@ -47,7 +59,7 @@ end
 if n == 0 then return {0, 0, now_s, next_score(), redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[6])} end
 
 local ids = due
-if scored then
+if scored and not lazy then
   ids = {}
   for i = 1, n do ids[i] = due[2 * i - 1] end
 end
@@ -67,17 +79,34 @@ if err then return err end
 -- takes its score, read only for those jobs when the claim reads no scores.
 -- A per-job claim of a job without a record carries it in its in-flight
 -- member instead ("id|token@due"): no run record to write.
-local had, missing = false, {}
+local had, missing, ask = false, {}, {}
 for i = 1, n do
   local rec = recs[i]
   if rec then
     had = true
     -- A one-digit attempt, "@" and a due (what Schedule writes) is
     -- recognised by two bytes; the pattern is for the rest.
-    local b2, b3 = string.byte(rec, 2, 3)
-    if not (b2 == 64 and b3 ~= 58) and not string.find(rec, '^%d+@[^:]') then missing[#missing + 1] = i end
+    local b1, b2, b3 = string.byte(rec, 1, 3)
+    local dued = b2 == 64 and b3 ~= 58
+    if not dued and not string.find(rec, '^%d+@[^:]') then missing[#missing + 1] = i end
+    -- A first attempt's record gives its score (lazy), unless its due
+    -- says the job was moved since (prelude.lua's moved).
+    if lazy and not (dued and b1 == 48 and b3 >= 49 and b3 <= 57) then ask[#ask + 1] = i end
   elseif batch then
     missing[#missing + 1] = i
+  elseif lazy then
+    ask[#ask + 1] = i
+  end
+end
+-- lazy: the scores asked for, by place (scoreof), and as the reply gives
+-- them (asked).
+local scoreof, asked = {}, {}
+if #ask > 0 then
+  local aids = {}
+  for j, i in ipairs(ask) do aids[j] = ids[i] end
+  local sc = redis.call('ZMSCORE', KEYS[1], unpack(aids))
+  for j, i in ipairs(ask) do
+    scoreof[i], asked[2 * j - 1], asked[2 * j] = sc[j], i, sc[j]
   end
 end
 if #missing > 0 then
@@ -88,7 +117,8 @@ if #missing > 0 then
     sc = redis.call('ZMSCORE', KEYS[1], unpack(mids))
   end
   for j, i in ipairs(missing) do
-    local score = scored and due[2 * i] or sc[j]
+    local score
+    if lazy then score = scoreof[i] elseif scored then score = due[2 * i] else score = sc[j] end
     if recs[i] then
       -- A record that cannot be read is left as it is: the claimer
       -- reports it and sends the job to the dead set.
@@ -161,9 +191,12 @@ for i = 1, n do
     hset[#hset + 1] = tok
     hset[#hset + 1] = recs[i]
   else
-    zadd[2 * i] = ids[i] .. '|' .. tok .. '@' .. due[2 * i]
+    local score
+    if lazy then score = scoreof[i] else score = due[2 * i] end
+    zadd[2 * i] = ids[i] .. '|' .. tok .. '@' .. score
   end
 end
 redis.call('ZADD', KEYS[2], unpack(zadd))
 if #hset > 0 then redis.call('HSET', KEYS[5], unpack(hset)) end
+if lazy then return {deadline, first, now_s, next, ids, recs, asked} end
 return {deadline, first, now_s, next, due, recs}

@@ -33,7 +33,7 @@ for i = 4, #ARGV do
       if l then due, rest = string.match(info, '^%d+@?([^:]*):(.*)$', #l + 2 + tonumber(l)) end
       redis.call('ZADD', KEYS[1], now, id)
       if due and due ~= '' then
-        redis.call('HSET', KEYS[2], id, record(0, due, rest))
+        redis.call('HSET', KEYS[2], id, record(0, moved(due), rest))
       elseif rest and rest ~= '' then
         redis.call('HSET', KEYS[2], id, '0:' .. rest)
       else

@@ -37,6 +37,7 @@ for i = 5, #ARGV do
         if rec and rest ~= '' then redis.call('HSET', KEYS[2], id, record(0, to, rest)) end
         if rec and rest == '' then redis.call('HDEL', KEYS[2], id) end
       else
+        if a == 1 then due = moved(due) end -- a first attempt at another score
         redis.call('HSET', KEYS[2], id, record(a - 1, due, rest))
       end
     end

@@ -145,6 +145,20 @@ local function record(attempts, due, rest)
   return attempts .. '@' .. due .. ':' .. rest
 end
 
+-- moved marks the due of a record whose job keeps its occurrence at
+-- another score (revived, moved) with a leading zero ("-0" for a negative
+-- one): the same number to every reader, and a claim takes the score of
+-- a first attempt from its record only when the due begins with 1 to 9.
+local function moved(due)
+  local c = string.sub(due, 1, 1)
+  if c == '0' then return due end
+  if c == '-' then
+    if string.sub(due, 2, 2) == '0' then return due end
+    return '-0' .. string.sub(due, 2)
+  end
+  return '0' .. due
+end
+
 -- bury puts id into the dead set with its reason and record.
 -- D: dead ZSet (score = Unix ms of death); DI: dead info hash.
 local function bury(D, DI, id, now_ms, attempt, due, rest, reason)
