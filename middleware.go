@@ -338,10 +338,5 @@ func (i *Idempotency) heartbeat(ctx context.Context, e *Execution,
 // failure (Config.IsFailure) is retried even then; taking it for the end
 // only leaves the task to asynq's own recovery should its worker die.
 func endsTask(ctx context.Context, err error) bool {
-	if errors.Is(err, asynq.SkipRetry) || errors.Is(err, asynq.RevokeTask) {
-		return true
-	}
-	retried, ok1 := asynq.GetRetryCount(ctx)
-	maxRetry, ok2 := asynq.GetMaxRetry(ctx)
-	return ok1 && ok2 && retried >= maxRetry
+	return errors.Is(err, asynq.SkipRetry) || errors.Is(err, asynq.RevokeTask) || lastRetry(ctx)
 }
