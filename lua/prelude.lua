@@ -8,7 +8,8 @@
 --   rest is the Go-encoded type/queue/payload ("" for none). A record without
 --   "@<due>" (written by an older version) gets one at its next claim. A
 --   due with a leading zero ("0…", "-0…") belongs to a job kept at another
---   score (see moved below); any other first attempt's score is its due.
+--   score (see moved below); a claim reads any other first attempt's score
+--   from its due.
 
 -- wrongtype returns "key type" for the first key in kt ({key, type, ...})
 -- that exists with another type, or nil. Scripts call it before writing,
