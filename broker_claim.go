@@ -263,7 +263,7 @@ func claimedJobs(raw []any, batch bool, max int) (jobs []claimed, err error) {
 	case len(raw) == 4 || len(raw) == 5:
 	case len(raw) == 6 && batch:
 		blob, _ := raw[4].(string)
-		scores, _ := raw[5].(string) // false (nil) for leaseBatchIDs
+		scores, scored := raw[5].(string) // false (nil) for leaseBatchIDs
 		jobs = make([]claimed, 0, max)
 		for blob != "" {
 			var j claimed
@@ -274,6 +274,7 @@ func claimedJobs(raw []any, batch bool, max int) (jobs []claimed, err error) {
 				return nil, zerr("zclaim: claim: %w: batch reply: %v", ErrCorrupt, err)
 			}
 			j.score, scores, _ = strings.Cut(scores, " ")
+			j.recScore = scored && j.score == "" // a lazy claim's: the record gives it
 			jobs = append(jobs, j)
 		}
 	case len(raw) == 7 && !batch:

@@ -868,53 +868,59 @@ func TestErrorsSayItOnce(t *testing.T) {
 }
 
 // A claim of jobs with records reads their scores only where a record
-// does not give one: a first attempt's RunAt is its record's due, a
-// retried job's and a plain member's its score, in one batch.
+// does not give one: a first attempt's RunAt is its record's due; a
+// retried job's, a plain member's and a job's run now are their scores,
+// in one claim, per job and as a batch that reads due times.
 func TestClaimRunAtFromRecords(t *testing.T) {
 	t.Parallel()
-	rdb := newClient(t)
-	b := newBroker(t, BrokerOptions{Lease: time.Minute})
-	now, err := rdb.Time(ctx).Result()
-	must(t, err)
-	typed := now.Add(-3 * time.Second).Truncate(time.Millisecond)
-	must(t, b.Schedule(ctx, Job{ID: "typed", RunAt: typed, Type: "t", Payload: []byte("p")},
-		Job{ID: "retried", RunAt: typed.Add(-time.Second), Type: "t"}))
-	// The retried job: claimed once, retried at once (its score moves,
-	// its record says attempt 1).
-	cs, err := b.Claim(ctx, 1)
-	must(t, err)
-	if len(cs) != 1 || cs[0].ID != "retried" {
-		t.Fatalf("first claim %+v", cs)
-	}
-	retryAt := now.Add(-500 * time.Millisecond).Truncate(time.Millisecond)
-	must(t, b.Retry(ctx, cs[0], retryAt))
-	plain := now.Add(-2 * time.Second).Truncate(time.Millisecond)
-	must(t, rdb.ZAdd(ctx, b.Key(), redis.Z{Score: float64(plain.UnixMilli()) / 1000, Member: "plain"}).Err())
-	// A job due in an hour, run now: its occurrence stays, its score moves.
-	later := now.Add(time.Hour).Truncate(time.Millisecond)
-	must(t, b.Schedule(ctx, Job{ID: "moved", RunAt: later, Type: "t"}))
-	before := redisNow(t, rdb)
-	_, err = b.RunNow(ctx, "moved")
-	must(t, err)
-	cs, err = b.Claim(ctx, 10)
-	must(t, err)
-	got := map[string]Claim{}
-	for _, c := range cs {
-		got[c.ID] = c
-	}
-	if len(got) != 4 {
-		t.Fatalf("claimed %v", cs)
-	}
-	if c := got["moved"]; !c.Due.Equal(later) || c.RunAt.Before(before.Truncate(time.Millisecond)) || c.RunAt.After(later.Add(-time.Minute)) {
-		t.Errorf("moved: RunAt %v Due %v; want RunAt the time of RunNow (%v), Due %v", c.RunAt, c.Due, before, later)
-	}
-	if c := got["typed"]; !c.RunAt.Equal(typed) || !c.Due.Equal(typed) || c.Attempt != 1 || string(c.Payload) != "p" {
-		t.Errorf("typed: RunAt %v Due %v attempt %d payload %q, want %v", c.RunAt, c.Due, c.Attempt, c.Payload, typed)
-	}
-	if c := got["retried"]; c.Attempt != 2 || !c.Due.Equal(typed.Add(-time.Second)) || !c.RunAt.Equal(retryAt) {
-		t.Errorf("retried: RunAt %v Due %v attempt %d; want %v, %v, 2", c.RunAt, c.Due, c.Attempt, retryAt, typed.Add(-time.Second))
-	}
-	if c := got["plain"]; !c.RunAt.Equal(plain) || !c.Due.Equal(plain) {
-		t.Errorf("plain: RunAt %v Due %v, want %v", c.RunAt, c.Due, plain)
+	for name, mode := range map[string]claimMode{"per job": leasePerJob, "batch": leaseBatch} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			rdb := newClient(t)
+			b := newBroker(t, BrokerOptions{Lease: time.Minute})
+			now, err := rdb.Time(ctx).Result()
+			must(t, err)
+			typed := now.Add(-3 * time.Second).Truncate(time.Millisecond)
+			must(t, b.Schedule(ctx, Job{ID: "typed", RunAt: typed, Type: "t", Payload: []byte("p")},
+				Job{ID: "retried", RunAt: typed.Add(-time.Second), Type: "t"}))
+			// The retried job: claimed once, retried a moment ago (its
+			// score moves, its record says attempt 1).
+			cs, err := b.Claim(ctx, 1)
+			must(t, err)
+			if len(cs) != 1 || cs[0].ID != "retried" {
+				t.Fatalf("first claim %+v", cs)
+			}
+			retryAt := now.Add(-500 * time.Millisecond).Truncate(time.Millisecond)
+			must(t, b.Retry(ctx, cs[0], retryAt))
+			plain := now.Add(-2 * time.Second).Truncate(time.Millisecond)
+			must(t, rdb.ZAdd(ctx, b.Key(), redis.Z{Score: float64(plain.UnixMilli()) / 1000, Member: "plain"}).Err())
+			// A job due in an hour, run now: its occurrence stays, its score moves.
+			later := now.Add(time.Hour).Truncate(time.Millisecond)
+			must(t, b.Schedule(ctx, Job{ID: "moved", RunAt: later, Type: "t"}))
+			before := redisNow(t, rdb)
+			_, err = b.RunNow(ctx, "moved")
+			must(t, err)
+			res, err := b.claim(ctx, b.shards[0], 10, mode)
+			must(t, err)
+			got := map[string]Claim{}
+			for _, c := range res.claims {
+				got[c.ID] = c
+			}
+			if len(got) != 4 {
+				t.Fatalf("claimed %v", res.claims)
+			}
+			if c := got["typed"]; !c.RunAt.Equal(typed) || !c.Due.Equal(typed) || c.Attempt != 1 || string(c.Payload) != "p" {
+				t.Errorf("typed: RunAt %v Due %v attempt %d payload %q, want %v", c.RunAt, c.Due, c.Attempt, c.Payload, typed)
+			}
+			if c := got["retried"]; c.Attempt != 2 || !c.Due.Equal(typed.Add(-time.Second)) || !c.RunAt.Equal(retryAt) {
+				t.Errorf("retried: RunAt %v Due %v attempt %d; want %v, %v, 2", c.RunAt, c.Due, c.Attempt, retryAt, typed.Add(-time.Second))
+			}
+			if c := got["plain"]; !c.RunAt.Equal(plain) || !c.Due.Equal(plain) {
+				t.Errorf("plain: RunAt %v Due %v, want %v", c.RunAt, c.Due, plain)
+			}
+			if c := got["moved"]; !c.Due.Equal(later) || c.RunAt.Before(before.Truncate(time.Millisecond)) || c.RunAt.After(later.Add(-time.Minute)) {
+				t.Errorf("moved: RunAt %v Due %v; want RunAt the time of RunNow (%v), Due %v", c.RunAt, c.Due, before, later)
+			}
+		})
 	}
 }

@@ -18,13 +18,16 @@
 --   due, where inflight counts the in-flight members and batch leases.
 --   A batch claim answers its jobs as the record of its lease (see
 --   prelude.lua) and their scores joined by spaces instead:
---   {deadline_ms, first_token, now, next, jobs, "score1 score2 ..." or false}.
---   A per-job claim where the pending records hash is not empty reads ids
---   only and answers {deadline_ms, first_token, now, next, {id1, id2, ...},
---   {record1|false, ...}, {index1, score1, index2, score2, ...}}: the
---   scores of the jobs (by place, from 1) whose record does not give one;
---   a first attempt's score is its record's due (what Schedule wrote),
---   unless the due is marked moved (see moved in lua/prelude.lua).
+--   {deadline_ms, first_token, now, next, jobs, "score1 score2 ..." or false},
+--   where a lazy claim (below) leaves a score empty where the job's record
+--   gives it.
+--   A claim that reads scores where the pending records hash is not empty
+--   (lazy) reads ids only; a per-job one answers {deadline_ms, first_token,
+--   now, next, {id1, id2, ...}, {record1|false, ...}, {index1, score1,
+--   index2, score2, ...}}: the scores of the jobs (by place, from 1) whose
+--   record does not give one. A first attempt's score is its record's due
+--   (what Schedule wrote), unless the due is marked moved (see moved in
+--   lua/prelude.lua).
 --   Error "ZCLAIM_WRONGTYPE key type", or "ZCLAIM_CORRUPT key" for a token
 --   counter that no token can follow.
 -- Every key is read, or checked, before the first write.
@@ -36,11 +39,11 @@ local max, lease, ups = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local now_ms, now, now_us = clock(ups)
 local now_s = string.format('%.6f', now)
 -- Redis formats every score it answers, at more cost than the rest of a
--- job's claim: a per-job claim of jobs with records asks for the scores
--- of those whose record does not give it (lazy).
+-- job's claim: a claim that reads scores, of jobs with records, asks for
+-- those whose record does not give it (lazy).
 local pending, err = read('HLEN', KEYS[4])
 if err then return err end
-local lazy = not batch and pending > 0
+local lazy = scored and pending > 0
 local due
 if scored and not lazy then
   due, err = read('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, max)
@@ -92,10 +95,9 @@ for i = 1, n do
     -- A first attempt's record gives its score (lazy), unless its due
     -- says the job was moved since (prelude.lua's moved).
     if lazy and not (dued and b1 == 48 and b3 >= 49 and b3 <= 57) then ask[#ask + 1] = i end
-  elseif batch then
-    missing[#missing + 1] = i
-  elseif lazy then
-    ask[#ask + 1] = i
+  else
+    if batch then missing[#missing + 1] = i end
+    if lazy then ask[#ask + 1] = i end
   end
 end
 -- lazy: the scores asked for, by place (scoreof), and as the reply gives
@@ -166,7 +168,11 @@ if batch then
   local scores = false
   if scored then
     scores = {}
-    for i = 1, n do scores[i] = due[2 * i] end
+    if lazy then
+      for i = 1, n do scores[i] = scoreof[i] or '' end
+    else
+      for i = 1, n do scores[i] = due[2 * i] end
+    end
     scores = table.concat(scores, ' ')
   end
   return {deadline, first, now_s, next, jobs, scores}
