@@ -249,9 +249,8 @@ func (b *Broker) buryCorrupt(ctx context.Context, c Claim, cause error) {
 	}
 }
 
-// claimed is one job of a claim script's reply.
-// claimed is a job of a claim's reply. recScore: its score is its
-// record's due (a first attempt of a lazy claim, see claim.lua).
+// claimed is one job of a claim script's reply. recScore: its score is
+// its record's due (a first attempt in a lazy claim, see claim.lua).
 type claimed struct {
 	id, score, rec string
 	recScore       bool
