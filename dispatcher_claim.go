@@ -41,6 +41,7 @@ func (p *pipeline) claimUntil(ctx context.Context) {
 		now := time.Now()
 		next := d.idleWait()
 		need = 1
+		took := false // a claim of this pass took jobs
 		for n := range shards {
 			i := (first + n) % len(shards)
 			if look[i].After(now) {
@@ -48,8 +49,13 @@ func (p *pipeline) claimUntil(ctx context.Context) {
 				continue
 			}
 			room := cap(p.queue) - len(p.queue)
-			if room == 0 {
+			// Once a claim of this pass took jobs, the next shard waits for
+			// room for a batch (half the queue at most): the scraps of room
+			// a claim leaves would make many small claims and settles, each
+			// costing a script's fixed work. The next pass begins with it.
+			if room == 0 || took && room < min(d.b.opts.BatchSize, cap(p.queue)/2) {
 				next, need = 0, max(1, cap(p.queue)/2)
+				first = i - 1 + len(shards)
 				break
 			}
 			want := min(room, d.b.opts.BatchSize)
@@ -70,6 +76,7 @@ func (p *pipeline) claimUntil(ctx context.Context) {
 				continue
 			}
 			backoff = 0
+			took = took || len(res.claims) > 0
 			p.enqueueClaims(ctx, res)
 			after, needHere := p.nextLook(res, want)
 			look[i] = now.Add(after)

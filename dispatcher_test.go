@@ -544,3 +544,59 @@ func TestDispatcherCallbackPanics(t *testing.T) {
 		t.Fatalf("dead set %+v", dead)
 	}
 }
+
+// claimCounter counts the claim scripts a client sends.
+type claimCounter struct{ n *atomic.Int64 }
+
+func (h claimCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h claimCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 && a[1] == claimScript.Hash() {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h claimCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if a := cmd.Args(); len(a) > 1 && a[1] == claimScript.Hash() {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// On a schedule of 16 shards, a dispatcher working off a backlog claims
+// in batches: the room a claim leaves in its queue waits for a batch
+// rather than go to the next shard as a small claim of its own.
+func TestShardedDispatchClaimsInBatches(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	var claims atomic.Int64
+	rdb.AddHook(claimCounter{&claims})
+	b, err := NewBroker(rdb, BrokerOptions{Key: testKey(t), Shards: 16, Lease: time.Minute})
+	must(t, err)
+	q := testQueue(t)
+	const n = 8000
+	due := time.Now().Add(-time.Second)
+	jobs := make([]Job, n)
+	for i := range jobs {
+		jobs[i] = Job{ID: "j" + strconv.Itoa(i), RunAt: due, Type: "t", Queue: q}
+	}
+	must(t, b.Schedule(ctx, jobs...))
+	claims.Store(0)
+	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{Concurrency: 16, RecoveryInterval: -1})
+	must(t, err)
+	runDispatcher(t, d)
+	waitFor(t, 60*time.Second, "every job dispatched", func() bool { return d.Stats().Enqueued == n })
+	// A claim takes up to half the queue (64) under load; each shard's
+	// last claim may be small.
+	limit := int64(n/64*3/2 + 2*16)
+	if got := claims.Load(); got > limit {
+		t.Fatalf("%d claims for %d jobs on 16 shards (%.0f jobs a claim); want at most %d", got, n, float64(n)/float64(got), limit)
+	} else {
+		t.Logf("%d claims for %d jobs (%.0f a claim)", got, n, float64(n)/float64(got))
+	}
+}
