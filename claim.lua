@@ -38,13 +38,16 @@ if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 local max, lease, ups = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local now_ms, now, now_us = clock(ups)
 local now_s = string.format('%.6f', now)
--- Redis formats every score it answers, at more cost than the rest of a
--- job's claim: a claim that reads scores, of jobs with records, asks for
--- those whose record does not give it (lazy).
-local pending, err = read('HLEN', KEYS[4])
-if err then return err end
-local lazy = scored and pending > 0
-local due
+-- Redis formats every score it answers (snprintf %.17g): a claim that
+-- reads scores, of jobs with records, asks only for those whose record
+-- does not give it (lazy).
+local lazy, due, err = false, nil, nil
+if scored then
+  local pending
+  pending, err = read('HLEN', KEYS[4])
+  if err then return err end
+  lazy = pending > 0
+end
 if scored and not lazy then
   due, err = read('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, max)
 else
