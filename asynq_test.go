@@ -67,6 +67,18 @@ func newAsynqClient(t testing.TB, addr string) *asynq.Client {
 	return c
 }
 
+// newAutopipelinedAsynqClient returns an asynq client on an autopipelined
+// go-redis client of its own, as the README's quick start gives the
+// Dispatcher.
+func newAutopipelinedAsynqClient(t testing.TB, addr string) *asynq.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	ap, err := rdb.AutoPipeline()
+	must(t, err)
+	return asynq.NewClientFromRedisClient(ap)
+}
+
 func newInspector(t testing.TB) *asynq.Inspector {
 	t.Helper()
 	in := asynq.NewInspector(asynq.RedisClientOpt{Addr: testAddr})

@@ -26,6 +26,11 @@ type DispatcherOptions struct {
 	// claims queued for them (128 with the defaults) and claims again,
 	// up to BatchSize jobs, when half the queue is free, so that a slow or
 	// unreachable asynq holds few claims waiting while their leases run.
+	// On an asynq client made from an autopipelined go-redis client
+	// (asynq.NewClientFromRedisClient of (*redis.Client).AutoPipeline, as
+	// in the README's quick start), the enqueues under way at one moment
+	// share round trips, which leaves Redis more time for asynq's workers
+	// (docs/performance.md).
 	// Default: DefaultConcurrency (16).
 	Concurrency int
 	// MaxWait caps the sleep until the earliest due job. Schedule wakes
@@ -40,7 +45,9 @@ type DispatcherOptions struct {
 	MaxWait time.Duration
 	// EnqueueTimeout bounds one enqueue (each has between 90% and all of
 	// it: a worker's timeout serves the enqueues that start in its first
-	// tenth), and one call that settles finished batches.
+	// tenth), and one call that settles finished batches. An autopipelined
+	// client does not honour a command's deadline once it queued it: its
+	// ReadTimeout and WriteTimeout bound those enqueues instead.
 	// Default: DefaultEnqueueTimeout (5s).
 	EnqueueTimeout time.Duration
 	// RecoveryInterval is how often Run's recovery loop runs

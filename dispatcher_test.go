@@ -116,17 +116,19 @@ func runDispatcher(t *testing.T, d *Dispatcher) (stop func()) {
 	return stop
 }
 
-// 1. 2,000 jobs due over 2 s, two dispatchers, one asynq server with the
-// middleware: every job handled exactly once, none before its due time.
+// 1. 2,000 jobs due over 2 s, two dispatchers (one on a plain asynq
+// client, one on an autopipelined one, as in the quick start), one asynq
+// server with the middleware: every job handled exactly once, none before
+// its due time.
 func TestDispatchExactlyOnceOnTime(t *testing.T) {
 	t.Parallel()
 	key, q, log := handledSetup(t)
 	var enqLags []time.Duration
 	var mu sync.Mutex
 	var dsps []*Dispatcher
-	for range 2 {
+	for _, c := range []*asynq.Client{newAsynqClient(t, testAddr), newAutopipelinedAsynqClient(t, testAddr)} {
 		b := newBroker(t, BrokerOptions{Key: key, Lease: 2 * time.Second})
-		d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{
+		d, err := NewDispatcher(b, c, DispatcherOptions{
 			TaskOptions: func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} },
 			OnDispatch: func(c JobInfo, lag time.Duration, err error) {
 				mu.Lock()
@@ -598,5 +600,90 @@ func TestShardedDispatchClaimsInBatches(t *testing.T) {
 		t.Fatalf("%d claims for %d jobs on 16 shards (%.0f jobs a claim); want at most %d", got, n, float64(n)/float64(got), limit)
 	} else {
 		t.Logf("%d claims for %d jobs (%.0f a claim)", got, n, float64(n)/float64(got))
+	}
+}
+
+// enqueueBatches records how many asynq enqueue scripts each round trip of
+// a client carries.
+type enqueueBatches struct {
+	mu    sync.Mutex
+	sizes map[int]int // enqueues in a round trip -> round trips
+}
+
+func (h *enqueueBatches) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *enqueueBatches) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.add([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+func (h *enqueueBatches) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.add(cmds)
+		return next(ctx, cmds)
+	}
+}
+func (h *enqueueBatches) add(cmds []redis.Cmder) {
+	n := 0
+	for _, c := range cmds {
+		if c.Name() == "evalsha" || c.Name() == "eval" {
+			n++
+		}
+	}
+	if n > 0 {
+		h.mu.Lock()
+		h.sizes[n]++
+		h.mu.Unlock()
+	}
+}
+
+// A backlog dispatched through an asynq client on an autopipelined
+// go-redis client (the quick start's): the enqueues of one moment share
+// round trips, and every job becomes exactly one pending task.
+func TestDispatcherOnAutopipelinedClient(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t, BrokerOptions{Key: testKey(t), Lease: time.Minute})
+	q := testQueue(t)
+	const n = 3000
+	due := time.Now().Add(-time.Second)
+	jobs := make([]Job, n)
+	for i := range jobs {
+		jobs[i] = Job{ID: "j" + strconv.Itoa(i), RunAt: due, Type: "t", Queue: q}
+	}
+	must(t, b.Schedule(ctx, jobs...))
+	rdb := redis.NewClient(&redis.Options{Addr: testAddr})
+	t.Cleanup(func() { rdb.Close() })
+	sizes := &enqueueBatches{sizes: map[int]int{}}
+	rdb.AddHook(sizes)
+	ap, err := rdb.AutoPipeline()
+	must(t, err)
+	d, err := NewDispatcher(b, asynq.NewClientFromRedisClient(ap), DispatcherOptions{RecoveryInterval: -1})
+	must(t, err)
+	runDispatcher(t, d)
+	waitFor(t, 60*time.Second, "every job dispatched", func() bool { return d.Stats().Enqueued == n })
+	waitFor(t, 5*time.Second, "the batches settled", func() bool {
+		st, _ := b.Stats(ctx)
+		return st.Scheduled == 0 && st.Inflight == 0
+	})
+	if st := d.Stats(); st.Conflicts != 0 || st.Failed != 0 || st.Dead != 0 {
+		t.Fatalf("dispatcher %+v", st)
+	}
+	qi, err := newInspector(t).GetQueueInfo(q)
+	must(t, err)
+	if qi.Pending != n {
+		t.Fatalf("asynq holds %d pending tasks, want %d", qi.Pending, n)
+	}
+	sizes.mu.Lock()
+	defer sizes.mu.Unlock()
+	trips, grouped := 0, 0
+	for k, v := range sizes.sizes {
+		trips += v
+		if k > 1 {
+			grouped += k * v
+		}
+	}
+	t.Logf("%d enqueues in %d round trips; %d of them shared one", n, trips, grouped)
+	if grouped == 0 {
+		t.Fatalf("no two enqueues of %d shared a round trip: %v", n, sizes.sizes)
 	}
 }

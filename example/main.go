@@ -242,8 +242,13 @@ func run(w io.Writer, rdb *redis.Client, ns string, cfg config) (bool, error) {
 		return false, err
 	}
 
-	// Two dispatchers.
-	ac := asynq.NewClientFromRedisClient(rdb)
+	// Two dispatchers, on an autopipelined client: their enqueues of one
+	// moment share round trips.
+	enq, err := rdb.AutoPipeline()
+	if err != nil {
+		return false, err
+	}
+	ac := asynq.NewClientFromRedisClient(enq)
 	var recovered atomic.Int64
 	dispatchers := make([]*zclaim.Dispatcher, 2)
 	var wg sync.WaitGroup
