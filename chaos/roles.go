@@ -126,7 +126,15 @@ func dispatcher(f roleFlags) {
 	if err != nil {
 		panic(err)
 	}
-	d, err := zclaim.NewDispatcher(b, asynq.NewClientFromRedisClient(rdb), zclaim.DispatcherOptions{
+	// The quick start's asynq client: on an autopipelined client, whose
+	// enqueues of one moment share round trips.
+	enq, err := rdb.(interface {
+		AutoPipeline() (*redis.AutoPipeliner, error)
+	}).AutoPipeline()
+	if err != nil {
+		panic(err)
+	}
+	d, err := zclaim.NewDispatcher(b, asynq.NewClientFromRedisClient(enq), zclaim.DispatcherOptions{
 		RecoveryInterval: 200 * time.Millisecond, EnqueueTimeout: time.Second, MaxWait: 200 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
