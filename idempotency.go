@@ -174,7 +174,12 @@ func (i *Idempotency) Stats() IdempotencyStats {
 // Prefix returns the prefix of the store's keys.
 func (i *Idempotency) Prefix() string { return i.opts.Prefix }
 
-// NewIdempotency returns a store on rdb, which it never closes.
+// NewIdempotency returns a store on rdb, which it never closes. Give it a
+// plain go-redis client rather than an autopipelined one (the Dispatcher's
+// asynq client in the quick start): the store groups the calls of one
+// moment itself, and an autopipelined client holds a call back while its
+// earlier batches are on their way, which each run's Begin and Complete
+// then wait out.
 func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempotency, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidOptions)
