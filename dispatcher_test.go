@@ -269,7 +269,9 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 		got.Store(j.ID, task.Type())
 		return nil
 	}), asynq.Config{})
-	b := newBroker(t, BrokerOptions{Key: key})
+	// A lease no batch outlasts, however loaded the machine: the unfit
+	// jobs below must die once each, settled with their batch.
+	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Minute})
 	type lagOf struct {
 		id  string
 		lag time.Duration
@@ -510,7 +512,9 @@ func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
 func TestDispatcherCallbackPanics(t *testing.T) {
 	t.Parallel()
 	q := testQueue(t)
-	b := newBroker(t, BrokerOptions{})
+	// A lease no enqueue outlasts, however loaded the machine: a batch
+	// whose lease ran out would come back and count its jobs again.
+	b := newBroker(t, BrokerOptions{Lease: time.Minute})
 	var hooked atomic.Int64
 	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{
 		TaskOptions: func(j Job) []asynq.Option {
