@@ -41,7 +41,8 @@ func ExampleDispatcher_Run() {
 	_ = srv.Start(mux)
 	defer srv.Shutdown()
 
-	d, _ := zclaim.NewDispatcher(broker, asynq.NewClientFromRedisClient(rdb), zclaim.DispatcherOptions{})
+	enq, _ := rdb.AutoPipeline() // the dispatcher's enqueues of one moment share round trips
+	d, _ := zclaim.NewDispatcher(broker, asynq.NewClientFromRedisClient(enq), zclaim.DispatcherOptions{})
 	go d.Run(ctx)
 
 	_ = broker.Schedule(ctx, zclaim.Job{ID: "order-731:reminder", RunAt: time.Now().Add(50 * time.Millisecond),
