@@ -586,12 +586,7 @@ func TestShardedDispatchClaimsInBatches(t *testing.T) {
 	must(t, err)
 	q := testQueue(t)
 	const n = 8000
-	due := time.Now().Add(-time.Second)
-	jobs := make([]Job, n)
-	for i := range jobs {
-		jobs[i] = Job{ID: "j" + strconv.Itoa(i), RunAt: due, Type: "t", Queue: q}
-	}
-	must(t, b.Schedule(ctx, jobs...))
+	scheduleDueJobs(t, b, n, q)
 	claims.Store(0)
 	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{Concurrency: 16, RecoveryInterval: -1})
 	must(t, err)
@@ -649,12 +644,7 @@ func TestDispatcherOnAutopipelinedClient(t *testing.T) {
 	b := newBroker(t, BrokerOptions{Key: testKey(t), Lease: time.Minute})
 	q := testQueue(t)
 	const n = 3000
-	due := time.Now().Add(-time.Second)
-	jobs := make([]Job, n)
-	for i := range jobs {
-		jobs[i] = Job{ID: "j" + strconv.Itoa(i), RunAt: due, Type: "t", Queue: q}
-	}
-	must(t, b.Schedule(ctx, jobs...))
+	scheduleDueJobs(t, b, n, q)
 	rdb := redis.NewClient(&redis.Options{Addr: testAddr})
 	t.Cleanup(func() { rdb.Close() })
 	sizes := &enqueueBatches{sizes: map[int]int{}}
@@ -690,4 +680,15 @@ func TestDispatcherOnAutopipelinedClient(t *testing.T) {
 	if grouped == 0 {
 		t.Fatalf("no two enqueues of %d shared a round trip: %v", n, sizes.sizes)
 	}
+}
+
+// scheduleDueJobs schedules n jobs of type "t" on queue q, due a second ago.
+func scheduleDueJobs(t *testing.T, b *Broker, n int, q string) {
+	t.Helper()
+	due := time.Now().Add(-time.Second)
+	jobs := make([]Job, n)
+	for i := range jobs {
+		jobs[i] = Job{ID: "j" + strconv.Itoa(i), RunAt: due, Type: "t", Queue: q}
+	}
+	must(t, b.Schedule(ctx, jobs...))
 }

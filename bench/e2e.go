@@ -70,13 +70,9 @@ func e2eRound(k, n, conc int) (float64, [2]time.Duration) {
 	dispatched := k >= 1 && k <= 3
 	dc := ac // the Dispatcher's
 	if k == 1 || k == 3 {
-		pc := newClient(20)
-		defer pc.Close()
-		ap, err := pc.AutoPipeline()
-		if err != nil {
-			panic(err)
-		}
-		dc = asynq.NewClientFromRedisClient(ap)
+		var closeDC func()
+		dc, closeDC = autopipelinedAsynq(20)
+		defer closeDC()
 	}
 	var b *zclaim.Broker
 	if dispatched {

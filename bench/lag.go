@@ -120,13 +120,9 @@ func runLag(c lagContender, due []time.Time) lagResult {
 		}
 		dc := ac
 		if c.autopipeline {
-			pc := newClient(32)
-			defer pc.Close()
-			ap, err := pc.AutoPipeline()
-			if err != nil {
-				panic(err)
-			}
-			dc = asynq.NewClientFromRedisClient(ap)
+			var closeDC func()
+			dc, closeDC = autopipelinedAsynq(32)
+			defer closeDC()
 		}
 		d, err := zclaim.NewDispatcher(b, dc, zclaim.DispatcherOptions{OnDispatch: func(_ zclaim.JobInfo, lag time.Duration, _ error) {
 			enqMu.Lock()
@@ -253,12 +249,7 @@ func dispatchThroughput() {
 		key := ns("thru")
 		queue := key
 		ac := asynq.NewClient(asynq.RedisClientOpt{Addr: redisAddr, PoolSize: conc + 4})
-		pc := newClient(conc + 4)
-		ap, err := pc.AutoPipeline()
-		if err != nil {
-			panic(err)
-		}
-		apc := asynq.NewClientFromRedisClient(ap) // the quick start's: enqueues of one moment share round trips
+		apc, closeAPC := autopipelinedAsynq(conc + 4) // the quick start's: enqueues of one moment share round trips
 
 		runtime.GC() // each contender starts from a collected heap: the schedule's setup leaves garbage
 		r0, s0 := cpuMeter(admin)
@@ -344,7 +335,7 @@ func dispatchThroughput() {
 			human(disp[len(disp)-1]), human(hooked[len(hooked)-1]), human(sharded[len(sharded)-1]), human(dispAP[len(dispAP)-1]))
 		admin.SRem(context.Background(), "asynq:queues", queue)
 		ac.Close()
-		pc.Close()
+		closeAPC()
 		admin.Close()
 	}
 	// Each round runs its contenders back to back: a ratio is the median

@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim/internal/redisproc"
 )
@@ -134,6 +135,19 @@ func progress(format string, args ...any) {
 
 func newClient(pool int) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: pool})
+}
+
+// autopipelinedAsynq returns the asynq client the README's quick start
+// gives the Dispatcher: on an autopipelined client of its own (pool
+// connections), whose enqueues of one moment share round trips;
+// closeRedis closes that client.
+func autopipelinedAsynq(pool int) (c *asynq.Client, closeRedis func()) {
+	rdb := newClient(pool)
+	ap, err := rdb.AutoPipeline()
+	if err != nil {
+		panic(err)
+	}
+	return asynq.NewClientFromRedisClient(ap), func() { rdb.Close() }
 }
 
 // ns returns a hash-tagged key prefix of this run's own.
