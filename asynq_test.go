@@ -68,12 +68,15 @@ func newAsynqClient(t testing.TB, addr string) *asynq.Client {
 }
 
 // newAutopipelinedAsynqClient returns an asynq client on an autopipelined
-// go-redis client of its own, as the README's quick start gives the
-// Dispatcher.
-func newAutopipelinedAsynqClient(t testing.TB, addr string) *asynq.Client {
+// go-redis client of its own (with hooks), as the README's quick start
+// gives the Dispatcher.
+func newAutopipelinedAsynqClient(t testing.TB, addr string, hooks ...redis.Hook) *asynq.Client {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { rdb.Close() })
+	for _, h := range hooks {
+		rdb.AddHook(h)
+	}
 	ap, err := rdb.AutoPipeline()
 	must(t, err)
 	return asynq.NewClientFromRedisClient(ap)

@@ -645,13 +645,8 @@ func TestDispatcherOnAutopipelinedClient(t *testing.T) {
 	q := testQueue(t)
 	const n = 3000
 	scheduleDueJobs(t, b, n, q)
-	rdb := redis.NewClient(&redis.Options{Addr: testAddr})
-	t.Cleanup(func() { rdb.Close() })
 	sizes := &enqueueBatches{sizes: map[int]int{}}
-	rdb.AddHook(sizes)
-	ap, err := rdb.AutoPipeline()
-	must(t, err)
-	d, err := NewDispatcher(b, asynq.NewClientFromRedisClient(ap), DispatcherOptions{RecoveryInterval: -1})
+	d, err := NewDispatcher(b, newAutopipelinedAsynqClient(t, testAddr, sizes), DispatcherOptions{RecoveryInterval: -1})
 	must(t, err)
 	runDispatcher(t, d)
 	waitFor(t, 60*time.Second, "every job dispatched", func() bool { return d.Stats().Enqueued == n })
