@@ -71,8 +71,9 @@ type BrokerOptions struct {
 	// each recovery pass removes older ones. Negative keeps them until
 	// DeleteDead (or DeadMax). Default: DefaultDeadRetention (90 days).
 	DeadRetention time.Duration
-	// Logger receives the broker's logs. Default: slog.Default(); a
-	// logger with slog.DiscardHandler silences it.
+	// Logger receives the broker's logs (and its Dispatchers', unless
+	// they have their own). Default: none (quiet); pass slog.Default() to
+	// see its warnings.
 	Logger *slog.Logger
 	// AllowEviction lets NewBroker accept a server whose maxmemory-policy
 	// may evict keys, which loses jobs in silence; it logs a warning
@@ -118,6 +119,9 @@ func DefaultBackoff(attempt int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
+// discardLogger is the logger of options that name none.
+var discardLogger = slog.New(slog.DiscardHandler)
+
 // orDefault sets an option left at its zero value to its default d.
 func orDefault[T comparable](v *T, d T) {
 	var zero T
@@ -137,7 +141,7 @@ func (o *BrokerOptions) setDefaults() {
 	orDefault(&o.BatchSize, DefaultBatchSize)
 	orDefault(&o.DeadMax, DefaultDeadMax)
 	orDefault(&o.DeadRetention, DefaultDeadRetention)
-	orDefault(&o.Logger, slog.Default())
+	orDefault(&o.Logger, discardLogger)
 }
 
 func (o *BrokerOptions) validate() error {

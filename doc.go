@@ -83,6 +83,7 @@
 //
 // # Logs
 //
-// A nil Logger in the options means slog.Default(); a logger on
-// slog.DiscardHandler silences zclaim.
+// A nil Logger in the options means none: zclaim is quiet unless given a
+// logger (slog.Default(), say). A Dispatcher logs to its Broker's logger
+// unless it has its own.
 package zclaim

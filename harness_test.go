@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -38,9 +37,6 @@ func TestMain(m *testing.M) {
 		return
 	}
 	redis.SetLogger(quietRedisLog{})
-	// zclaim logs to slog.Default() unless told otherwise; the tests that
-	// look at logs give a logger of their own.
-	slog.SetDefault(slog.New(slog.DiscardHandler))
 	testAddr = os.Getenv(redisEnv)
 	var srv *redisServer
 	if testAddr == "" {

@@ -91,8 +91,8 @@ type IdempotencyOptions struct {
 	// occurrence of a task a Dispatcher enqueued (see JobInfo), else the
 	// asynq task id.
 	Key func(ctx context.Context, t *asynq.Task) (string, error)
-	// Logger receives the store's logs. Default: slog.Default(); a logger
-	// with slog.DiscardHandler silences it.
+	// Logger receives the store's and its middleware's logs. Default:
+	// none (quiet); pass slog.Default() to see its warnings.
 	Logger *slog.Logger
 	// AllowEviction lets NewIdempotency accept a server whose
 	// maxmemory-policy may evict keys (run records carry TTLs, so the
@@ -191,7 +191,7 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 	if defaultKey {
 		opts.Key = OccurrenceKey
 	}
-	orDefault(&opts.Logger, slog.Default())
+	orDefault(&opts.Logger, discardLogger)
 	switch {
 	case opts.Lease < 3*time.Millisecond:
 		return nil, fmt.Errorf("%w: Lease must be at least 3ms, not %v", ErrInvalidOptions, opts.Lease)

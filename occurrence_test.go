@@ -369,23 +369,37 @@ func TestSkipsAndFailuresVisible(t *testing.T) {
 		}
 	}
 
-	// Three members without a type, one batch: one Error line, with the fix.
-	// The dispatcher's logger is slog.Default() when none is given.
-	buf.Reset()
+	// Three members without a type, one batch: one Error line, with the fix,
+	// in the broker's logger (the dispatcher has none of its own). With no
+	// logger anywhere, nothing is logged, not even to slog.Default().
 	old := slog.Default()
 	slog.SetDefault(logger)
 	defer slog.SetDefault(old)
-	b := newBroker(t, BrokerOptions{})
-	for _, id := range []string{"a", "b", "c"} {
-		must(t, rdb.ZAdd(ctx, b.Key(), redis.Z{Score: 1, Member: id}).Err())
-	}
-	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{})
-	must(t, err)
-	runDispatcher(t, d)
-	waitFor(t, 5*time.Second, "the typeless jobs dead", func() bool { return d.Stats().Dead == 3 })
-	waitFor(t, 5*time.Second, "the Error log", func() bool { return strings.Contains(buf.String(), "level=ERROR") })
-	if n := strings.Count(buf.String(), "level=ERROR"); n != 1 || !strings.Contains(buf.String(), "DefaultType") || !strings.Contains(buf.String(), "jobs=3") {
-		t.Errorf("%d Error lines, want one naming DefaultType and 3 jobs:\n%s", n, buf.String())
+	for _, quiet := range []bool{true, false} {
+		buf.Reset()
+		var bl *slog.Logger
+		if !quiet {
+			bl = logger
+		}
+		b := newBroker(t, BrokerOptions{Logger: bl})
+		for _, id := range []string{"a", "b", "c"} {
+			must(t, rdb.ZAdd(ctx, b.Key(), redis.Z{Score: 1, Member: id}).Err())
+		}
+		d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{})
+		must(t, err)
+		stop := runDispatcher(t, d)
+		waitFor(t, 5*time.Second, "the typeless jobs dead", func() bool { return d.Stats().Dead == 3 })
+		if quiet {
+			stop() // all it logs is logged before Run returns
+			if buf.String() != "" {
+				t.Errorf("no Logger given, yet logged:\n%s", buf.String())
+			}
+			continue
+		}
+		waitFor(t, 5*time.Second, "the Error log", func() bool { return strings.Contains(buf.String(), "level=ERROR") })
+		if n := strings.Count(buf.String(), "level=ERROR"); n != 1 || !strings.Contains(buf.String(), "DefaultType") || !strings.Contains(buf.String(), "jobs=3") {
+			t.Errorf("%d Error lines, want one naming DefaultType and 3 jobs:\n%s", n, buf.String())
+		}
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -57,8 +56,6 @@ func main() {
 		return
 	}
 	flag.Parse()
-	// zclaim logs to slog.Default(); the scenarios provoke what it warns of.
-	slog.SetDefault(slog.New(slog.DiscardHandler))
 	if *quick && *rounds == 3 {
 		*rounds = 1
 	}

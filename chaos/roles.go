@@ -79,7 +79,8 @@ func until(ctx context.Context) context.Context {
 func producer(f roleFlags) {
 	ctx := until(context.Background())
 	rdb := mainClient(f)
-	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: f.key, WaitReplicas: f.wait, Shards: f.shards})
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: f.key, WaitReplicas: f.wait, Shards: f.shards,
+		Logger: slog.Default()}) // to the role's .err file
 	if err != nil {
 		panic(err)
 	}
@@ -172,7 +173,8 @@ func worker(f roleFlags) {
 	ctx := until(context.Background())
 	rdb := mainClient(f)
 	sink := redis.NewClient(&redis.Options{Addr: f.sink})
-	idem, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: f.key + ":run:", Lease: idemLease, WaitReplicas: f.wait})
+	idem, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: f.key + ":run:", Lease: idemLease, WaitReplicas: f.wait,
+		Logger: slog.Default()}) // to the role's .err file
 	if err != nil {
 		panic(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -33,7 +32,6 @@ var (
 var ctx = context.Background()
 
 func TestMain(m *testing.M) {
-	slog.SetDefault(slog.New(slog.DiscardHandler))
 	redis.SetLogger(quietRedisLog{})
 	rs, err := redisproc.Start()
 	if err != nil {

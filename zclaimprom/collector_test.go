@@ -22,7 +22,6 @@ import (
 var addr string
 
 func TestMain(m *testing.M) {
-	slog.SetDefault(slog.New(slog.DiscardHandler))
 	redis.SetLogger(quiet{})
 	addr = os.Getenv("ZCLAIM_TEST_REDIS")
 	var srv *redisproc.Server
