@@ -157,9 +157,17 @@ func dropKeys(rdb *redis.Client, prefix string) {
 	ctx := context.Background()
 	tag := prefix[strings.IndexByte(prefix, '{'):]
 	tag = tag[:strings.IndexByte(tag, '}')+1]
-	iter := rdb.Scan(ctx, 0, "*"+tag+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		rdb.Del(ctx, iter.Val()) // not UNLINK: memory figures must not see a lazy free
+	for cursor := uint64(0); ; {
+		keys, next, err := rdb.Scan(ctx, cursor, "*"+tag+"*", 1000).Result()
+		if err != nil {
+			panic(err)
+		}
+		if len(keys) > 0 {
+			rdb.Del(ctx, keys...) // a page at a time; not UNLINK: memory figures must not see a lazy free
+		}
+		if cursor = next; cursor == 0 {
+			return
+		}
 	}
 }
 
