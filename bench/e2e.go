@@ -20,28 +20,31 @@ func e2eScenario() {
 	if *quick {
 		n = 3000
 	}
-	contenders := []string{
-		"asynq alone: the tasks pending in its queue",
-		"zclaim quick start: Dispatcher (on an autopipelined client) + asynq server + idempotency middleware, jobs due in the schedule",
-		"the same, the Dispatcher's asynq client on a plain go-redis client",
-		"Dispatcher (on an autopipelined client) + asynq server, no middleware",
-		"asynq server + idempotency middleware, the tasks pending in its queue",
-		"asynq alone: the tasks due in its scheduled set (ProcessAt a second ago), DelayedTaskCheckInterval 10 ms",
+	// The ratios compare each contender with the first and the last.
+	contenders := []e2eContender{
+		{name: "asynq alone: the tasks pending in its queue"},
+		{name: "zclaim quick start: Dispatcher (on an autopipelined client) + asynq server + idempotency middleware, jobs due in the schedule",
+			dispatcher: true, autopipeline: true, middleware: true},
+		{name: "the same, the Dispatcher's asynq client on a plain go-redis client", dispatcher: true, middleware: true},
+		{name: "Dispatcher (on an autopipelined client) + asynq server, no middleware", dispatcher: true, autopipeline: true},
+		{name: "asynq server + idempotency middleware, the tasks pending in its queue", middleware: true},
+		{name: "asynq alone: the tasks due in its scheduled set (ProcessAt a second ago), DelayedTaskCheckInterval 10 ms", processAt: true},
 	}
 	rates := make([]samples, len(contenders))
 	cpu := make([][2]time.Duration, len(contenders))
 	for round := 1; round <= shortRounds(); round++ {
-		for k := range contenders {
+		for k, c := range contenders {
 			rates[k] = append(rates[k], 0)
-			rates[k][round-1], cpu[k] = e2eRound(k, n, conc)
-			progress("e2e round %d/%d, %s: %s jobs/s", round, shortRounds(), contenders[k], human(rates[k][round-1]))
+			rates[k][round-1], cpu[k] = e2eRound(c, n, conc)
+			progress("e2e round %d/%d, %s: %s jobs/s", round, shortRounds(), c.name, human(rates[k][round-1]))
 		}
 	}
 	var rows [][]string
-	for k, name := range contenders {
-		rows = append(rows, []string{name, human(rates[k].median()), rates[k].spread(),
+	last := len(contenders) - 1
+	for k, c := range contenders {
+		rows = append(rows, []string{c.name, human(rates[k].median()), rates[k].spread(),
 			fmt.Sprintf("%.2f×", paired(rates[k], rates[0]).median()),
-			fmt.Sprintf("%.2f×", paired(rates[k], rates[5]).median()), cpuCell(cpu[k])})
+			fmt.Sprintf("%.2f×", paired(rates[k], rates[last]).median()), cpuCell(cpu[k])})
 	}
 	table(fmt.Sprintf("1b. End to end: a backlog of %s due jobs, asynq Concurrency %d, TaskCheckInterval 10 ms", human(float64(n)), conc),
 		[]string{"contender", "jobs/s (median)", "spread", "ratio", "ratio to asynq's due tasks", "CPU / job: Redis + client (last round)"},
@@ -55,8 +58,17 @@ func e2eScenario() {
 			"A ratio is the median over the rounds of the two contenders' rates in one round, which run one after the other.")
 }
 
-// e2eRound runs contender k of e2eScenario once: its rate and CPU per job.
-func e2eRound(k, n, conc int) (float64, [2]time.Duration) {
+// e2eContender is one way of working off e2eScenario's backlog.
+type e2eContender struct {
+	name         string
+	dispatcher   bool // the backlog is due jobs in a schedule, which a Dispatcher enqueues; else asynq tasks
+	autopipeline bool // the Dispatcher's asynq client is on (*redis.Client).AutoPipeline
+	middleware   bool // the handler runs under the idempotency middleware
+	processAt    bool // asynq's tasks wait in its scheduled set, due a second ago; else pending
+}
+
+// e2eRound runs contender c of e2eScenario once: its rate and CPU per job.
+func e2eRound(c e2eContender, n, conc int) (float64, [2]time.Duration) {
 	admin := newClient(4)
 	defer admin.Close()
 	key := ns("e2e")
@@ -67,15 +79,14 @@ func e2eRound(k, n, conc int) (float64, [2]time.Duration) {
 	}()
 	ac := asynq.NewClient(asynq.RedisClientOpt{Addr: redisAddr, PoolSize: 20})
 	defer ac.Close()
-	dispatched := k >= 1 && k <= 3
 	dc := ac // the Dispatcher's
-	if k == 1 || k == 3 {
+	if c.autopipeline {
 		var closeDC func()
 		dc, closeDC = autopipelinedAsynq(20)
 		defer closeDC()
 	}
 	var b *zclaim.Broker
-	if dispatched {
+	if c.dispatcher {
 		var err error
 		if b, err = zclaim.NewBroker(admin, zclaim.BrokerOptions{Key: key}); err != nil {
 			panic(err)
@@ -83,7 +94,7 @@ func e2eRound(k, n, conc int) (float64, [2]time.Duration) {
 		scheduleDue(b, n, queue)
 	} else {
 		var at []asynq.Option
-		if k == 5 {
+		if c.processAt {
 			at = append(at, asynq.ProcessAt(time.Now().Add(-time.Second)))
 		}
 		parallel(n, 16, func(i int) {
@@ -96,7 +107,7 @@ func e2eRound(k, n, conc int) (float64, [2]time.Duration) {
 	h, done := noopHandler(n)
 	idemClient := newClient(32)
 	defer idemClient.Close()
-	if k == 1 || k == 2 || k == 4 {
+	if c.middleware {
 		idem, err := zclaim.NewIdempotency(idemClient, zclaim.IdempotencyOptions{Prefix: key + ":run:"})
 		if err != nil {
 			panic(err)
@@ -112,7 +123,7 @@ func e2eRound(k, n, conc int) (float64, [2]time.Duration) {
 	runtime.GC()
 	r0, s0 := cpuMeter(admin)
 	start := time.Now()
-	if dispatched {
+	if c.dispatcher {
 		d, err := zclaim.NewDispatcher(b, dc, zclaim.DispatcherOptions{})
 		if err != nil {
 			panic(err)
