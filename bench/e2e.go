@@ -28,6 +28,10 @@ func e2eScenario() {
 		{name: "the same, the Dispatcher's asynq client on a plain go-redis client", dispatcher: true, middleware: true},
 		{name: "Dispatcher (on an autopipelined client) + asynq server, no middleware", dispatcher: true, autopipeline: true},
 		{name: "asynq server + idempotency middleware, the tasks pending in its queue", middleware: true},
+		{name: "floor of a feeder: asynq server, the tasks enqueued within the window by plain Enqueue (16 goroutines, an autopipelined client; no schedule, no claim)",
+			enqueueInWindow: true, autopipeline: true},
+		{name: "the same floor, and a plain SET NX GET before each handler and a plain SET after (no script, token or fence)",
+			enqueueInWindow: true, autopipeline: true, plainMiddleware: true},
 		{name: "asynq alone: the tasks due in its scheduled set (ProcessAt a second ago), DelayedTaskCheckInterval 10 ms", processAt: true},
 	}
 	rates := make([]samples, len(contenders))
@@ -55,16 +59,21 @@ func e2eScenario() {
 			"(its forwarder moves them to pending as zclaim's dispatcher enqueues its due jobs). "+
 			"Both use default options otherwise (the dispatcher's Concurrency 16, the middleware's Lease 5 s and takeover loop). "+
 			"The quick start gives the Dispatcher an asynq client on (*redis.Client).AutoPipeline, as the README does: its concurrent enqueues share round trips. "+
+			"The two floor rows have no schedule: 16 goroutines enqueue the tasks (asynq alone's) on such a client once the clock runs, "+
+			"which is what feeding asynq inside the window costs whatever the feeder; the second adds the two plain commands a middleware "+
+			"that records each run's start and finish sends at least (table 3's second floor). "+
 			"A ratio is the median over the rounds of the two contenders' rates in one round, which run one after the other.")
 }
 
 // e2eContender is one way of working off e2eScenario's backlog.
 type e2eContender struct {
-	name         string
-	dispatcher   bool // the backlog is due jobs in a schedule, which a Dispatcher enqueues; else asynq tasks
-	autopipeline bool // the Dispatcher's asynq client is on (*redis.Client).AutoPipeline
-	middleware   bool // the handler runs under the idempotency middleware
-	processAt    bool // asynq's tasks wait in its scheduled set, due a second ago; else pending
+	name            string
+	dispatcher      bool // the backlog is due jobs in a schedule, which a Dispatcher enqueues; else asynq tasks
+	enqueueInWindow bool // the asynq tasks are enqueued once the clock runs (16 goroutines), not before
+	autopipeline    bool // the asynq client that enqueues in the window is on (*redis.Client).AutoPipeline
+	middleware      bool // the handler runs under the idempotency middleware
+	plainMiddleware bool // the handler runs under plainStartFinish
+	processAt       bool // asynq's tasks wait in its scheduled set, due a second ago; else pending
 }
 
 // e2eRound runs contender c of e2eScenario once: its rate and CPU per job.
@@ -79,7 +88,7 @@ func e2eRound(c e2eContender, n, conc int) (float64, [2]time.Duration) {
 	}()
 	ac := asynq.NewClient(asynq.RedisClientOpt{Addr: redisAddr, PoolSize: 20})
 	defer ac.Close()
-	dc := ac // the Dispatcher's
+	dc := ac // the client that enqueues in the window: the Dispatcher's, or the floor's
 	if c.autopipeline {
 		var closeDC func()
 		dc, closeDC = autopipelinedAsynq(20)
@@ -92,17 +101,21 @@ func e2eRound(c e2eContender, n, conc int) (float64, [2]time.Duration) {
 			panic(err)
 		}
 		scheduleDue(b, n, queue)
-	} else {
-		var at []asynq.Option
-		if c.processAt {
-			at = append(at, asynq.ProcessAt(time.Now().Add(-time.Second)))
-		}
+	}
+	var at []asynq.Option
+	if c.processAt {
+		at = append(at, asynq.ProcessAt(time.Now().Add(-time.Second)))
+	}
+	enqueueAll := func(ac *asynq.Client) {
 		parallel(n, 16, func(i int) {
 			opts := append([]asynq.Option{asynq.Queue(queue), asynq.TaskID("t" + strconv.Itoa(i))}, at...)
 			if _, err := ac.Enqueue(asynq.NewTask("t", nil), opts...); err != nil {
 				panic(err)
 			}
 		})
+	}
+	if !c.dispatcher && !c.enqueueInWindow {
+		enqueueAll(ac)
 	}
 	h, done := noopHandler(n)
 	idemClient := newClient(32)
@@ -114,6 +127,9 @@ func e2eRound(c e2eContender, n, conc int) (float64, [2]time.Duration) {
 		}
 		defer idem.Close()
 		h = idem.Middleware()(h)
+	}
+	if c.plainMiddleware {
+		h = plainStartFinish(idemClient, key+":run:")(h)
 	}
 	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: redisAddr}, asynq.Config{
 		Queues: map[string]int{queue: 1}, Concurrency: conc, TaskCheckInterval: 10 * time.Millisecond, DelayedTaskCheckInterval: 10 * time.Millisecond,
@@ -129,6 +145,9 @@ func e2eRound(c e2eContender, n, conc int) (float64, [2]time.Duration) {
 			panic(err)
 		}
 		go d.Run(ctx)
+	}
+	if c.enqueueInWindow {
+		go enqueueAll(dc)
 	}
 	if err := srv.Start(h); err != nil {
 		panic(err)
