@@ -6,7 +6,7 @@
 //	go run ./bench -redis host:port   # or uses yours (only keys of its own; never flushed)
 //	go run ./bench -quick             # smaller numbers, for a smoke test
 //	go run ./bench -only claim,lag    # some scenarios: claim, lag, zadd, throughput, middleware, e2e, memory, replicas, scale, recovery, takeover, idle, periodic, cluster, instructions
-//	go run ./bench -only middleware -cpuprofile mw.pprof   # and look with go tool pprof
+//	go run ./bench -only middleware -cpuprofile mw.pprof   # and look with go tool pprof (-memprofile: allocations)
 package main
 
 import (
@@ -35,6 +35,7 @@ var (
 	rounds   = flag.Int("rounds", 3, "rounds per contender (interleaved), for median and spread (default: 3, and 9 for throughput, middleware and e2e)")
 	only     = flag.String("only", "", "comma-separated scenarios to run (claim, lag, zadd, throughput, middleware, e2e, memory, replicas, scale, recovery, takeover, idle, periodic, cluster, instructions)")
 	cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of this process (all scenarios run) to this file")
+	memProf  = flag.String("memprofile", "", "write an allocation profile of this process (all scenarios run) to this file")
 )
 
 var redisAddr string
@@ -87,6 +88,18 @@ func main() {
 			os.Exit(2)
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	if *memProf != "" {
+		defer func() {
+			f, err := os.Create(*memProf)
+			if err == nil {
+				err = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "bench: -memprofile: %v\n", err)
+			}
+		}()
 	}
 
 	scenarios := []struct {
