@@ -1,10 +1,14 @@
 package zclaim
 
 import (
+	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hibiken/asynq"
 )
 
 // Hot paths for `go test -bench . -run '^$'` and benchstat. Each iteration
@@ -126,5 +130,23 @@ func benchBatchClaimFinish(b *testing.B, n int, mode claimMode) {
 			b.Fatal(err)
 		}
 		done += len(res.claims)
+	}
+}
+
+// The middleware's success path around a no-op handler, as asynq calls
+// it: Begin, the handler under its lease, Complete. -benchmem shows the
+// garbage a task leaves, which sets how often a small process collects.
+func BenchmarkMiddleware(b *testing.B) {
+	var n atomic.Int64
+	i := newIdem(b, newClient(b), IdempotencyOptions{Retention: time.Minute, DisableTakeover: true,
+		Key: func(context.Context, *asynq.Task) (string, error) { return "k" + strconv.FormatInt(n.Add(1), 10), nil }})
+	h := i.Middleware()(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }))
+	t := asynq.NewTask("t", nil)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if err := h.ProcessTask(ctx, t); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -145,6 +144,9 @@ type Idempotency struct {
 	doneBuckets int         // buckets of finished records (setupDone)
 	doneSub     int         // of them, in each slot (doneTagged: all)
 	sweepOdds   int         // a Complete sweeps its bucket with odds 1 in this (doneSweepOdds)
+	// args are the scripts' arguments that the options fix, in ms, made
+	// into interface values once rather than at every call.
+	args struct{ lease, ttl, retention any }
 
 	defaultKey bool     // Key is OccurrenceKey: takeovers tell a task's key from its id
 	takeover   takeover // the loop that takes over dead workers' runs
@@ -211,6 +213,7 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 		state: &stateMarker{rdb: rdb, key: opts.Prefix, log: opts.Logger,
 			what:  "the idempotency records (" + opts.Prefix + "*)",
 			every: stateCheckInterval}}
+	i.args.lease, i.args.ttl, i.args.retention = ms(opts.Lease), ms(opts.Lease+opts.Retention), ms(opts.Retention)
 	if err := startup(rdb, opts.Prefix, opts.AllowEviction, i.log, i.state); err != nil {
 		return nil, err
 	}
@@ -249,10 +252,18 @@ type Execution struct {
 	Resumed bool
 
 	i          *Idempotency
+	keys       []string  // the run record's key, and the bucket of finished records that holds Key's
+	field      any       // Key's field in that bucket (a string)
 	sent       time.Time // local time just before Begin was sent: no later than Redis' start of the lease
 	state      string    // the store's state marker at Begin
 	mu         sync.Mutex
 	leaseUntil time.Time
+}
+
+// execution is a run of key under token tok, with the keys of its records.
+func (i *Idempotency) execution(key string, tok int64) *Execution {
+	bucket, field := i.doneOf(key)
+	return &Execution{Key: key, Token: tok, i: i, keys: []string{i.recordKey(key), bucket}, field: field}
 }
 
 // LeaseUntil is the lease deadline by Redis' clock as of the last Begin or Extend.
@@ -279,17 +290,15 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 		return nil, err
 	}
 	i.state.poll()
-	rk := i.recordKey(key)
-	bucket, field := i.doneOf(key)
-	sent := time.Now()
-	reply, err := i.script(ctx, beginScript, []string{rk, bucket}, ms(i.opts.Lease),
-		ms(i.opts.Lease+i.opts.Retention), field, ms(i.opts.Retention)).Result()
+	e := i.execution(key, 0)
+	e.sent = time.Now()
+	reply, err := i.script(ctx, beginScript, e.keys, i.args.lease, i.args.ttl, e.field, i.args.retention).Result()
 	if err != nil {
-		return nil, i.wrap(ctx, "begin", rk, bucket, err)
+		return nil, i.wrap(ctx, "begin", e.keys[0], e.keys[1], err)
 	}
 	if tok, ok := reply.(int64); ok { // a key with no record
-		return &Execution{Key: key, Token: tok, i: i, sent: sent,
-			leaseUntil: time.UnixMilli(tok/1000 + ms(i.opts.Lease)), state: i.state.current()}, nil
+		e.Token, e.leaseUntil, e.state = tok, time.UnixMilli(tok/1000+ms(i.opts.Lease)), i.state.current()
+		return e, nil
 	}
 	raw, ok := int64s(reply)
 	if !ok || len(raw) < 3 || raw[0] == 0 && len(raw) != 4 {
@@ -301,8 +310,8 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 	case 2:
 		return nil, &InProgressError{Key: key, LeaseLeft: time.Duration(raw[2]) * time.Millisecond}
 	}
-	return &Execution{Key: key, Token: raw[1], Resumed: raw[3] != 0, i: i, sent: sent,
-		leaseUntil: time.UnixMilli(raw[2]), state: i.state.current()}, nil
+	e.Token, e.Resumed, e.leaseUntil, e.state = raw[1], raw[3] != 0, time.UnixMilli(raw[2]), i.state.current()
+	return e, nil
 }
 
 // script runs one of the run record's scripts: grouped with the store's
@@ -353,16 +362,16 @@ func (i *Idempotency) wrap(ctx context.Context, op, rk, bucket string, err error
 	return wrap(ctx, op, err, nil)
 }
 
-func (e *Execution) settle(ctx context.Context, op string, ttl time.Duration) (int64, error) {
+// settle runs settle.lua's op for e. The record it leaves (running,
+// released, or the bucket of finished ones) lives Lease + Retention.
+func (e *Execution) settle(ctx context.Context, op string) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, wrap(ctx, op, err, nil)
 	}
-	rk := e.i.recordKey(e.Key)
-	bucket, field := e.i.doneOf(e.Key)
-	reply, err := e.i.script(ctx, settleScript, []string{rk, bucket}, strconv.FormatInt(e.Token, 10), op,
-		ms(e.i.opts.Lease), ms(ttl), field, e.i.sweepOdds).Result()
+	reply, err := e.i.script(ctx, settleScript, e.keys, e.Token, op,
+		e.i.args.lease, e.i.args.ttl, e.field, e.i.sweepOdds).Result()
 	if err != nil {
-		return 0, e.i.wrap(ctx, op, rk, bucket, err)
+		return 0, e.i.wrap(ctx, op, e.keys[0], e.keys[1], err)
 	}
 	n, ok := reply.(int64)
 	if !ok {
@@ -379,7 +388,7 @@ func (e *Execution) settle(ctx context.Context, op string, ttl time.Duration) (i
 // Extend renews the lease for another Lease from now by Redis' clock. It
 // returns ErrLeaseLost, changing nothing, when another run has taken the key.
 func (e *Execution) Extend(ctx context.Context) error {
-	dl, err := e.settle(ctx, "extend", e.i.opts.Lease+e.i.opts.Retention)
+	dl, err := e.settle(ctx, "extend")
 	if err == nil {
 		e.mu.Lock()
 		e.leaseUntil = time.UnixMilli(dl)
@@ -391,7 +400,7 @@ func (e *Execution) Extend(ctx context.Context) error {
 // Complete marks the key finished; it is kept for Retention. It returns
 // ErrLeaseLost, changing nothing, when this run's token is no longer current.
 func (e *Execution) Complete(ctx context.Context) error {
-	_, err := e.settle(ctx, "complete", e.i.opts.Retention+e.i.opts.Lease)
+	_, err := e.settle(ctx, "complete")
 	return err
 }
 
@@ -399,7 +408,7 @@ func (e *Execution) Complete(ctx context.Context) error {
 // start at once. It returns ErrLeaseLost, changing nothing, when this run's
 // token is no longer current.
 func (e *Execution) Release(ctx context.Context) error {
-	_, err := e.settle(ctx, "release", e.i.opts.Lease+e.i.opts.Retention)
+	_, err := e.settle(ctx, "release")
 	return err
 }
 
@@ -407,6 +416,6 @@ func (e *Execution) Release(ctx context.Context) error {
 // archives or revokes it): the record says so, and a takeover leaves the
 // task to asynq.
 func (e *Execution) releaseFinal(ctx context.Context) error {
-	_, err := e.settle(ctx, "release-final", e.i.opts.Lease+e.i.opts.Retention)
+	_, err := e.settle(ctx, "release-final")
 	return err
 }

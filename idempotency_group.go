@@ -44,16 +44,15 @@ type call struct {
 // run runs s as replication{}.run would, in a round of its own or with
 // the calls made while another round was on its way.
 func (g *group) run(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
-	c := &call{s: s, keys: keys, args: args}
 	g.mu.Lock()
 	if g.busy < groupRounds {
 		g.busy++
 		g.mu.Unlock()
-		c.cmd = replication{}.run(ctx, g.rdb, s, keys, args...)
+		cmd := replication{}.run(ctx, g.rdb, s, keys, args...)
 		g.next()
-		return c.cmd
+		return cmd
 	}
-	c.done = make(chan bool, 1)
+	c := &call{s: s, keys: keys, args: args, done: make(chan bool, 1)}
 	g.queue = append(g.queue, c)
 	g.mu.Unlock()
 	if lead := <-c.done; !lead {

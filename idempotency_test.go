@@ -536,7 +536,7 @@ func TestSettleWholeToken(t *testing.T) {
 	before, err := rdb.Get(ctx, i.recordKey("k")).Result()
 	must(t, err)
 	for _, tok := range []int64{e.Token / 10, e.Token*10 + 1} {
-		other := &Execution{Key: e.Key, Token: tok, i: i}
+		other := i.execution(e.Key, tok)
 		wantErr(t, other.Extend(ctx), ErrLeaseLost)
 		wantErr(t, other.Complete(ctx), ErrLeaseLost)
 		wantErr(t, other.Release(ctx), ErrLeaseLost)

@@ -175,39 +175,59 @@ func lastRetry(ctx context.Context) bool {
 	return ok1 && ok2 && n >= m
 }
 
-// run calls the handler under e's lease and settles e after it. The
-// heartbeat starts only if the handler outlives Lease/3.
-func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler, t *asynq.Task) (err error) {
-	hctx, cancel := context.WithCancelCause(contextWithExecution(ctx, e))
-	var (
-		mu      sync.Mutex
-		stopped bool
-		hbDone  chan struct{}
-	)
-	stop := make(chan struct{})
-	start := time.AfterFunc(i.opts.Lease/3, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
-		}
-		hbDone = make(chan struct{})
-		go func() {
-			defer close(hbDone)
-			i.heartbeat(hctx, e, cancel, stop)
-		}()
-	})
-	settle := func(handlerErr error, panicked bool) error {
-		mu.Lock()
-		stopped = true
-		start.Stop()
-		done := hbDone
-		mu.Unlock()
+// leaseGuard renews a run's lease while its handler runs: its heartbeat
+// starts only if the handler outlives Lease/3 (most do not, and make no
+// goroutine or channel for it).
+type leaseGuard struct {
+	i      *Idempotency
+	e      *Execution
+	ctx    context.Context // the handler's
+	cancel context.CancelCauseFunc
+	timer  *time.Timer // starts the heartbeat
+
+	mu      sync.Mutex
+	stopped bool
+	stop    chan struct{} // closed to end the heartbeat
+	hbDone  chan struct{} // closed when it has ended
+}
+
+// start starts the heartbeat, unless the handler has returned.
+func (g *leaseGuard) start() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped {
+		return
+	}
+	g.stop, g.hbDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(g.hbDone)
+		g.i.heartbeat(g.ctx, g.e, g.cancel, g.stop)
+	}()
+}
+
+// end stops the heartbeat (waiting for it to end) and cancels the
+// handler's context.
+func (g *leaseGuard) end() {
+	g.mu.Lock()
+	g.stopped = true
+	g.timer.Stop()
+	stop, done := g.stop, g.hbDone
+	g.mu.Unlock()
+	if stop != nil {
 		close(stop)
-		if done != nil {
-			<-done
-		}
-		cancel(nil)
+		<-done
+	}
+	g.cancel(nil)
+}
+
+// run calls the handler under e's lease and settles e after it.
+func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler, t *asynq.Task) (err error) {
+	g := &leaseGuard{i: i, e: e}
+	g.ctx, g.cancel = context.WithCancelCause(contextWithExecution(ctx, e))
+	g.timer = time.AfterFunc(i.opts.Lease/3, g.start)
+	hctx := g.ctx
+	settle := func(handlerErr error, panicked bool) error {
+		g.end()
 		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		defer scancel()
 		// A handler whose transaction met the occurrence done in its own

@@ -145,6 +145,7 @@ type stateMarker struct {
 	seq    int64     // the sequence this process last wrote: the server's must not be lower
 	lostAt time.Time // when a loss was last noticed
 	losses int64
+	cur    string // current's answer, made when id or losses change
 }
 
 // newMarkerID returns a fresh marker id: random, with the time it was made.
@@ -196,6 +197,11 @@ func (m *stateMarker) check(ctx context.Context) (lost bool, err error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	defer func() {
+		if m.cur = ""; m.id != "" {
+			m.cur = m.id + "#" + strconv.FormatInt(m.losses, 10)
+		}
+	}()
 	m.id, m.seq = id, seq+1
 	if knownID == "" || id == knownID && !rolledBack {
 		return false, nil // first use, or the state this process knows
@@ -251,10 +257,7 @@ func (m *stateMarker) knows(v string) bool {
 func (m *stateMarker) current() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.id == "" {
-		return ""
-	}
-	return m.id + "#" + strconv.FormatInt(m.losses, 10)
+	return m.cur
 }
 
 // lost returns when a loss was last noticed (zero: never) and how many.
@@ -313,6 +316,9 @@ const clusterRetryFor = 5 * time.Second
 // running it, and that a moment later will run: a slot being migrated or
 // a cluster that is failing over.
 func retryable(err error) bool {
+	if err == nil { // HasErrorPrefix allocates, even for nil
+		return false
+	}
 	return redis.HasErrorPrefix(err, "TRYAGAIN") || redis.HasErrorPrefix(err, "CLUSTERDOWN") ||
 		redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")
 }
