@@ -79,6 +79,12 @@ const (
 
 // claim runs claim.lua on shard k in mode.
 func (b *Broker) claim(ctx context.Context, k *keys, max int, mode claimMode) (claimResult, error) {
+	return b.claimInto(ctx, k, max, mode, nil)
+}
+
+// claimInto is claim, with its claims in into's array where they fit (a
+// dispatcher's claim stage reuses one array: its claims are copied on).
+func (b *Broker) claimInto(ctx context.Context, k *keys, max int, mode claimMode, into []Claim) (claimResult, error) {
 	batch := mode != leasePerJob
 	if err := ctx.Err(); err != nil {
 		return claimResult{}, wrap(ctx, "claim", err, nil)
@@ -119,7 +125,9 @@ func (b *Broker) claim(ctx context.Context, k *keys, max int, mode claimMode) (c
 	if n == 0 {
 		return res, nil
 	}
-	res.claims = make([]Claim, 0, n)
+	if res.claims = into[:0]; cap(into) < n {
+		res.claims = make([]Claim, 0, n)
+	}
 	state := b.state.current()
 	if batch {
 		res.lease = batchLease{first: first, n: n, shard: k.shard}

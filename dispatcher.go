@@ -235,6 +235,7 @@ type pipeline struct {
 	workers sync.WaitGroup // the enqueue stage
 	settled chan struct{}  // closed when the settle stage has ended
 	mode    claimMode      // whether claims read due times
+	claims  []Claim        // the array of the last claim's claims, for the next
 	timer   *time.Timer    // the claim stage's next look at the schedule
 }
 

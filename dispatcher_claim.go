@@ -59,7 +59,7 @@ func (p *pipeline) claimUntil(ctx context.Context) {
 				break
 			}
 			want := min(room, d.b.opts.BatchSize)
-			res, err := d.b.claim(ctx, shards[i], want, p.mode)
+			res, err := d.b.claimInto(ctx, shards[i], want, p.mode, p.claims)
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -78,6 +78,9 @@ func (p *pipeline) claimUntil(ctx context.Context) {
 			backoff = 0
 			took = took || len(res.claims) > 0
 			p.enqueueClaims(ctx, res)
+			if res.claims != nil {
+				p.claims = res.claims // enqueueClaims copied them: the next claim reuses the array
+			}
 			after, needHere := p.nextLook(res, want)
 			look[i] = now.Add(after)
 			next, need = min(next, after), max(need, needHere)
