@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -239,22 +238,12 @@ func lagScenario() {
 // dispatchThroughput compares the dispatcher draining N due jobs into asynq
 // with plain asynq Enqueue calls at the same concurrency.
 func dispatchThroughput() {
-	dispatchThroughputAt(0)
-	dispatchThroughputAt(400)
-}
-
-// dispatchThroughputAt runs dispatchThroughput's contenders with the
-// collector's GOGC at gcPercent (0: as the process has it).
-func dispatchThroughputAt(gcPercent int) {
 	n, conc := 50000, zclaim.DefaultConcurrency
 	if *quick {
 		n = 3000
 	}
 	var plain, same, sameAP, disp, hooked, sharded, dispAP samples
 	var plainCPU, sameCPU, sameAPCPU, dispCPU, hookedCPU, shardedCPU, dispAPCPU [2]time.Duration // Redis, this process: per job, last round
-	if gcPercent != 0 {
-		defer debug.SetGCPercent(debug.SetGCPercent(gcPercent))
-	}
 	for round := 1; round <= shortRounds(); round++ {
 		admin := newClient(4)
 		key := ns("thru")
@@ -341,8 +330,8 @@ func dispatchThroughputAt(gcPercent int) {
 			}
 			dropKeys(admin, key)
 		}
-		progress("dispatch throughput (GOGC %d) round %d/%d: plain Enqueue %s/s, of the same tasks %s/s (autopipelined %s/s), dispatcher %s/s, with OnDispatch %s/s, 16 shards %s/s, autopipelined %s/s",
-			gcPercent, round, shortRounds(), human(plain[len(plain)-1]), human(same[len(same)-1]), human(sameAP[len(sameAP)-1]),
+		progress("dispatch throughput round %d/%d: plain Enqueue %s/s, of the same tasks %s/s (autopipelined %s/s), dispatcher %s/s, with OnDispatch %s/s, 16 shards %s/s, autopipelined %s/s",
+			round, shortRounds(), human(plain[len(plain)-1]), human(same[len(same)-1]), human(sameAP[len(sameAP)-1]),
 			human(disp[len(disp)-1]), human(hooked[len(hooked)-1]), human(sharded[len(sharded)-1]), human(dispAP[len(dispAP)-1]))
 		admin.SRem(context.Background(), "asynq:queues", queue)
 		ac.Close()
@@ -353,19 +342,7 @@ func dispatchThroughputAt(gcPercent int) {
 	// of the rounds' ratios, so that the machine's drift over the run
 	// (other tenants of the VM) cancels out.
 	ratio := func(a, b samples) string { return fmt.Sprintf("%.2f×", paired(a, b).median()) }
-	title, note := fmt.Sprintf("2b. Dispatch throughput: %s due jobs into asynq, %d at once", human(float64(n)), conc),
-		"Targets: the dispatcher ≥ 0.9× plain Enqueue at the same concurrency, ≥ 0.85× on a schedule of 16 shards. "+
-			"A ratio is the median over the rounds of the two contenders' rates in one round, which run one after the other. "+
-			"The second row enqueues exactly the tasks the dispatcher sends, without a schedule: the last ratio is the dispatcher's own cost. "+
-			"The last two rows use an asynq client made from (*redis.Client).AutoPipeline, whose concurrent enqueues share round trips; their last ratio compares them with each other. "+
-			"Redis and the client share the machine's cores, so the ratio follows the CPU each job costs, "+
-			"and the garbage each job leaves: this process's live heap is a few MB, so the collector runs every few MB allocated (2c)."
-	if gcPercent != 0 {
-		title = fmt.Sprintf("2c. Dispatch throughput, GOGC=%d for every contender: %s due jobs into asynq, %d at once", gcPercent, human(float64(n)), conc)
-		note = fmt.Sprintf("Table 2b's contenders, each round run with debug.SetGCPercent(%d): the collector runs a quarter as often, "+
-			"as it would in a service whose live heap is larger than this process's few MB. The targets are 2b's.", gcPercent)
-	}
-	table(title,
+	table(fmt.Sprintf("2b. Dispatch throughput: %s due jobs into asynq, %d at once", human(float64(n)), conc),
 		[]string{"contender", "jobs/s (median)", "spread", "ratio", "ratio to the same tasks", "CPU / job: Redis + client (last round)"},
 		[][]string{
 			{"plain asynq.Client.Enqueue (TaskID), " + strconv.Itoa(conc) + " goroutines", human(plain.median()), plain.spread(), "1.00×", "", cpuCell(plainCPU)},
@@ -382,7 +359,11 @@ func dispatchThroughputAt(gcPercent int) {
 			{"zclaim Dispatcher on an autopipelined client (the quick start's)", human(dispAP.median()), dispAP.spread(),
 				ratio(dispAP, plain), ratio(dispAP, sameAP), cpuCell(dispAPCPU)},
 		},
-		note)
+		"Targets: the dispatcher ≥ 0.9× plain Enqueue at the same concurrency, ≥ 0.85× on a schedule of 16 shards. "+
+			"A ratio is the median over the rounds of the two contenders' rates in one round, which run one after the other. "+
+			"The second row enqueues exactly the tasks the dispatcher sends, without a schedule: the last ratio is the dispatcher's own cost. "+
+			"The last two rows use an asynq client made from (*redis.Client).AutoPipeline, whose concurrent enqueues share round trips; their last ratio compares them with each other. "+
+			"Redis and the client share the machine's cores, so the ratio follows the CPU each job costs.")
 }
 
 // scheduleDue schedules n jobs of type "t" on queue, due a second ago.
