@@ -98,15 +98,26 @@ func middlewareScenario() {
 		tripsPerTask float64
 		cpu          [2]time.Duration // per task: Redis, this process
 	}
-	contenders := []string{"asynq, no middleware", "asynq + idempotency middleware",
-		"asynq + idempotency middleware, `DisableTakeover` (no takeover loop)",
-		"floor: asynq + one plain SET NX per task (no script, no fencing, never completed)",
-		"floor of start + finish: plain SET NX GET before the handler, plain SET after (no script, no token, no fence)",
-		"asynq + idempotency middleware on an autopipelined go-redis client (what NewIdempotency's doc advises against)"}
+	// What runs around the handler; the ratios compare each with the first.
+	type contender struct {
+		name         string
+		wrap         string // "": nothing; "idem": the middleware; "setnx", "startFinish": the floors
+		noTakeover   bool   // the middleware's DisableTakeover
+		autopipeline bool   // the middleware's client is (*redis.Client).AutoPipeline
+	}
+	contenders := []contender{
+		{name: "asynq, no middleware"},
+		{name: "asynq + idempotency middleware", wrap: "idem"},
+		{name: "asynq + idempotency middleware, `DisableTakeover` (no takeover loop)", wrap: "idem", noTakeover: true},
+		{name: "floor: asynq + one plain SET NX per task (no script, no fencing, never completed)", wrap: "setnx"},
+		{name: "floor of start + finish: plain SET NX GET before the handler, plain SET after (no script, no token, no fence)", wrap: "startFinish"},
+		{name: "asynq + idempotency middleware on an autopipelined go-redis client (what NewIdempotency's doc advises against)",
+			wrap: "idem", autopipeline: true},
+	}
 	last := make([]run, len(contenders))
 	rates := make([]samples, len(contenders))
 	for round := 1; round <= shortRounds(); round++ {
-		for k := range contenders {
+		for k, c := range contenders {
 			admin := newClient(4)
 			key := ns("mw")
 			queue := key
@@ -121,10 +132,10 @@ func middlewareScenario() {
 			idemClient := newClient(32)
 			idemClient.AddHook(scriptCounter{&trips})
 			var idem *zclaim.Idempotency
-			switch k {
-			case 1, 2, 5:
+			switch c.wrap {
+			case "idem":
 				var rdb redis.UniversalClient = idemClient
-				if k == 5 {
+				if c.autopipeline {
 					ap, err := idemClient.AutoPipeline()
 					if err != nil {
 						panic(err)
@@ -132,12 +143,12 @@ func middlewareScenario() {
 					rdb = ap
 				}
 				var err error
-				idem, err = zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: key + ":run:", DisableTakeover: k == 2})
+				idem, err = zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: key + ":run:", DisableTakeover: c.noTakeover})
 				if err != nil {
 					panic(err)
 				}
 				h = idem.Middleware()(h)
-			case 3:
+			case "setnx":
 				next := h
 				h = asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 					id, _ := asynq.GetTaskID(ctx)
@@ -146,7 +157,7 @@ func middlewareScenario() {
 					}
 					return next.ProcessTask(ctx, t)
 				})
-			case 4:
+			case "startFinish":
 				h = plainStartFinish(idemClient, key+":run:")(h)
 			}
 			calls0 := commandCalls(admin)
@@ -169,7 +180,7 @@ func middlewareScenario() {
 			last[k] = run{rate: float64(n) / el.Seconds(), cmdsPerTask: float64(calls) / float64(n), tripsPerTask: float64(trips.Load()) / float64(n),
 				cpu: [2]time.Duration{(r1 - r0) / time.Duration(n), (s1 - s0) / time.Duration(n)}}
 			rates[k] = append(rates[k], last[k].rate)
-			progress("middleware round %d/%d, %s: %s tasks/s", round, shortRounds(), contenders[k], human(last[k].rate))
+			progress("middleware round %d/%d, %s: %s tasks/s", round, shortRounds(), c.name, human(last[k].rate))
 			idemClient.Close()
 			dropKeys(admin, key)
 			admin.SRem(context.Background(), "asynq:queues", queue)
@@ -177,12 +188,12 @@ func middlewareScenario() {
 		}
 	}
 	var rows [][]string
-	for k, name := range contenders {
+	for k, c := range contenders {
 		trips := "–"
-		if k > 0 {
+		if c.wrap != "" {
 			trips = fmt.Sprintf("%.2f", last[k].tripsPerTask)
 		}
-		rows = append(rows, []string{name, human(rates[k].median()), rates[k].spread(),
+		rows = append(rows, []string{c.name, human(rates[k].median()), rates[k].spread(),
 			fmt.Sprintf("%.2f×", paired(rates[k], rates[0]).median()), fmt.Sprintf("%.1f", last[k].cmdsPerTask), trips, cpuCell(last[k].cpu)})
 	}
 	table(fmt.Sprintf("3. Middleware overhead: asynq server, no-op handler, %s tasks, Concurrency 16", human(float64(n))),
