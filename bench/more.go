@@ -113,6 +113,7 @@ func middlewareScenario() {
 		{name: "floor of start + finish: plain SET NX GET before the handler, plain SET after (no script, no token, no fence)", wrap: "startFinish"},
 		{name: "asynq + idempotency middleware on an autopipelined go-redis client (what NewIdempotency's doc advises against)",
 			wrap: "idem", autopipeline: true},
+		{name: "asynq, no middleware, again (the first row's twin: its ratio is the noise of a ratio)"},
 	}
 	last := make([]run, len(contenders))
 	rates := make([]samples, len(contenders))
@@ -205,7 +206,8 @@ func middlewareScenario() {
 			"The first floor does one round trip per task and nothing else: what asking Redis once per task costs on this machine. "+
 			"The second does the two plain commands a middleware that records each run's start and finish needs at least, one round trip each, "+
 			"without the token, lease and fence that make the middleware's scripts safe. "+
-			"The last row gives the middleware a client of (*redis.Client).AutoPipeline: its round trips count the pipelines it sends.")
+			"The row of the autopipelined client gives the middleware a client of (*redis.Client).AutoPipeline: its round trips count the pipelines it sends. "+
+			"The last row runs the first again, in each round: how far its ratio is from 1.00× is how far a ratio moves when nothing changes.")
 }
 
 // Scenario 4: Claim latency as the set grows (1% due), and memory per job.
