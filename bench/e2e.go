@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -67,27 +66,6 @@ func e2eScenario() {
 			"A ratio is the median over the rounds of the two contenders' rates in one round, which run one after the other. "+
 			"The row before the last runs the first again, in each round: how far its ratio is from 1.00× is how far a ratio moves when nothing changes.")
 
-	// The same two, each with the garbage collector run a quarter as often.
-	gc := []e2eContender{contenders[0], contenders[1]}
-	gcRates := make([]samples, len(gc))
-	for round := 1; round <= shortRounds(); round++ {
-		for k, c := range gc {
-			old := debug.SetGCPercent(400)
-			r, _ := e2eRound(c, n, conc)
-			debug.SetGCPercent(old)
-			gcRates[k] = append(gcRates[k], r)
-			progress("e2e GOGC=400 round %d/%d, %s: %s jobs/s", round, shortRounds(), c.name, human(r))
-		}
-	}
-	rows = nil
-	for k, c := range gc {
-		rows = append(rows, []string{c.name, human(gcRates[k].median()), gcRates[k].spread(),
-			fmt.Sprintf("%.2f×", paired(gcRates[k], gcRates[0]).median())})
-	}
-	table("1c. End to end, GOGC=400 for both (the same backlog)", []string{"contender", "jobs/s (median)", "spread", "ratio"}, rows,
-		"Table 1b's first two contenders, each round run with debug.SetGCPercent(400): the collector runs a quarter as often. "+
-			"The bench process holds the asynq server, the handler and the Dispatcher, and its live heap is a few MB, "+
-			"so at the default GOGC=100 it collects every few MB allocated; a service with a larger live heap collects less often for the same work.")
 }
 
 // e2eContender is one way of working off e2eScenario's backlog.
