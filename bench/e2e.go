@@ -65,7 +65,6 @@ func e2eScenario() {
 			"that records each run's start and finish sends at least (table 3's second floor). "+
 			"A ratio is the median over the rounds of the two contenders' rates in one round, which run one after the other. "+
 			"The row before the last runs the first again, in each round: how far its ratio is from 1.00× is how far a ratio moves when nothing changes.")
-
 }
 
 // e2eContender is one way of working off e2eScenario's backlog.
