@@ -251,25 +251,30 @@ func dispatchThroughput() {
 		ac := asynq.NewClient(asynq.RedisClientOpt{Addr: redisAddr, PoolSize: conc + 4})
 		apc, closeAPC := autopipelinedAsynq(conc + 4) // the quick start's: enqueues of one moment share round trips
 
-		// The first contender, run again as the round's last (its twin).
-		plainEnqueue := func() (float64, [2]time.Duration) {
+		// timed runs one contender's n jobs: its rate, and the CPU a job
+		// cost Redis and this process.
+		timed := func(run func()) (float64, [2]time.Duration) {
 			runtime.GC() // each contender starts from a collected heap: the schedule's setup leaves garbage
 			r0, s0 := cpuMeter(admin)
 			start := time.Now()
-			parallel(n, conc, func(i int) {
-				if _, err := ac.Enqueue(asynq.NewTask("t", nil), asynq.Queue(queue), asynq.TaskID("p"+strconv.Itoa(i))); err != nil {
-					panic(err)
-				}
-			})
+			run()
 			rate := float64(n) / time.Since(start).Seconds()
 			r1, s1 := cpuMeter(admin)
-			dropKeys(admin, key)
 			return rate, [2]time.Duration{(r1 - r0) / time.Duration(n), (s1 - s0) / time.Duration(n)}
+		}
+		// The first contender, run again as the round's last (its twin).
+		plainEnqueue := func() (float64, [2]time.Duration) {
+			defer dropKeys(admin, key)
+			return timed(func() {
+				parallel(n, conc, func(i int) {
+					if _, err := ac.Enqueue(asynq.NewTask("t", nil), asynq.Queue(queue), asynq.TaskID("p"+strconv.Itoa(i))); err != nil {
+						panic(err)
+					}
+				})
+			})
 		}
 		rate, cpu := plainEnqueue()
 		plain, plainCPU = append(plain, rate), cpu
-		var r0, s0, r1, s1 time.Duration
-		var start time.Time
 
 		// The tasks the dispatcher sends, enqueued plainly: its TaskID
 		// names the occurrence (a first attempt has no header), and asynq
@@ -277,18 +282,14 @@ func dispatchThroughput() {
 		// on an autopipelined one.
 		for _, c := range []*asynq.Client{ac, apc} {
 			due := time.Now().Truncate(time.Millisecond)
-			runtime.GC()
-			r0, s0 = cpuMeter(admin)
-			start = time.Now()
-			parallel(n, conc, func(i int) {
-				id := "s" + strconv.Itoa(i)
-				if _, err := c.Enqueue(asynq.NewTask("t", nil), asynq.TaskID(zclaim.OccurrenceID(id, due)), asynq.Retention(91*time.Second), asynq.Queue(queue)); err != nil {
-					panic(err)
-				}
+			rate, cpu := timed(func() {
+				parallel(n, conc, func(i int) {
+					id := "s" + strconv.Itoa(i)
+					if _, err := c.Enqueue(asynq.NewTask("t", nil), asynq.TaskID(zclaim.OccurrenceID(id, due)), asynq.Retention(91*time.Second), asynq.Queue(queue)); err != nil {
+						panic(err)
+					}
+				})
 			})
-			rate := float64(n) / time.Since(start).Seconds()
-			r1, s1 = cpuMeter(admin)
-			cpu := [2]time.Duration{(r1 - r0) / time.Duration(n), (s1 - s0) / time.Duration(n)}
 			if c == ac {
 				same, sameCPU = append(same, rate), cpu
 			} else {
@@ -314,16 +315,12 @@ func dispatchThroughput() {
 			}
 			d, _ := zclaim.NewDispatcher(b, c, opts)
 			ctx, cancel := context.WithCancel(context.Background())
-			runtime.GC()
-			r0, s0 = cpuMeter(admin)
-			start = time.Now()
-			go d.Run(ctx)
-			for s := d.Stats(); s.Enqueued+s.Conflicts+s.Dead < int64(n); s = d.Stats() {
-				time.Sleep(time.Millisecond)
-			}
-			rate := float64(n) / time.Since(start).Seconds()
-			r1, s1 = cpuMeter(admin)
-			cpu := [2]time.Duration{(r1 - r0) / time.Duration(n), (s1 - s0) / time.Duration(n)}
+			rate, cpu := timed(func() {
+				go d.Run(ctx)
+				for s := d.Stats(); s.Enqueued+s.Conflicts+s.Dead < int64(n); s = d.Stats() {
+					time.Sleep(time.Millisecond)
+				}
+			})
 			cancel()
 			switch {
 			case v.ap:
