@@ -23,9 +23,12 @@ const (
 type DispatcherOptions struct {
 	// Concurrency is how many enqueues run at once. The dispatcher keeps
 	// at most max(Concurrency, 2×min(4×Concurrency, BatchSize)) more
-	// claims queued for them (128 with the defaults) and claims again,
-	// up to BatchSize jobs, when half the queue is free, so that a slow or
-	// unreachable asynq holds few claims waiting while their leases run.
+	// claims queued for them (128 with the defaults), and fewer when
+	// enqueues are slow: no more than they enqueue in a quarter of the
+	// Broker's Lease at the pace of its recent enqueues, and none until
+	// an enqueue has ended. It claims again, up to BatchSize jobs, when
+	// half of that is free, so that a slow or unreachable asynq holds few
+	// claims waiting while their leases run.
 	// On an asynq client made from an autopipelined go-redis client
 	// (asynq.NewClientFromRedisClient of (*redis.Client).AutoPipeline, as
 	// in the README's quick start), the enqueues under way at one moment
@@ -142,6 +145,7 @@ type Dispatcher struct {
 
 	claimed, enqueued, conflicts, failed, dead atomic.Int64
 	lag                                        lagHistogram
+	enqueueTime                                average // of an enqueue, lately: paces the claims (pipeline.limit)
 
 	keyspace  atomic.Bool // the server publishes keyspace events for the schedule, and they are subscribed
 	claimWarn rateLog
@@ -230,7 +234,8 @@ type pipeline struct {
 	d       *Dispatcher
 	wake    <-chan struct{}
 	queue   chan queued    // claimed jobs waiting for a worker
-	freed   chan struct{}  // a worker made room in the queue
+	out     atomic.Int64   // claims queued or being enqueued
+	freed   chan struct{}  // a worker made room for claims
 	acks    chan *batchRun // batches whose every job is dispatched
 	workers sync.WaitGroup // the enqueue stage
 	settled chan struct{}  // closed when the settle stage has ended
@@ -248,13 +253,16 @@ type queued struct {
 }
 
 func (d *Dispatcher) newPipeline(wake <-chan struct{}) *pipeline {
-	// A queue of two claims of min(4×Concurrency, BatchSize) jobs, claimed
-	// again when half of it is free: the workers seldom wait for a claim
-	// round trip, a claim's cost is shared by many jobs (a round trip costs
-	// more than the jobs in it), and a slow asynq holds few claims waiting
-	// (one whose lease runs out meanwhile is not enqueued: see dispatch).
+	// Besides a claim per worker, a queue of two claims of
+	// min(4×Concurrency, BatchSize) jobs, claimed again when half of it is
+	// free: the workers seldom wait for a claim round trip, a claim's cost
+	// is shared by many jobs (a round trip costs more than the jobs in
+	// it), and a slow asynq holds few claims waiting (limit; one whose
+	// lease runs out meanwhile is not enqueued: see dispatch).
+	conc := d.opts.Concurrency
+	most := conc + max(conc, 2*min(4*conc, d.b.opts.BatchSize))
 	p := &pipeline{d: d, wake: wake,
-		queue:   make(chan queued, max(d.opts.Concurrency, 2*min(4*d.opts.Concurrency, d.b.opts.BatchSize))),
+		queue:   make(chan queued, most), // a send never waits: at most limit() claims are out
 		freed:   make(chan struct{}, 1),
 		acks:    make(chan *batchRun, MaxBatchSize),
 		settled: make(chan struct{}),
@@ -288,17 +296,59 @@ func (p *pipeline) startEnqueue() {
 			ec := enqueueContext{timeout: p.d.opts.EnqueueTimeout}
 			defer ec.stop()
 			for it := range p.queue {
-				// The claim stage waits for half the queue free at most:
-				// wake it only then, not for every job taken.
-				if len(p.queue) <= cap(p.queue)/2 {
+				it.run.settled(it.index, p.d.dispatch(ec.get(), it.c, it.redisNow, it.claimedAt), p.acks)
+				// The claim stage waits for half the room free at most:
+				// wake it only then, not for every job done.
+				if out, lim := int(p.out.Add(-1)), p.limit(); lim-out >= p.half(lim) {
 					select {
 					case p.freed <- struct{}{}:
 					default:
 					}
 				}
-				it.run.settled(it.index, p.d.dispatch(ec.get(), it.c, it.redisNow, it.claimedAt), p.acks)
 			}
 		}()
+	}
+}
+
+// limit is how many claims may be out (queued or being enqueued) now: a
+// claim per worker, and as many more as the workers enqueue in a quarter
+// of the lease at the pace of the recent enqueues (all the queue while
+// they are quick), so that a claim waits for a worker a quarter of its
+// lease at most and its batch is settled in time. Until an enqueue has
+// ended, a claim per worker.
+func (p *pipeline) limit() int {
+	conc, most := p.d.opts.Concurrency, cap(p.queue)
+	took := p.d.enqueueTime.get()
+	if took <= 0 {
+		return conc
+	}
+	rounds := p.d.b.opts.Lease / 4 / took // of Concurrency enqueues, in a quarter of the lease
+	if rounds >= time.Duration(most) {
+		return most
+	}
+	return min(most, conc*(1+int(rounds)))
+}
+
+// half is half the queue a limit of lim leaves beside a claim per worker
+// (one at least): the room the claim stage waits for after a full batch.
+func (p *pipeline) half(lim int) int { return max(1, (lim-p.d.opts.Concurrency)/2) }
+
+// average is a moving average of durations, safe for concurrent use: each
+// observation weighs an eighth.
+type average struct{ ns atomic.Int64 }
+
+func (a *average) get() time.Duration { return time.Duration(a.ns.Load()) }
+
+func (a *average) observe(d time.Duration) {
+	for {
+		old := a.ns.Load()
+		v := int64(d)
+		if old != 0 {
+			v = old + (v-old)/8
+		}
+		if a.ns.CompareAndSwap(old, max(v, 1)) {
+			return
+		}
 	}
 }
 

@@ -31,7 +31,7 @@ func (p *pipeline) claimUntil(ctx context.Context) {
 		case <-p.wake:
 			clear(look)
 		}
-		for cap(p.queue)-len(p.queue) < need {
+		for lim := p.limit(); lim-int(p.out.Load()) < min(need, lim); lim = p.limit() {
 			select {
 			case <-ctx.Done():
 				return
@@ -39,6 +39,7 @@ func (p *pipeline) claimUntil(ctx context.Context) {
 			}
 		}
 		now := time.Now()
+		lim := p.limit()
 		next := d.idleWait()
 		need = 1
 		took := false // a claim of this pass took jobs
@@ -48,13 +49,14 @@ func (p *pipeline) claimUntil(ctx context.Context) {
 				next = min(next, look[i].Sub(now))
 				continue
 			}
-			room := cap(p.queue) - len(p.queue)
+			room := max(0, lim-int(p.out.Load()))
 			// Once a claim of this pass took jobs, the next shard waits for
-			// room for a batch (half the queue at most): the scraps of room
-			// a claim leaves would make many small claims and settles, each
-			// costing a script's fixed work. The next pass begins with it.
-			if room == 0 || took && room < min(d.b.opts.BatchSize, cap(p.queue)/2) {
-				next, need = 0, max(1, cap(p.queue)/2)
+			// room for a batch (half the queue's limit at most): the scraps
+			// of room a claim leaves would make many small claims and
+			// settles, each costing a script's fixed work. The next pass
+			// begins with it.
+			if room == 0 || took && room < min(d.b.opts.BatchSize, p.half(lim)) {
+				next, need = 0, p.half(lim)
 				first = i - 1 + len(shards)
 				break
 			}
@@ -81,7 +83,7 @@ func (p *pipeline) claimUntil(ctx context.Context) {
 			if res.claims != nil {
 				p.claims = res.claims // enqueueClaims copied them: the next claim reuses the array
 			}
-			after, needHere := p.nextLook(res, want)
+			after, needHere := p.nextLook(res, want, lim)
 			look[i] = now.Add(after)
 			next, need = min(next, after), max(need, needHere)
 		}
@@ -107,20 +109,21 @@ func (p *pipeline) enqueueClaims(ctx context.Context, res claimResult) {
 			slog.String("error", bad.err.Error()))
 		run.settled(bad.index, outcome{dead: "corrupt record: " + bad.err.Error()}, p.acks)
 	}
+	p.out.Add(int64(len(res.claims)))
 	for k, c := range res.claims {
 		p.queue <- queued{c, run, res.index[k], res.now, claimedAt}
 	}
 }
 
 // nextLook returns when the claim stage looks at a shard again after
-// claim res (of want jobs), and how many free queue places it waits for
-// first.
-func (p *pipeline) nextLook(res claimResult, want int) (after time.Duration, need int) {
+// claim res (of want jobs, the queue's limit lim), and how many free
+// queue places it waits for first.
+func (p *pipeline) nextLook(res claimResult, want, lim int) (after time.Duration, need int) {
 	switch {
 	case len(res.claims) == want:
 		// A full batch: more may be due. Claim again once half the queue
 		// is free, so that claims stay batched under load.
-		return 0, max(1, cap(p.queue)/2)
+		return 0, p.half(lim)
 	case !res.next:
 		return p.d.idleWait(), 1
 	case res.wait == 0 && len(res.claims) == 0:

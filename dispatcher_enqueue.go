@@ -88,7 +88,9 @@ func (d *Dispatcher) enqueue(ctx context.Context, c Claim, redisNow, claimedAt t
 		d.report(c, redisNow, claimedAt, perr)
 		return outcome{dead: perr.Error()}
 	}
+	start := time.Now()
 	_, err := d.c.EnqueueContext(ctx, task, opts...)
+	d.enqueueTime.observe(time.Since(start))
 	return d.afterEnqueue(ctx, c, redisNow, claimedAt, err, advance)
 }
 

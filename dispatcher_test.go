@@ -456,8 +456,8 @@ func TestDispatcherBoundsClaimsWhileAsynqHangs(t *testing.T) {
 	stop()
 }
 
-// A claim whose lease runs out while it waits for a worker (asynq hangs)
-// is not enqueued: recovery gives the job back and its next claim enqueues
+// A claim whose lease runs out while it waits for a worker (asynq hangs,
+// after a first enqueue quick enough to let claims queue) is not enqueued: recovery gives the job back and its next claim enqueues
 // it. The only conflict left is the enqueue that was under way; enqueuing
 // the waiting claims too would have made one for each of them.
 func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
@@ -474,15 +474,18 @@ func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
 	d, err := NewDispatcher(b, asynq.NewClientFromRedisClient(clientVia(t, px)), DispatcherOptions{
 		Concurrency: 1, RecoveryInterval: 20 * time.Millisecond, EnqueueTimeout: time.Minute})
 	must(t, err)
-	jobs := jobsDue(20, "lease-", time.Now().Add(-time.Second))
+	jobs := jobsDue(21, "lease-", time.Now().Add(-time.Second))
 	for i := range jobs {
 		jobs[i].Queue = q
 	}
+	// A first job while asynq is quick: at its pace, claims may queue.
+	must(t, b.Schedule(ctx, jobs[0]))
+	runDispatcher(t, d)
+	waitFor(t, 5*time.Second, "the first enqueue", func() bool { return d.Stats().Enqueued == 1 })
 	px.Pause()
 	t.Cleanup(px.Resume)
-	must(t, b.Schedule(ctx, jobs...))
-	runDispatcher(t, d)
-	waitFor(t, 5*time.Second, "claims", func() bool { return d.Stats().Claimed > 1 })
+	must(t, b.Schedule(ctx, jobs[1:]...))
+	waitFor(t, 5*time.Second, "claims", func() bool { return d.Stats().Claimed > 2 })
 	time.Sleep(2500 * time.Millisecond) // the queued claims' leases run out; recovery takes them back
 	px.Resume()
 	waitFor(t, 10*time.Second, "every job to run", func() bool {
@@ -504,6 +507,63 @@ func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
 		t.Fatalf("stats %+v: want at most 1 conflict (the enqueue under way) and the claims past their lease not enqueued", st)
 	}
 	t.Logf("dispatcher: %+v", st)
+}
+
+// A slow asynq (each enqueue takes 200 ms) gets only the claims it can
+// enqueue within a quarter of their lease: none waits past its lease, so
+// none goes back and none meets its own task as a conflict. A queue of
+// claims sized for a fast asynq (8 rounds of 4 enqueues) would hold its
+// last claims 1.6 s, past their 1 s lease.
+func TestDispatcherPacesClaimsToASlowAsynq(t *testing.T) {
+	t.Parallel()
+	key, q := testKey(t), testQueue(t)
+	log := &runsLog{runs: map[string][]JobInfo{}}
+	startAsynq(t, testAddr, q, WithJob(log.handler()), asynq.Config{Concurrency: 4})
+	px := newProxy(t, testAddr)
+	slow := clientVia(t, px)
+	// Four connections made and asynq's script loaded before the delay:
+	// a new connection's handshake would add round trips of its own.
+	var warm sync.WaitGroup
+	for range 4 {
+		warm.Add(1)
+		go func() {
+			defer warm.Done()
+			if _, err := asynq.NewClientFromRedisClient(slow).Enqueue(asynq.NewTask("t", nil), asynq.Queue(q+"-warm")); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	warm.Wait()
+	px.SetDelay(200 * time.Millisecond)
+	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Second, MaxAttempts: 100,
+		Backoff: func(int) time.Duration { return 0 }})
+	d, err := NewDispatcher(b, asynq.NewClientFromRedisClient(slow), DispatcherOptions{
+		Concurrency: 4, RecoveryInterval: 20 * time.Millisecond, EnqueueTimeout: time.Minute})
+	must(t, err)
+	jobs := jobsDue(32, "slow-", time.Now().Add(-time.Second))
+	for i := range jobs {
+		jobs[i].Queue = q
+	}
+	must(t, b.Schedule(ctx, jobs...))
+	runDispatcher(t, d)
+	defer func() { t.Logf("dispatcher: %+v", d.Stats()) }()
+	waitFor(t, 20*time.Second, "every job to run", func() bool {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		return len(log.runs) == len(jobs)
+	})
+	waitFor(t, 5*time.Second, "the schedule to empty", func() bool {
+		st, err := b.Stats(ctx)
+		return err == nil && st.Scheduled == 0 && st.Inflight == 0
+	})
+	for _, j := range jobs {
+		if n := len(log.get(j.ID)); n != 1 {
+			t.Errorf("%s ran %d times", j.ID, n)
+		}
+	}
+	if st := d.Stats(); st.Failed != 0 || st.Conflicts != 0 || st.Enqueued != int64(len(jobs)) {
+		t.Fatalf("stats %+v: want every job enqueued once, none past its lease", st)
+	}
 }
 
 // A panic in a user callback does not kill the process: TaskOptions'

@@ -5,11 +5,13 @@ package tcpproxy
 import (
 	"net"
 	"sync"
+	"time"
 )
 
 // Proxy forwards connections from Addr to a target. Pause holds all bytes
 // in both directions (a stalled process, a partitioned network) until
-// Resume; SetDown(true) cuts every connection and refuses new ones.
+// Resume; SetDown(true) cuts every connection and refuses new ones;
+// SetDelay slows what clients send (a server far away, or overloaded).
 type Proxy struct {
 	Addr   string
 	target string
@@ -18,6 +20,7 @@ type Proxy struct {
 	cond   *sync.Cond
 	paused bool
 	down   bool
+	delay  time.Duration // before each chunk from a client
 	conns  []net.Conn
 }
 
@@ -57,16 +60,23 @@ func (p *Proxy) accept() {
 		p.mu.Lock()
 		p.conns = append(p.conns, c, s)
 		p.mu.Unlock()
-		go p.pipe(c, s)
-		go p.pipe(s, c)
+		go p.pipe(s, c, true)
+		go p.pipe(c, s, false)
 	}
 }
 
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst; fromClient: src is the client's side.
+func (p *Proxy) pipe(dst, src net.Conn, fromClient bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			p.mu.Lock()
+			delay := p.delay
+			p.mu.Unlock()
+			if fromClient && delay > 0 {
+				time.Sleep(delay)
+			}
 			p.mu.Lock()
 			for p.paused {
 				p.cond.Wait()
@@ -88,6 +98,10 @@ func (p *Proxy) Pause() { p.mu.Lock(); p.paused = true; p.mu.Unlock() }
 
 // Resume lets held bytes through.
 func (p *Proxy) Resume() { p.mu.Lock(); p.paused = false; p.cond.Broadcast(); p.mu.Unlock() }
+
+// SetDelay holds each chunk a client sends for d before it goes on: a
+// request takes d longer (zero: none).
+func (p *Proxy) SetDelay(d time.Duration) { p.mu.Lock(); p.delay = d; p.mu.Unlock() }
 
 // SetDown cuts every connection and refuses new ones while down is true.
 func (p *Proxy) SetDown(down bool) {
