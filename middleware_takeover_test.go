@@ -373,7 +373,10 @@ func TestFinalFailureMarked(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
 	q := testQueue(t)
-	i := newIdem(t, rdb, IdempotencyOptions{Prefix: testKey(t) + ":run:", Lease: 100 * time.Millisecond, TakeoverQueues: []string{q}})
+	// A lease longer than asynq takes to record a failure on a loaded
+	// machine: a task still active a lease after its run was released is
+	// taken over (asynq's own write may have failed).
+	i := newIdem(t, rdb, IdempotencyOptions{Prefix: testKey(t) + ":run:", Lease: time.Second, TakeoverQueues: []string{q}})
 	var mu sync.Mutex
 	records := map[string][]string{} // the record each attempt left, seen from the next
 	h := i.Middleware()(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
