@@ -474,18 +474,21 @@ func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
 	d, err := NewDispatcher(b, asynq.NewClientFromRedisClient(clientVia(t, px)), DispatcherOptions{
 		Concurrency: 1, RecoveryInterval: 20 * time.Millisecond, EnqueueTimeout: time.Minute})
 	must(t, err)
-	jobs := jobsDue(21, "lease-", time.Now().Add(-time.Second))
+	// First jobs while asynq is quick: at their pace (a moving average, in
+	// which a slow first enqueue, a new connection's, soon weighs little),
+	// claims may queue.
+	const quick = 12
+	jobs := jobsDue(quick+20, "lease-", time.Now().Add(-time.Second))
 	for i := range jobs {
 		jobs[i].Queue = q
 	}
-	// A first job while asynq is quick: at its pace, claims may queue.
-	must(t, b.Schedule(ctx, jobs[0]))
+	must(t, b.Schedule(ctx, jobs[:quick]...))
 	runDispatcher(t, d)
-	waitFor(t, 5*time.Second, "the first enqueue", func() bool { return d.Stats().Enqueued == 1 })
+	waitFor(t, 5*time.Second, "the first enqueues", func() bool { return d.Stats().Enqueued == quick })
 	px.Pause()
 	t.Cleanup(px.Resume)
-	must(t, b.Schedule(ctx, jobs[1:]...))
-	waitFor(t, 5*time.Second, "claims", func() bool { return d.Stats().Claimed > 2 })
+	must(t, b.Schedule(ctx, jobs[quick:]...))
+	waitFor(t, 5*time.Second, "claims queued behind the enqueue under way", func() bool { return d.Stats().Claimed > quick+1 })
 	time.Sleep(2500 * time.Millisecond) // the queued claims' leases run out; recovery takes them back
 	px.Resume()
 	waitFor(t, 10*time.Second, "every job to run", func() bool {
@@ -509,11 +512,11 @@ func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
 	t.Logf("dispatcher: %+v", st)
 }
 
-// A slow asynq (each enqueue takes 200 ms) gets only the claims it can
+// A slow asynq (each enqueue takes 300 ms) gets only the claims it can
 // enqueue within a quarter of their lease: none waits past its lease, so
 // none goes back and none meets its own task as a conflict. A queue of
 // claims sized for a fast asynq (8 rounds of 4 enqueues) would hold its
-// last claims 1.6 s, past their 1 s lease.
+// last claims 2.4 s, past their 2 s lease; paced, a claim waits 300 ms.
 func TestDispatcherPacesClaimsToASlowAsynq(t *testing.T) {
 	t.Parallel()
 	key, q := testKey(t), testQueue(t)
@@ -534,8 +537,8 @@ func TestDispatcherPacesClaimsToASlowAsynq(t *testing.T) {
 		}()
 	}
 	warm.Wait()
-	px.SetDelay(200 * time.Millisecond)
-	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Second, MaxAttempts: 100,
+	px.SetDelay(300 * time.Millisecond)
+	b := newBroker(t, BrokerOptions{Key: key, Lease: 2 * time.Second, MaxAttempts: 100,
 		Backoff: func(int) time.Duration { return 0 }})
 	d, err := NewDispatcher(b, asynq.NewClientFromRedisClient(slow), DispatcherOptions{
 		Concurrency: 4, RecoveryInterval: 20 * time.Millisecond, EnqueueTimeout: time.Minute})

@@ -101,6 +101,18 @@ func TestReaddedMemberRunsAgain(t *testing.T) {
 				TaskOptions: func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} }})
 			must(t, err)
 			runDispatcher(t, d)
+			defer func() { // what a failure saw
+				if t.Failed() {
+					st, err := b.Stats(ctx)
+					t.Logf("dispatcher %+v; schedule %+v (%v); runs %+v", d.Stats(), st, err, log.get("order-731"))
+					if idem != nil {
+						t.Logf("middleware %+v", idem.Stats())
+					}
+					if qi, err := newInspector(t).GetQueueInfo(q); err == nil {
+						t.Logf("asynq queue %+v", *qi)
+					}
+				}
+			}()
 
 			zadd := func(score float64) {
 				t.Helper()
