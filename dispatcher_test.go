@@ -491,20 +491,7 @@ func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
 	waitFor(t, 5*time.Second, "claims queued behind the enqueue under way", func() bool { return d.Stats().Claimed > quick+1 })
 	time.Sleep(2500 * time.Millisecond) // the queued claims' leases run out; recovery takes them back
 	px.Resume()
-	waitFor(t, 10*time.Second, "every job to run", func() bool {
-		log.mu.Lock()
-		defer log.mu.Unlock()
-		return len(log.runs) == len(jobs)
-	})
-	waitFor(t, 5*time.Second, "the schedule to empty", func() bool {
-		st, err := b.Stats(ctx)
-		return err == nil && st.Scheduled == 0 && st.Inflight == 0
-	})
-	for _, j := range jobs {
-		if n := len(log.get(j.ID)); n != 1 {
-			t.Errorf("%s ran %d times", j.ID, n)
-		}
-	}
+	waitEachRanOnce(t, log, b, jobs, 10*time.Second)
 	st := d.Stats()
 	if st.Conflicts > 1 || st.Failed == 0 {
 		t.Fatalf("stats %+v: want at most 1 conflict (the enqueue under way) and the claims past their lease not enqueued", st)
@@ -550,7 +537,17 @@ func TestDispatcherPacesClaimsToASlowAsynq(t *testing.T) {
 	must(t, b.Schedule(ctx, jobs...))
 	runDispatcher(t, d)
 	defer func() { t.Logf("dispatcher: %+v", d.Stats()) }()
-	waitFor(t, 20*time.Second, "every job to run", func() bool {
+	waitEachRanOnce(t, log, b, jobs, 20*time.Second)
+	if st := d.Stats(); st.Failed != 0 || st.Conflicts != 0 || st.Enqueued != int64(len(jobs)) {
+		t.Fatalf("stats %+v: want every job enqueued once, none past its lease", st)
+	}
+}
+
+// waitEachRanOnce waits up to d for every one of jobs to run and for b's
+// schedule to empty, then checks that each ran once.
+func waitEachRanOnce(t *testing.T, log *runsLog, b *Broker, jobs []Job, d time.Duration) {
+	t.Helper()
+	waitFor(t, d, "every job to run", func() bool {
 		log.mu.Lock()
 		defer log.mu.Unlock()
 		return len(log.runs) == len(jobs)
@@ -563,9 +560,6 @@ func TestDispatcherPacesClaimsToASlowAsynq(t *testing.T) {
 		if n := len(log.get(j.ID)); n != 1 {
 			t.Errorf("%s ran %d times", j.ID, n)
 		}
-	}
-	if st := d.Stats(); st.Failed != 0 || st.Conflicts != 0 || st.Enqueued != int64(len(jobs)) {
-		t.Fatalf("stats %+v: want every job enqueued once, none past its lease", st)
 	}
 }
 
