@@ -543,6 +543,39 @@ func TestDispatcherPacesClaimsToASlowAsynq(t *testing.T) {
 	}
 }
 
+// The claims a pipeline lets out follow the pace of the enqueues: a claim
+// per worker until one has ended, then one more round of the workers for
+// each enqueue time that fits in a quarter of the lease, up to the queue.
+func TestDispatcherClaimLimit(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t, BrokerOptions{Lease: time.Second})
+	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{Concurrency: 4})
+	must(t, err)
+	p := d.newPipeline(nil)
+	if most := 4 + 2*16; cap(p.queue) != most {
+		t.Fatalf("queue of %d, want %d", cap(p.queue), most)
+	}
+	for _, c := range []struct {
+		took time.Duration // the average enqueue; 0: none has ended
+		want int
+	}{{0, 4}, {2 * time.Second, 4}, {300 * time.Millisecond, 4}, {250 * time.Millisecond, 8},
+		{100 * time.Millisecond, 12}, {10 * time.Millisecond, 36}, {time.Nanosecond, 36}} {
+		d.enqueueTime.ns.Store(int64(c.took))
+		if got := p.limit(); got != c.want {
+			t.Errorf("enqueues of %v: limit %d, want %d", c.took, got, c.want)
+		}
+	}
+	// The average takes its first observation whole, then an eighth of
+	// each: 800, 800 - 800/8 = 700, 700 - 700/8 = 613.
+	var a average
+	for _, v := range []time.Duration{800, 0, 0} {
+		a.observe(v)
+	}
+	if got := a.get(); got != 613 {
+		t.Errorf("average of 800 ns, 0, 0: %v, want 613ns", got)
+	}
+}
+
 // waitEachRanOnce waits up to d for every one of jobs to run and for b's
 // schedule to empty, then checks that each ran once.
 func waitEachRanOnce(t *testing.T, log *runsLog, b *Broker, jobs []Job, d time.Duration) {
