@@ -457,9 +457,10 @@ func TestDispatcherBoundsClaimsWhileAsynqHangs(t *testing.T) {
 }
 
 // A claim whose lease runs out while it waits for a worker (asynq hangs,
-// after a first enqueue quick enough to let claims queue) is not enqueued: recovery gives the job back and its next claim enqueues
-// it. The only conflict left is the enqueue that was under way; enqueuing
-// the waiting claims too would have made one for each of them.
+// after enqueues quick enough to let claims queue) is not enqueued:
+// recovery gives the job back and its next claim enqueues it. The only
+// conflict left is the enqueue that was under way; enqueuing the waiting
+// claims too would have made one for each of them.
 func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
 	t.Parallel()
 	key, q := testKey(t), testQueue(t)

@@ -250,7 +250,7 @@ func run(w io.Writer, rdb *redis.Client, ns string, cfg config) (bool, error) {
 	}
 	ac := asynq.NewClientFromRedisClient(enq)
 	recovered := map[string]bool{} // crashed claims run again (under tl.mu)
-	var again atomic.Int64         // other claims dispatched again: their lease ran out first
+	again := 0                     // other claims dispatched again, their lease lapsed first (under tl.mu)
 	dispatchers := make([]*zclaim.Dispatcher, 2)
 	var wg sync.WaitGroup
 	for i := range dispatchers {
@@ -264,7 +264,7 @@ func run(w io.Writer, rdb *redis.Client, ns string, cfg config) (bool, error) {
 				case c.Attempt > 1 && late[c.ID] && err == nil:
 					recovered[c.ID] = true
 				case c.Attempt > 1 && !late[c.ID]:
-					again.Add(1)
+					again++
 				}
 				if !late[c.ID] && !tl.dispatched[c.ID] {
 					tl.enqLags = append(tl.enqLags, lag)
@@ -353,7 +353,7 @@ func run(w io.Writer, rdb *redis.Client, ns string, cfg config) (bool, error) {
 	row("duplicates suppressed by the middleware", suppressed.Load())
 	row("duplicates settled as asynq TaskID conflicts", ds.Conflicts)
 	row("crashed claims recovered and run", len(recovered))
-	row("other claims dispatched again (lease lapsed)", again.Load())
+	row("other claims dispatched again (lease lapsed)", again)
 	p50, p99, mx := pct(tl.enqLags)
 	row("dispatch lag p50 (due -> enqueued, on time)", p50)
 	row("dispatch lag p99", p99)
