@@ -1351,6 +1351,11 @@ func (st *analysisState) zrangeArgs(s *fnScope, e ast.Expr) (key ast.Expr, bySco
 	return key, byScore
 }
 
+// IsClient reports whether path is the import path of a package of a Redis
+// client the analyzer knows (go-redis or redigo). Only a package that
+// imports one, directly or through other packages, can hold a fact.
+func IsClient(path string) bool { return isGoRedis(path) || isRedigo(path) }
+
 func isGoRedis(path string) bool {
 	return strings.HasPrefix(path, "github.com/redis/go-redis/") || strings.HasPrefix(path, "github.com/go-redis/redis")
 }

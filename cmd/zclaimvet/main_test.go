@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,6 +104,51 @@ func Poll(rdb *redis.Client) {
 	out, _ = cmd.CombinedOutput()
 	if strings.Contains(string(out), "racy poller") || !strings.Contains(string(out), "undefined") {
 		t.Fatalf("go vet -vettool was expected to stop at the test file's type error:\n%s", out)
+	}
+}
+
+// noFacts answers go vet's call for a dependency's facts itself only
+// where the package cannot have any: it imports only the standard library
+// and is no Redis client's. Every other call goes to the analyzer and
+// leaves the facts file alone.
+func TestNoFacts(t *testing.T) {
+	std := map[string]bool{"context": true, "fmt": true, "unsafe": true}
+	for _, c := range []struct {
+		name string
+		cfg  vetConfig
+		want bool
+	}{
+		{"standard imports", vetConfig{ImportPath: "net/http", ImportMap: map[string]string{"context": "context", "fmt": "fmt"}, VetxOnly: true}, true},
+		{"no imports", vetConfig{ImportPath: "github.com/google/uuid/x", VetxOnly: true}, true},
+		{"unsafe and cgo", vetConfig{ImportPath: "x", ImportMap: map[string]string{"unsafe": "unsafe", "C": "C"}, VetxOnly: true}, true},
+		{"a module's import", vetConfig{ImportPath: "b", ImportMap: map[string]string{"fmt": "fmt", "wrap": "example.com/wrap"}, VetxOnly: true}, false},
+		{"a vendored import", vetConfig{ImportPath: "b", ImportMap: map[string]string{"fmt": "example.com/vendor/fmt"}, VetxOnly: true}, false},
+		{"go-redis itself", vetConfig{ImportPath: "github.com/redis/go-redis/v9/internal/proto", ImportMap: map[string]string{"fmt": "fmt"}, VetxOnly: true}, false},
+		{"redigo itself", vetConfig{ImportPath: "github.com/gomodule/redigo/redis", ImportMap: map[string]string{"fmt": "fmt"}, VetxOnly: true}, false},
+		{"a package vetted for its reports", vetConfig{ImportPath: "net/http", ImportMap: map[string]string{"fmt": "fmt"}}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			c.cfg.Standard, c.cfg.VetxOutput = std, filepath.Join(dir, "vet.out")
+			must(t, os.WriteFile(c.cfg.VetxOutput, []byte("earlier"), 0o644))
+			data, err := json.Marshal(c.cfg)
+			must(t, err)
+			cfg := filepath.Join(dir, "vet.cfg")
+			must(t, os.WriteFile(cfg, data, 0o644))
+			if got := noFacts(cfg); got != c.want {
+				t.Fatalf("noFacts = %v, want %v", got, c.want)
+			}
+			out, err := os.ReadFile(c.cfg.VetxOutput)
+			must(t, err)
+			if want := map[bool]string{true: "", false: "earlier"}[c.want]; string(out) != want {
+				t.Fatalf("facts file %q, want %q", out, want)
+			}
+		})
+	}
+	for _, arg := range []string{"./...", filepath.Join(t.TempDir(), "missing.cfg")} {
+		if noFacts(arg) {
+			t.Fatalf("noFacts(%q) = true", arg)
+		}
 	}
 }
 
