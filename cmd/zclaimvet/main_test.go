@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,10 +22,7 @@ func TestVetTool(t *testing.T) {
 	if testing.Short() {
 		t.Skip("vets asynq and go-redis")
 	}
-	bin := filepath.Join(t.TempDir(), "zclaimvet")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildTool(t, t.TempDir())
 	vet := func(pkgs ...string) (string, time.Duration) {
 		start := time.Now()
 		cmd := exec.Command("go", append([]string{"vet", "-vettool=" + bin}, pkgs...)...)
@@ -59,20 +57,8 @@ func TestVetTool(t *testing.T) {
 // reports the poller in it (it loads no test files), where go vet
 // -vettool drops the package.
 func TestTestsDoNotBuild(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "zclaimvet")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	dir := t.TempDir()
-	stub, err := os.ReadFile("../../zclaimvet/testdata/src/github.com/redis/go-redis/v9/redis.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := map[string]string{
-		"go.mod": "module x\n\ngo 1.24\n\nrequire github.com/redis/go-redis/v9 v9.0.0\n\n" +
-			"replace github.com/redis/go-redis/v9 => ./stub\n",
-		"stub/go.mod":   "module github.com/redis/go-redis/v9\n\ngo 1.24\n",
-		"stub/redis.go": string(stub),
+	bin := buildTool(t, t.TempDir())
+	dir := module(t, map[string]string{
 		"x.go": `package x
 
 import (
@@ -87,20 +73,15 @@ func Poll(rdb *redis.Client) {
 }
 `,
 		"x_test.go": "package x\n\nfunc TestBroken(t *testing.T) { undefined() }\n",
-	}
-	for name, body := range files {
-		must(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755))
-		must(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644))
-	}
-	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off")
+	})
 	cmd := exec.Command(bin, "./...")
-	cmd.Dir, cmd.Env = dir, env
+	cmd.Dir, cmd.Env = dir, moduleEnv()
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || !strings.Contains(string(out), "x.go:10:9: racy poller") {
 		t.Fatalf("zclaimvet ./... over a package whose tests do not build: %v\n%s", err, out)
 	}
 	cmd = exec.Command("go", "vet", "-vettool="+bin, "./...")
-	cmd.Dir, cmd.Env = dir, env
+	cmd.Dir, cmd.Env = dir, moduleEnv()
 	out, _ = cmd.CombinedOutput()
 	if strings.Contains(string(out), "racy poller") || !strings.Contains(string(out), "undefined") {
 		t.Fatalf("go vet -vettool was expected to stop at the test file's type error:\n%s", out)
@@ -150,6 +131,110 @@ func TestNoFacts(t *testing.T) {
 			t.Fatalf("noFacts(%q) = true", arg)
 		}
 	}
+}
+
+// Under a real go vet: the tool answers the call for the facts of the
+// standard library's fmt (its flags, then its .cfg) without type-checking
+// fmt, and type-checks the module's own package, which imports go-redis.
+func TestNoFactsUnderGoVet(t *testing.T) {
+	dir := t.TempDir()
+	// A tool of its own build ID, so that go vet makes the calls instead
+	// of answering them from an earlier run's cache.
+	bin := buildTool(t, dir, "-ldflags=-X=main.build="+strconv.FormatInt(time.Now().UnixNano(), 10))
+	// A wrapper that keeps each call's arguments and .cfg file, named by
+	// its process id: go vet makes calls in parallel.
+	calls := filepath.Join(dir, "calls")
+	must(t, os.MkdirAll(calls, 0o755))
+	wrapper := filepath.Join(dir, "wrapper")
+	must(t, os.WriteFile(wrapper, []byte("#!/bin/sh\n"+
+		"echo \"$@\" > "+calls+"/$$.args\n"+
+		"for a in \"$@\"; do case \"$a\" in *.cfg) cp \"$a\" "+calls+"/$$.cfg;; esac; done\n"+
+		"exec "+bin+" \"$@\"\n"), 0o755))
+	mod := module(t, map[string]string{
+		"x.go": "package x\n\nimport (\n\t\"fmt\"\n\n\t\"github.com/redis/go-redis/v9\"\n)\n\nvar _ *redis.Client\n\nfunc F() { fmt.Println() }\n",
+	})
+	cmd := exec.Command("go", "vet", "-vettool="+wrapper, "./...")
+	cmd.Dir, cmd.Env = mod, moduleEnv()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go vet: %v\n%s", err, out)
+	}
+	cfgs, err := filepath.Glob(filepath.Join(calls, "*.cfg"))
+	must(t, err)
+	seen := map[string]bool{}
+	for _, f := range cfgs {
+		args, err := os.ReadFile(strings.TrimSuffix(f, ".cfg") + ".args")
+		must(t, err)
+		if !strings.HasSuffix(strings.TrimSpace(string(args)), ".cfg") {
+			t.Fatalf("go vet called the tool with %q: not its .cfg last", args)
+		}
+		data, err := os.ReadFile(f)
+		must(t, err)
+		var cfg vetConfig
+		must(t, json.Unmarshal(data, &cfg))
+		if cfg.ImportPath != "fmt" && cfg.ImportPath != "x" {
+			continue
+		}
+		// The call again, with its .cfg: its output files (gone with go
+		// vet's work directory) in a new place, and no export data of its
+		// imports, so that only a call answered without type-checking
+		// succeeds.
+		var raw map[string]any
+		must(t, json.Unmarshal(data, &raw))
+		tmp := t.TempDir()
+		out := filepath.Join(tmp, "vet.out")
+		raw["VetxOutput"], raw["Stdout"], raw["PackageFile"] = out, filepath.Join(tmp, "vet.stdout"), map[string]string{}
+		data, err = json.Marshal(raw)
+		must(t, err)
+		must(t, os.WriteFile(f, data, 0o644))
+		argv := strings.Fields(string(args))
+		argv[len(argv)-1] = f
+		msg, err := exec.Command(bin, argv...).CombinedOutput()
+		facts, ferr := os.ReadFile(out)
+		if cfg.ImportPath == "fmt" && (err != nil || ferr != nil || len(facts) != 0) {
+			t.Errorf("go vet's call for fmt's facts (%s): %v, facts %q (%v)\n%s", argv, err, facts, ferr, msg)
+		}
+		if cfg.ImportPath == "x" && err == nil {
+			t.Errorf("go vet's call for x, which imports go-redis, was answered without type-checking it:\n%s", msg)
+		}
+		seen[cfg.ImportPath] = true
+	}
+	if !seen["fmt"] || !seen["x"] {
+		t.Fatalf("go vet called the tool for %v of %d packages, not for both fmt and x", seen, len(cfgs))
+	}
+}
+
+// buildTool builds the command into dir, with go build's flags.
+func buildTool(t *testing.T, dir string, flags ...string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "zclaimvet")
+	if out, err := exec.Command("go", append(append([]string{"build"}, flags...), "-o", bin, ".")...).CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// module writes a module x of files, beside a stub of go-redis (the
+// analyzer's testdata) that it requires, and returns its directory.
+func module(t *testing.T, files map[string]string) string {
+	t.Helper()
+	stub, err := os.ReadFile("../../zclaimvet/testdata/src/github.com/redis/go-redis/v9/redis.go")
+	must(t, err)
+	files["go.mod"] = "module x\n\ngo 1.24\n\nrequire github.com/redis/go-redis/v9 v9.0.0\n\n" +
+		"replace github.com/redis/go-redis/v9 => ./stub\n"
+	files["stub/go.mod"] = "module github.com/redis/go-redis/v9\n\ngo 1.24\n"
+	files["stub/redis.go"] = string(stub)
+	dir := t.TempDir()
+	for name, body := range files {
+		must(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755))
+		must(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644))
+	}
+	return dir
+}
+
+// moduleEnv is the environment of a command over a module of module's:
+// offline, outside the workspace.
+func moduleEnv() []string {
+	return append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off")
 }
 
 func must(t *testing.T, err error) {
