@@ -37,14 +37,14 @@ type vetConfig struct {
 	VetxOutput string            // where they go
 }
 
-// noFacts answers go vet's call (its flags, then the .cfg file) for the facts of a dependency that cannot
-// have any, without type-checking it: it writes the empty facts file and
-// reports true. Such a package is no Redis client's and imports only the
-// standard library, which imports no client. go vet asks for the facts of
-// every package that a vetted one depends on, the standard library's too;
-// those are most of a cold run's packages, and type-checking them from
-// source was most of its time. Any other call, or a configuration it
-// cannot read, goes to the analyzer.
+// noFacts answers go vet's call (its flags, then the .cfg file) for the
+// facts of a dependency that cannot have any, without type-checking it: it
+// writes the empty facts file and reports true. Such a package is no Redis
+// client's and imports only the standard library, which imports no client.
+// go vet asks for the facts of every package that a vetted one depends on,
+// the standard library's too: those are most of a cold run's packages, and
+// type-checking them from source would be most of its time. Any other
+// call, or a configuration it cannot read, goes to the analyzer.
 func noFacts(arg string) bool {
 	if !strings.HasSuffix(arg, ".cfg") {
 		return false
