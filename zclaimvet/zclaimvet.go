@@ -8,10 +8,11 @@
 //
 // It follows keys across functions and packages (analysis facts: "this
 // function reads due members of its key argument i", "this method removes
-// members of its receiver's field key"), through the project's own client
-// wrappers, closures and pipelines. It knows go-redis (v9, v8 and v7 without
-// a context: the typed methods, ZRangeArgs with ByScore, Pipelined,
-// TxPipelined, Watch, and Do) and redigo (Do, Send, MULTI/EXEC, WATCH).
+// members of its receiver's field key", "this package uses a Redis
+// client"), through the project's own client wrappers, closures and
+// pipelines. It knows go-redis (v9, v8 and v7 without a context: the typed
+// methods, ZRangeArgs with ByScore, Pipelined, TxPipelined, Watch, and Do)
+// and redigo (Do, Send, MULTI/EXEC, WATCH).
 //
 // A removal of one member whose count decides who runs the job (a checked
 // ZREM) is correct but costs a round trip per job: it gets a milder report
@@ -47,7 +48,7 @@ var Analyzer = &analysis.Analyzer{
 		"(two workers take one job)",
 	URL:       "https://pkg.go.dev/github.com/zclaim/zclaim/zclaimvet",
 	Run:       run,
-	FactTypes: []analysis.Fact{new(Summary)},
+	FactTypes: []analysis.Fact{new(Summary), new(Uses)},
 	// A package that does not fully type-check (a missing generated file,
 	// a dependency of another version) is still read: only the Redis
 	// clients' calls need their types.
@@ -79,6 +80,51 @@ type Summary struct {
 	// its parameter Cmd is the command, its variadic parameter Args the
 	// key and arguments (func Do(cmd string, args ...any)).
 	Sends *Sends
+}
+
+// Uses is the fact of a package whose code (its test files aside) imports
+// a Redis client the analyzer knows, directly or through the packages it
+// imports: Client is the first such client by path. Only a package that
+// has it can hold other facts, so a package whose imports have none holds
+// none either: zclaimvet as a vet tool answers go vet's call for such a
+// package's facts without type-checking it.
+type Uses struct{ Client string }
+
+func (*Uses) AFact() {}
+
+func (u *Uses) String() string { return "uses " + u.Client }
+
+// uses exports the package's Uses fact, unless it is a client's own
+// package (whose importers see the client itself) or imports no client.
+func uses(pass *analysis.Pass) {
+	if IsClient(pass.Pkg.Path()) {
+		return
+	}
+	client := ""
+	for _, f := range pass.Files {
+		if strings.HasSuffix(pass.Fset.Position(f.Pos()).Filename, "_test.go") {
+			continue
+		}
+		for _, spec := range f.Imports {
+			pn := pass.TypesInfo.PkgNameOf(spec)
+			if pn == nil {
+				continue
+			}
+			c, u := pn.Imported().Path(), new(Uses)
+			if !IsClient(c) {
+				if !pass.ImportPackageFact(pn.Imported(), u) {
+					continue
+				}
+				c = u.Client
+			}
+			if client == "" || c < client {
+				client = c
+			}
+		}
+	}
+	if client != "" {
+		pass.ExportPackageFact(&Uses{Client: client})
+	}
 }
 
 // Sends names the parameters of a command-sending wrapper.
@@ -151,6 +197,7 @@ type analysisState struct {
 }
 
 func run(pass *analysis.Pass) (any, error) {
+	uses(pass)
 	st := &analysisState{pass: pass, ok: okLines(pass), summaries: map[*types.Func]*Summary{},
 		decls: map[*types.Func]*ast.FuncDecl{}, watched: map[ast.Node]bool{}, reported: map[ast.Node]bool{},
 		paired: map[*types.Func]map[int]bool{}, origin: map[*types.Func][]ast.Node{}}
@@ -1353,7 +1400,7 @@ func (st *analysisState) zrangeArgs(s *fnScope, e ast.Expr) (key ast.Expr, bySco
 
 // IsClient reports whether path is the import path of a package of a Redis
 // client the analyzer knows (go-redis or redigo). Only a package that
-// imports one, directly or through other packages, can hold a fact.
+// imports one, directly or through other packages, can hold a fact (Uses).
 func IsClient(path string) bool { return isGoRedis(path) || isRedigo(path) }
 
 func isGoRedis(path string) bool {

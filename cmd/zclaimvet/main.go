@@ -30,21 +30,23 @@ func main() {
 // vetConfig is the part of go vet's per-package configuration (the .cfg
 // file it passes) that noFacts reads.
 type vetConfig struct {
-	ImportPath string
-	ImportMap  map[string]string // import path → the package's path
-	Standard   map[string]bool   // the standard library's packages among the imports
-	VetxOnly   bool              // only the package's facts are asked for
-	VetxOutput string            // where they go
+	ImportPath  string
+	ImportMap   map[string]string // import path → the package's path
+	Standard    map[string]bool   // the standard library's packages among the imports
+	PackageVetx map[string]string // an import's path → its facts file
+	VetxOnly    bool              // only the package's facts are asked for
+	VetxOutput  string            // where they go
 }
 
 // noFacts answers go vet's call (its flags, then the .cfg file) for the
 // facts of a dependency that cannot have any, without type-checking it: it
 // writes the empty facts file and reports true. Such a package is no Redis
-// client's and imports only the standard library, which imports no client.
-// go vet asks for the facts of every package that a vetted one depends on,
-// the standard library's too: those are most of a cold run's packages, and
-// type-checking them from source would be most of its time. Any other
-// call, or a configuration it cannot read, goes to the analyzer.
+// client's, and none of its imports is a client or has facts: an import
+// that reaches a client has at least its zclaimvet.Uses fact, and the
+// standard library imports no client. go vet asks for the facts of every
+// package that a vetted one depends on: most of them reach no client, and
+// type-checking them from source would be most of a cold run's time. Any
+// other call, or a configuration it cannot read, goes to the analyzer.
 func noFacts(arg string) bool {
 	if !strings.HasSuffix(arg, ".cfg") {
 		return false
@@ -56,7 +58,13 @@ func noFacts(arg string) bool {
 		return false
 	}
 	for _, p := range cfg.ImportMap {
-		if !cfg.Standard[p] && p != "unsafe" && p != "C" {
+		if cfg.Standard[p] || p == "unsafe" || p == "C" {
+			continue
+		}
+		if zclaimvet.IsClient(p) || cfg.PackageVetx[p] == "" {
+			return false
+		}
+		if fi, err := os.Stat(cfg.PackageVetx[p]); err != nil || fi.Size() > 0 {
 			return false
 		}
 	}

@@ -89,11 +89,20 @@ func Poll(rdb *redis.Client) {
 }
 
 // noFacts answers go vet's call for a dependency's facts itself only
-// where the package cannot have any: it imports only the standard library
-// and is no Redis client's. Every other call goes to the analyzer and
-// leaves the facts file alone.
+// where the package cannot have any: it is no Redis client's, and each of
+// its imports is the standard library's or has an empty facts file. Every
+// other call goes to the analyzer and leaves the facts file alone.
 func TestNoFacts(t *testing.T) {
 	std := map[string]bool{"context": true, "fmt": true, "unsafe": true}
+	// Facts files by name: "empty", "facts" (an import that has facts),
+	// "gone" (none there).
+	vetx := func(files ...string) map[string]string {
+		m := map[string]string{}
+		for i := 0; i < len(files); i += 2 {
+			m[files[i]] = files[i+1]
+		}
+		return m
+	}
 	for _, c := range []struct {
 		name string
 		cfg  vetConfig
@@ -102,14 +111,28 @@ func TestNoFacts(t *testing.T) {
 		{"standard imports", vetConfig{ImportPath: "net/http", ImportMap: map[string]string{"context": "context", "fmt": "fmt"}, VetxOnly: true}, true},
 		{"no imports", vetConfig{ImportPath: "github.com/google/uuid/x", VetxOnly: true}, true},
 		{"unsafe and cgo", vetConfig{ImportPath: "x", ImportMap: map[string]string{"unsafe": "unsafe", "C": "C"}, VetxOnly: true}, true},
-		{"a module's import", vetConfig{ImportPath: "b", ImportMap: map[string]string{"fmt": "fmt", "wrap": "example.com/wrap"}, VetxOnly: true}, false},
-		{"a vendored import", vetConfig{ImportPath: "b", ImportMap: map[string]string{"fmt": "example.com/vendor/fmt"}, VetxOnly: true}, false},
+		{"an import without facts", vetConfig{ImportPath: "b", ImportMap: map[string]string{"fmt": "fmt", "wrap": "example.com/wrap"},
+			PackageVetx: vetx("example.com/wrap", "empty"), VetxOnly: true}, true},
+		{"an import with facts", vetConfig{ImportPath: "b", ImportMap: map[string]string{"fmt": "fmt", "wrap": "example.com/wrap"},
+			PackageVetx: vetx("example.com/wrap", "facts"), VetxOnly: true}, false},
+		{"an import whose facts file is not named", vetConfig{ImportPath: "b", ImportMap: map[string]string{"wrap": "example.com/wrap"}, VetxOnly: true}, false},
+		{"an import whose facts file is gone", vetConfig{ImportPath: "b", ImportMap: map[string]string{"wrap": "example.com/wrap"},
+			PackageVetx: vetx("example.com/wrap", "gone"), VetxOnly: true}, false},
+		{"a vendored import with facts", vetConfig{ImportPath: "b", ImportMap: map[string]string{"fmt": "example.com/vendor/fmt"},
+			PackageVetx: vetx("example.com/vendor/fmt", "facts"), VetxOnly: true}, false},
+		{"a client among the imports", vetConfig{ImportPath: "b", ImportMap: map[string]string{"redis": "github.com/redis/go-redis/v9"},
+			PackageVetx: vetx("github.com/redis/go-redis/v9", "empty"), VetxOnly: true}, false},
 		{"go-redis itself", vetConfig{ImportPath: "github.com/redis/go-redis/v9/internal/proto", ImportMap: map[string]string{"fmt": "fmt"}, VetxOnly: true}, false},
 		{"redigo itself", vetConfig{ImportPath: "github.com/gomodule/redigo/redis", ImportMap: map[string]string{"fmt": "fmt"}, VetxOnly: true}, false},
 		{"a package vetted for its reports", vetConfig{ImportPath: "net/http", ImportMap: map[string]string{"fmt": "fmt"}}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
+			must(t, os.WriteFile(filepath.Join(dir, "empty"), nil, 0o644))
+			must(t, os.WriteFile(filepath.Join(dir, "facts"), []byte("facts"), 0o644))
+			for p, name := range c.cfg.PackageVetx {
+				c.cfg.PackageVetx[p] = filepath.Join(dir, name)
+			}
 			c.cfg.Standard, c.cfg.VetxOutput = std, filepath.Join(dir, "vet.out")
 			must(t, os.WriteFile(c.cfg.VetxOutput, []byte("earlier"), 0o644))
 			data, err := json.Marshal(c.cfg)
@@ -133,9 +156,12 @@ func TestNoFacts(t *testing.T) {
 	}
 }
 
-// Under a real go vet: the tool answers the call for the facts of the
-// standard library's fmt (its flags, then its .cfg) without type-checking
-// fmt, and type-checks the module's own package, which imports go-redis.
+// Under a real go vet, over a package x that imports the standard
+// library's fmt, a package plain of the module that imports only another
+// (leaf, which imports fmt), and a package through that imports one (uses)
+// that imports go-redis: the tool answers the calls for the facts of fmt,
+// leaf and plain without type-checking them, and type-checks uses,
+// through and x.
 func TestNoFactsUnderGoVet(t *testing.T) {
 	dir := t.TempDir()
 	// A tool of its own build ID, so that go vet makes the calls instead
@@ -151,15 +177,26 @@ func TestNoFactsUnderGoVet(t *testing.T) {
 		"for a in \"$@\"; do case \"$a\" in *.cfg) cp \"$a\" "+calls+"/$$.cfg;; esac; done\n"+
 		"exec "+bin+" \"$@\"\n"), 0o755))
 	mod := module(t, map[string]string{
-		"x.go": "package x\n\nimport (\n\t\"fmt\"\n\n\t\"github.com/redis/go-redis/v9\"\n)\n\nvar _ *redis.Client\n\nfunc F() { fmt.Println() }\n",
+		"x.go":         "package x\n\nimport (\n\t\"fmt\"\n\n\t\"x/plain\"\n\t\"x/through\"\n)\n\nfunc F() { fmt.Println(plain.F(), through.F()) }\n",
+		"leaf/leaf.go": "package leaf\n\nimport \"fmt\"\n\nfunc F() string { return fmt.Sprint(1) }\n",
+		"plain/p.go":   "package plain\n\nimport \"x/leaf\"\n\nfunc F() string { return leaf.F() }\n",
+		"uses/u.go":    "package uses\n\nimport \"github.com/redis/go-redis/v9\"\n\nvar Client *redis.Client\n",
+		"through/t.go": "package through\n\nimport \"x/uses\"\n\nfunc F() any { return uses.Client }\n",
 	})
-	cmd := exec.Command("go", "vet", "-vettool="+wrapper, "./...")
+	// -work keeps go vet's work directory, where the facts files it
+	// names are.
+	cmd := exec.Command("go", "vet", "-work", "-vettool="+wrapper, ".")
 	cmd.Dir, cmd.Env = mod, moduleEnv()
-	if out, err := cmd.CombinedOutput(); err != nil {
+	out, err := cmd.CombinedOutput()
+	if m := regexp.MustCompile(`(?m)^WORK=(.+)$`).FindSubmatch(out); m != nil {
+		t.Cleanup(func() { os.RemoveAll(string(m[1])) })
+	}
+	if err != nil {
 		t.Fatalf("go vet: %v\n%s", err, out)
 	}
 	cfgs, err := filepath.Glob(filepath.Join(calls, "*.cfg"))
 	must(t, err)
+	answered := map[string]bool{"fmt": true, "x/leaf": true, "x/plain": true, "x/uses": false, "x/through": false, "x": false}
 	seen := map[string]bool{}
 	for _, f := range cfgs {
 		args, err := os.ReadFile(strings.TrimSuffix(f, ".cfg") + ".args")
@@ -171,35 +208,37 @@ func TestNoFactsUnderGoVet(t *testing.T) {
 		must(t, err)
 		var cfg vetConfig
 		must(t, json.Unmarshal(data, &cfg))
-		if cfg.ImportPath != "fmt" && cfg.ImportPath != "x" {
+		want, ok := answered[cfg.ImportPath]
+		if !ok {
 			continue
 		}
-		// The call again, with its .cfg: its output files (gone with go
-		// vet's work directory) in a new place, and no export data of its
-		// imports, so that only a call answered without type-checking
-		// succeeds.
+		// The call again, with its .cfg: its output files in a new place,
+		// and no export data of its imports, so that only a call answered
+		// without type-checking succeeds.
 		var raw map[string]any
 		must(t, json.Unmarshal(data, &raw))
 		tmp := t.TempDir()
-		out := filepath.Join(tmp, "vet.out")
-		raw["VetxOutput"], raw["Stdout"], raw["PackageFile"] = out, filepath.Join(tmp, "vet.stdout"), map[string]string{}
+		vetx := filepath.Join(tmp, "vet.out")
+		raw["VetxOutput"], raw["Stdout"], raw["PackageFile"] = vetx, filepath.Join(tmp, "vet.stdout"), map[string]string{}
 		data, err = json.Marshal(raw)
 		must(t, err)
 		must(t, os.WriteFile(f, data, 0o644))
 		argv := strings.Fields(string(args))
 		argv[len(argv)-1] = f
 		msg, err := exec.Command(bin, argv...).CombinedOutput()
-		facts, ferr := os.ReadFile(out)
-		if cfg.ImportPath == "fmt" && (err != nil || ferr != nil || len(facts) != 0) {
-			t.Errorf("go vet's call for fmt's facts (%s): %v, facts %q (%v)\n%s", argv, err, facts, ferr, msg)
+		facts, ferr := os.ReadFile(vetx)
+		if want && (err != nil || ferr != nil || len(facts) != 0) {
+			t.Errorf("go vet's call for the facts of %s (%s): %v, facts %q (%v)\n%s", cfg.ImportPath, argv, err, facts, ferr, msg)
 		}
-		if cfg.ImportPath == "x" && err == nil {
-			t.Errorf("go vet's call for x, which imports go-redis, was answered without type-checking it:\n%s", msg)
+		if !want && err == nil {
+			t.Errorf("go vet's call for %s (VetxOnly %v) was answered without type-checking it:\n%s", cfg.ImportPath, cfg.VetxOnly, msg)
 		}
 		seen[cfg.ImportPath] = true
 	}
-	if !seen["fmt"] || !seen["x"] {
-		t.Fatalf("go vet called the tool for %v of %d packages, not for both fmt and x", seen, len(cfgs))
+	for p := range answered {
+		if !seen[p] {
+			t.Errorf("go vet made no call for %s among its %d", p, len(cfgs))
+		}
 	}
 }
 

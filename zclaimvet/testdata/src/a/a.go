@@ -1,4 +1,4 @@
-package a
+package a // want package:"uses github.com/go-redis/redis/v7"
 
 import (
 	"context"

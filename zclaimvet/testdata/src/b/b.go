@@ -1,4 +1,4 @@
-// Package b polls through package wrap's methods: shape 2 across packages.
+// Package b polls through package wrap's methods: shape 2 across packages. // want package:"uses github.com/redis/go-redis/v9"
 package b
 
 import "wrap"

@@ -1,5 +1,5 @@
-// Package c polls through package rwrap: the key is the first of the
-// wrapper's arguments.
+// Package c polls through package rwrap. // want package:"uses github.com/gomodule/redigo/redis"
+// The key is the first of the wrapper's arguments.
 package c
 
 import "rwrap"

@@ -1,5 +1,5 @@
-// Package rwrap wraps redigo the way many projects do: one Do that sends
-// any command, and a function per command that forwards its arguments.
+// Package rwrap wraps redigo the way many projects do. // want package:"uses github.com/gomodule/redigo/redis"
+// One Do sends any command, and a function per command forwards its arguments.
 package rwrap
 
 import "github.com/gomodule/redigo/redis"

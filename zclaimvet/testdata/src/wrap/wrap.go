@@ -1,5 +1,5 @@
-// Package wrap is a project's own client wrapper around go-redis: its
-// methods take the key and send one command each.
+// Package wrap is a project's own client wrapper around go-redis. // want package:"uses github.com/redis/go-redis/v9"
+// Its methods take the key and send one command each.
 package wrap
 
 import (
