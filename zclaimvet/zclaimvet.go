@@ -95,14 +95,19 @@ func (*Uses) AFact() {}
 func (u *Uses) String() string { return "uses " + u.Client }
 
 // uses exports the package's Uses fact, unless it is a client's own
-// package (whose importers see the client itself) or imports no client.
-func uses(pass *analysis.Pass) {
+// package (whose importers see the client itself) or imports no client,
+// and reports whether the files analysed (with -tests, the test files too)
+// can send a Redis command: the package is a client's, or they import a
+// client or a package with the fact. Files that cannot send one hold no
+// poller, and their package no other fact.
+func uses(pass *analysis.Pass) bool {
 	if IsClient(pass.Pkg.Path()) {
-		return
+		return true
 	}
-	client := ""
+	client, tests := "", false // tests: a test file analysed imports a client
 	for _, f := range pass.Files {
-		if strings.HasSuffix(pass.Fset.Position(f.Pos()).Filename, "_test.go") {
+		test := strings.HasSuffix(pass.Fset.Position(f.Pos()).Filename, "_test.go")
+		if test && !includeTests {
 			continue
 		}
 		for _, spec := range f.Imports {
@@ -117,7 +122,9 @@ func uses(pass *analysis.Pass) {
 				}
 				c = u.Client
 			}
-			if client == "" || c < client {
+			if test {
+				tests = true
+			} else if client == "" || c < client {
 				client = c
 			}
 		}
@@ -125,6 +132,7 @@ func uses(pass *analysis.Pass) {
 	if client != "" {
 		pass.ExportPackageFact(&Uses{Client: client})
 	}
+	return client != "" || tests
 }
 
 // Sends names the parameters of a command-sending wrapper.
@@ -197,7 +205,9 @@ type analysisState struct {
 }
 
 func run(pass *analysis.Pass) (any, error) {
-	uses(pass)
+	if !uses(pass) {
+		return nil, nil
+	}
 	st := &analysisState{pass: pass, ok: okLines(pass), summaries: map[*types.Func]*Summary{},
 		decls: map[*types.Func]*ast.FuncDecl{}, watched: map[ast.Node]bool{}, reported: map[ast.Node]bool{},
 		paired: map[*types.Func]map[int]bool{}, origin: map[*types.Func][]ast.Node{}}
