@@ -78,6 +78,42 @@ func (l *runsLog) total() int {
 	return n
 }
 
+// A plain ZADD of a member that waits as a retry moves the retry, which
+// keeps its occurrence (the README's Concepts): one member is one job, so
+// the claim after it is the first occurrence's attempt 2, at the new score.
+func TestZAddMovesAWaitingRetry(t *testing.T) {
+	t.Parallel()
+	key := plainKey(t)
+	rdb := newClient(t)
+	b := newBroker(t, BrokerOptions{Key: key}) // a lease of 50 ms
+	first := float64(redisNow(t, rdb).Add(-time.Second).UnixMilli()) / 1000
+	must(t, rdb.ZAdd(ctx, key, redis.Z{Score: first, Member: "order-731"}).Err())
+	cs, err := b.Claim(ctx, 1)
+	must(t, err)
+	if len(cs) != 1 || cs[0].Attempt != 1 {
+		t.Fatalf("first claim %+v", cs)
+	}
+	occurrence := cs[0].Due
+	// The lease runs out without an Ack: recovery puts the job back after
+	// its backoff.
+	waitFor(t, 10*time.Second, "the expired claim to be recovered", func() bool {
+		r, err := b.Recover(ctx)
+		return err == nil && r.Requeued == 1
+	})
+	second := first + 0.5 // due already, before the retry's backoff ends
+	must(t, rdb.ZAdd(ctx, key, redis.Z{Score: second, Member: "order-731"}).Err())
+	cs, err = b.Claim(ctx, 1)
+	must(t, err)
+	if len(cs) != 1 {
+		t.Fatalf("the moved retry was not claimed at once: %+v", cs)
+	}
+	at := time.UnixMilli(int64(second*1000 + 0.5))
+	if c := cs[0]; c.Attempt != 2 || !c.Due.Equal(occurrence) || c.RunAt.Sub(at).Abs() > time.Millisecond {
+		t.Fatalf("claim after the ZADD: attempt %d, due %v, run at %v; want attempt 2 of the occurrence due %v, at %v",
+			c.Attempt, c.Due, c.RunAt, occurrence, at)
+	}
+}
+
 // A member added again with plain ZADD after it ran is a new occurrence
 // and runs again; the same ZADD repeated (same score) is the same
 // occurrence and does not. The task's id names the occurrence and the
