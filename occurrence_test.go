@@ -79,7 +79,7 @@ func (l *runsLog) total() int {
 }
 
 // A plain ZADD of a member that waits as a retry moves the retry, which
-// keeps its occurrence (the README's Concepts): one member is one job, so
+// keeps its occurrence (docs/migrating.md): one member is one job, so
 // the claim after it is the first occurrence's attempt 2, at the new score.
 func TestZAddMovesAWaitingRetry(t *testing.T) {
 	t.Parallel()
