@@ -27,7 +27,9 @@
 --   index2, score2, ...}}: the scores of the jobs (by place, from 1) whose
 --   record does not give one. A first attempt's score is its record's due
 --   (what Schedule wrote), unless the due is marked moved (see moved in
---   lua/prelude.lua).
+--   lua/prelude.lua). A retry found at another score than the one it was
+--   put back at is answered as a new occurrence: attempts 0, due = its
+--   score (see the record format in lua/prelude.lua).
 --   Error "ZCLAIM_WRONGTYPE key type", or "ZCLAIM_CORRUPT key" for a token
 --   counter that no token can follow.
 -- Every key is read, or checked, before the first write.
@@ -85,7 +87,7 @@ if err then return err end
 -- takes its score, read only for those jobs when the claim reads no scores.
 -- A per-job claim of a job without a record carries it in its in-flight
 -- member instead ("id|token@due"): no run record to write.
-local had, missing, ask = false, {}, {}
+local had, missing, ask, retried = false, {}, {}, {}
 for i = 1, n do
   local rec = recs[i]
   if rec then
@@ -95,6 +97,9 @@ for i = 1, n do
     local b1, b2, b3 = string.byte(rec, 1, 3)
     local dued = b2 == 64 and b3 ~= 58
     if not dued and not string.find(rec, '^%d+@[^:]') then missing[#missing + 1] = i end
+    -- A retry keeps the score it was put back at (prelude.lua): first
+    -- attempts ("0@…") are told apart by their first byte.
+    if b1 ~= 48 and string.find(rec, '^%d+@[^:~]*~') then retried[#retried + 1] = i end
     -- A first attempt's record gives its score (lazy), unless its due
     -- says the job was moved since (prelude.lua's moved).
     if lazy and not (dued and b1 == 48 and b3 >= 49 and b3 <= 57) then ask[#ask + 1] = i end
@@ -131,6 +136,28 @@ if #missing > 0 then
       if a then recs[i] = record(a, score, rest) end
     else
       recs[i] = record('0', score, '')
+    end
+  end
+end
+-- A retry found at the score it was put back at stays a retry of its
+-- occurrence. One found at another score was added again by a producer
+-- (a plain ZADD only moves a member): new work, a new occurrence due at
+-- that score, which the retry's run of the old one gives way to.
+if #retried > 0 then
+  local sc
+  if not scored then
+    local rids = {}
+    for j, i in ipairs(retried) do rids[j] = ids[i] end
+    sc = redis.call('ZMSCORE', KEYS[1], unpack(rids))
+  end
+  for j, i in ipairs(retried) do
+    local score
+    if lazy then score = scoreof[i] elseif scored then score = due[2 * i] else score = sc[j] end
+    local a, d, back, rest = string.match(recs[i], '^(%d+)@([^:~]*)~([^:]*):(.*)$')
+    if tonumber(score) == tonumber(back) then
+      recs[i] = record(a, d, rest)
+    else
+      recs[i] = record('0', score, rest)
     end
   end
 end

@@ -78,39 +78,79 @@ func (l *runsLog) total() int {
 	return n
 }
 
-// A plain ZADD of a member that waits as a retry moves the retry, which
-// keeps its occurrence (docs/migrating.md): one member is one job, so
-// the claim after it is the first occurrence's attempt 2, at the new score.
-func TestZAddMovesAWaitingRetry(t *testing.T) {
+// A member added again by a producer's plain ZADD while it waits as a
+// retry is new work: the ZADD only moves the member, and the claim that
+// finds it at another score than the retry was put back at starts a new
+// occurrence due at that score (the retry's run of the old occurrence may
+// have finished: its settle came after its lease). A retry moved by the
+// broker (RunNow) or claimed at its own score stays a retry of its
+// occurrence. Per job, as a batch, and as the dispatcher's batch of ids.
+func TestZAddOfAWaitingRetryIsNewWork(t *testing.T) {
 	t.Parallel()
-	key := plainKey(t)
-	rdb := newClient(t)
-	b := newBroker(t, BrokerOptions{Key: key}) // a lease of 50 ms
-	first := float64(redisNow(t, rdb).Add(-time.Second).UnixMilli()) / 1000
-	must(t, rdb.ZAdd(ctx, key, redis.Z{Score: first, Member: "order-731"}).Err())
-	cs, err := b.Claim(ctx, 1)
-	must(t, err)
-	if len(cs) != 1 || cs[0].Attempt != 1 {
-		t.Fatalf("first claim %+v", cs)
-	}
-	occurrence := cs[0].Due
-	// The lease runs out without an Ack: recovery puts the job back after
-	// its backoff.
-	waitFor(t, 10*time.Second, "the expired claim to be recovered", func() bool {
-		r, err := b.Recover(ctx)
-		return err == nil && r.Requeued == 1
-	})
-	second := first + 0.5 // due already, before the retry's backoff ends
-	must(t, rdb.ZAdd(ctx, key, redis.Z{Score: second, Member: "order-731"}).Err())
-	cs, err = b.Claim(ctx, 1)
-	must(t, err)
-	if len(cs) != 1 {
-		t.Fatalf("the moved retry was not claimed at once: %+v", cs)
-	}
-	at := time.UnixMilli(int64(second*1000 + 0.5))
-	if c := cs[0]; c.Attempt != 2 || !c.Due.Equal(occurrence) || c.RunAt.Sub(at).Abs() > time.Millisecond {
-		t.Fatalf("claim after the ZADD: attempt %d, due %v, run at %v; want attempt 2 of the occurrence due %v, at %v",
-			c.Attempt, c.Due, c.RunAt, occurrence, at)
+	for name, mode := range map[string]claimMode{"per job": leasePerJob, "batch": leaseBatch, "batch of ids": leaseBatchIDs} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			key := plainKey(t)
+			rdb := newClient(t)
+			short := newBroker(t, BrokerOptions{Key: key}) // a lease of 50 ms
+			b := newBroker(t, BrokerOptions{Key: key, Lease: time.Minute})
+			now := redisNow(t, rdb)
+			first := float64(now.Add(-time.Second).UnixMilli()) / 1000
+			for i, id := range []string{"readded", "run-now", "retried"} {
+				must(t, rdb.ZAdd(ctx, key, redis.Z{Score: first + float64(i)/1000, Member: id}).Err())
+			}
+			// readded: its lease runs out without an Ack, and recovery puts
+			// it back after its backoff.
+			cs, err := short.Claim(ctx, 1)
+			must(t, err)
+			if len(cs) != 1 || cs[0].ID != "readded" || cs[0].Attempt != 1 {
+				t.Fatalf("first claim %+v", cs)
+			}
+			occurrence := map[string]time.Time{}
+			waitFor(t, 10*time.Second, "the expired claim to be recovered", func() bool {
+				r, err := short.Recover(ctx)
+				return err == nil && r.Requeued == 1
+			})
+			// run-now waits as a retry an hour away and is run now; retried
+			// is put back at a score already due.
+			cs, err = b.Claim(ctx, 2)
+			must(t, err)
+			if len(cs) != 2 || cs[0].ID != "run-now" || cs[1].ID != "retried" {
+				t.Fatalf("second claim %+v", cs)
+			}
+			for _, c := range cs {
+				occurrence[c.ID] = c.Due
+			}
+			must(t, b.Retry(ctx, cs[0], now.Add(time.Hour)))
+			must(t, b.Retry(ctx, cs[1], now.Add(-500*time.Millisecond)))
+			_, err = b.RunNow(ctx, "run-now")
+			must(t, err)
+			second := first + 0.5 // due already, before readded's backoff ends
+			must(t, rdb.ZAdd(ctx, key, redis.Z{Score: second, Member: "readded"}).Err())
+			res, err := b.claim(ctx, b.shards[0], 10, mode)
+			must(t, err)
+			got := map[string]Claim{}
+			for _, c := range res.claims {
+				got[c.ID] = c
+			}
+			if len(got) != 3 {
+				t.Fatalf("claimed %+v", res.claims)
+			}
+			at := time.UnixMilli(int64(second*1000 + 0.5))
+			if c := got["readded"]; c.Attempt != 1 || !c.Due.Equal(at) || mode != leaseBatchIDs && !c.RunAt.Equal(at) {
+				t.Errorf("readded: attempt %d, due %v, run at %v; want attempt 1 of a new occurrence due %v",
+					c.Attempt, c.Due, c.RunAt, at)
+			}
+			for _, id := range []string{"run-now", "retried"} {
+				if c := got[id]; c.Attempt != 2 || !c.Due.Equal(occurrence[id]) {
+					t.Errorf("%s: attempt %d, due %v; want attempt 2 of the occurrence due %v", id, c.Attempt, c.Due, occurrence[id])
+				}
+			}
+			// What the claim took left no record behind.
+			if n, _ := rdb.HLen(ctx, b.shards[0].pending).Result(); n != 0 {
+				t.Errorf("%d pending records left", n)
+			}
+		})
 	}
 }
 

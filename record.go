@@ -9,7 +9,7 @@ import (
 // A record is what the broker keeps beside a job id: how many claims the
 // run already had, the score its occurrence was first scheduled at, and
 // the job's type, queue and payload. Scripts only read and rewrite the
-// "<attempts>@<due>:" prefix (see prelude.lua); the rest is encoded here as
+// "<attempts>@<due>[~<score>]:" prefix (see prelude.lua); the rest is encoded here as
 //
 //	"" (no type, queue or payload: an adopted id), or
 //	"1" <len(type)> ":" type <len(queue)> ":" queue payload
@@ -45,14 +45,17 @@ func encodeRest(typ, queue string, payload []byte) string {
 	return b.String()
 }
 
-// decodeRecord parses "<attempts>[@<due>]:<rest>" into the job fields it
-// carries; due is the occurrence's score ("" when the record has none).
+// decodeRecord parses "<attempts>[@<due>[~<score>]]:<rest>" into the job
+// fields it carries; due is the occurrence's score ("" when the record has
+// none). A waiting retry's record also names the score it was put back at
+// (see lua/prelude.lua), which only a claim compares.
 func decodeRecord(rec string, j *Job) (attempts int, due string, err error) {
 	head, rest, ok := strings.Cut(rec, ":")
 	if !ok {
 		return 0, "", fmt.Errorf("%w: record without attempts", ErrCorrupt)
 	}
 	a, due, _ := strings.Cut(head, "@")
+	due, _, _ = strings.Cut(due, "~")
 	attempts, err = strconv.Atoi(a)
 	if err != nil || attempts < 0 || strconv.Itoa(attempts) != a {
 		return 0, "", fmt.Errorf("%w: record attempts %q", ErrCorrupt, a)

@@ -9,7 +9,11 @@
 --   "@<due>" (written by an older version) gets one at its next claim. A
 --   due with a leading zero ("0…", "-0…") belongs to a job kept at another
 --   score (see moved below); a claim reads any other first attempt's score
---   from its due.
+--   from its due. A retry waiting on the schedule (settle_back) also keeps
+--   the score it was put back at, "<attempts>@<due>~<score>:<rest>": a claim
+--   that finds the member at another score knows that a producer added it
+--   again (a plain ZADD, which only moves the member) and starts a new
+--   occurrence. Every other writer drops the "~<score>" (run_attempt).
 
 -- wrongtype returns "key type" for the first key in kt ({key, type, ...})
 -- that exists with another type, or nil. Scripts call it before writing,
@@ -73,9 +77,9 @@ end
 
 -- run_attempt returns the attempt number of a claim whose record was rec
 -- (1 for none or an unreadable one), the occurrence's due score ('' when
--- the record has none) and the record's rest.
+-- the record has none; without a retry's "~<score>") and the record's rest.
 local function run_attempt(rec)
-  local a, due, rest = string.match(rec or '', '^(%d+)@([^:]*):(.*)$')
+  local a, due, rest = string.match(rec or '', '^(%d+)@([^:~]*)[^:]*:(.*)$')
   if not a then
     due = ''
     a, rest = string.match(rec or '', '^(%d+):(.*)$')
@@ -178,9 +182,9 @@ end
 
 -- settle_back ends a run that did not finish (its record already taken
 -- with take_run): back to the schedule at score, keeping the occurrence's
--- due, or into the dead set once attempt >= max. If a newer run of the id
--- is already scheduled, that one stands for the same work and this run is
--- dropped.
+-- due and the score itself ("~<score>", see the top of this file), or into
+-- the dead set once attempt >= max. If a newer run of the id is already
+-- scheduled, that one stands for the same work and this run is dropped.
 -- Returns 1 when requeued, 2 when dead, 3 when superseded.
 local function settle_back(S, P, D, DI, id, attempt, due, rest, score, max, now_ms, reason)
   if redis.call('ZSCORE', S, id) then return 3 end
@@ -189,6 +193,6 @@ local function settle_back(S, P, D, DI, id, attempt, due, rest, score, max, now_
     return 2
   end
   redis.call('ZADD', S, score, id)
-  redis.call('HSET', P, id, record(attempt, due, rest))
+  redis.call('HSET', P, id, record(attempt, due .. '~' .. string.format('%.17g', score), rest))
   return 1
 end
