@@ -173,10 +173,10 @@ func TestReaddedMemberRunsAgain(t *testing.T) {
 			}
 			startAsynq(t, testAddr, q, h, asynq.Config{})
 			// A lease far longer than a loaded machine takes to settle a
-			// claim. Were the lease to run out first, recovery would give
-			// the first occurrence back as a retry, and the second ZADD
-			// would move that retry (the same member) instead of adding new
-			// work; the retry's TaskID would then meet the first task.
+			// claim, so that the test sees only the runs it makes: were the
+			// lease to run out first, recovery would give the first
+			// occurrence back as a retry (which the second ZADD then turns
+			// into new work, TestZAddOfAWaitingRetryIsNewWork).
 			b := newBroker(t, BrokerOptions{Key: key, Lease: time.Second})
 			d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{DefaultType: "adopted",
 				TaskOptions: func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} }})
