@@ -179,16 +179,15 @@ if n < max then next = next_score() end
 
 if batch then
   -- One lease for the batch: its jobs' ids and records in one field.
+  -- "<length>:" is made once per length (lens), inline: a call of a
+  -- helper per piece cost Redis about 5% of the claim.
   local parts, lens, k = {}, {}, 0
-  local function len(s) -- "<length>:", made once per length
-    local l = #s
-    local t = lens[l]
-    if not t then t = l .. ':'; lens[l] = t end
-    return t
-  end
   for i = 1, n do
     local id, rec = ids[i], recs[i]
-    parts[k + 1], parts[k + 2], parts[k + 3], parts[k + 4] = len(id), id, len(rec), rec
+    local a, b = lens[#id], lens[#rec]
+    if not a then a = #id .. ':'; lens[#id] = a end
+    if not b then b = #rec .. ':'; lens[#rec] = b end
+    parts[k + 1], parts[k + 2], parts[k + 3], parts[k + 4] = a, id, b, rec
     k = k + 4
   end
   local f, jobs = string.format('%d', first), table.concat(parts)
