@@ -193,6 +193,9 @@ local function settle_back(S, P, D, DI, id, attempt, due, rest, score, max, now_
     return 2
   end
   redis.call('ZADD', S, score, id)
-  redis.call('HSET', P, id, record(attempt, due .. '~' .. string.format('%.17g', score), rest))
+  -- A run without a due (an older version's) gets its score as its due
+  -- at the next claim, and keeps no score of its own.
+  if due ~= '' then due = due .. '~' .. string.format('%.17g', score) end
+  redis.call('HSET', P, id, record(attempt, due, rest))
   return 1
 end
