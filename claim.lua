@@ -111,24 +111,31 @@ end
 -- lazy: the scores asked for, by place (scoreof), and as the reply gives
 -- them (asked).
 local scoreof, asked = {}, {}
+-- zmscore reads the scores of the jobs at places idx, in idx's order;
+-- scores takes them from what the claim read where it read them.
+local function zmscore(idx)
+  local q = {}
+  for j, i in ipairs(idx) do q[j] = ids[i] end
+  return redis.call('ZMSCORE', KEYS[1], unpack(q))
+end
+local function scores(idx)
+  if not scored then return zmscore(idx) end
+  local sc = {}
+  for j, i in ipairs(idx) do
+    if lazy then sc[j] = scoreof[i] else sc[j] = due[2 * i] end
+  end
+  return sc
+end
 if #ask > 0 then
-  local aids = {}
-  for j, i in ipairs(ask) do aids[j] = ids[i] end
-  local sc = redis.call('ZMSCORE', KEYS[1], unpack(aids))
+  local sc = zmscore(ask)
   for j, i in ipairs(ask) do
     scoreof[i], asked[2 * j - 1], asked[2 * j] = sc[j], i, sc[j]
   end
 end
 if #missing > 0 then
-  local sc
-  if not scored then
-    local mids = {}
-    for j, i in ipairs(missing) do mids[j] = ids[i] end
-    sc = redis.call('ZMSCORE', KEYS[1], unpack(mids))
-  end
+  local sc = scores(missing)
   for j, i in ipairs(missing) do
-    local score
-    if lazy then score = scoreof[i] elseif scored then score = due[2 * i] else score = sc[j] end
+    local score = sc[j]
     if recs[i] then
       -- A record that cannot be read is left as it is: the claimer
       -- reports it and sends the job to the dead set.
@@ -144,15 +151,9 @@ end
 -- (a plain ZADD only moves a member): new work, a new occurrence due at
 -- that score, which the retry's run of the old one gives way to.
 if #retried > 0 then
-  local sc
-  if not scored then
-    local rids = {}
-    for j, i in ipairs(retried) do rids[j] = ids[i] end
-    sc = redis.call('ZMSCORE', KEYS[1], unpack(rids))
-  end
+  local sc = scores(retried)
   for j, i in ipairs(retried) do
-    local score
-    if lazy then score = scoreof[i] elseif scored then score = due[2 * i] else score = sc[j] end
+    local score = sc[j]
     local a, d, back, rest = string.match(recs[i], '^(%d+)@([^:~]*)~([^:]*):(.*)$')
     if tonumber(score) == tonumber(back) then
       recs[i] = record(a, d, rest)
