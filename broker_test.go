@@ -867,6 +867,22 @@ func TestErrorsSayItOnce(t *testing.T) {
 	}
 }
 
+// claimByID claims up to 10 due jobs of b's first shard in mode, and
+// fails t unless they are want jobs of distinct ids.
+func claimByID(t *testing.T, b *Broker, mode claimMode, want int) map[string]Claim {
+	t.Helper()
+	res, err := b.claim(ctx, b.shards[0], 10, mode)
+	must(t, err)
+	got := map[string]Claim{}
+	for _, c := range res.claims {
+		got[c.ID] = c
+	}
+	if len(got) != want || len(res.claims) != want {
+		t.Fatalf("claimed %+v, want %d jobs", res.claims, want)
+	}
+	return got
+}
+
 // A claim of jobs with records reads their scores only where a record
 // does not give one: a first attempt's RunAt is its record's due; a
 // retried job's, a plain member's and a job's run now are their scores,
@@ -900,15 +916,7 @@ func TestClaimRunAtFromRecords(t *testing.T) {
 			before := redisNow(t, rdb)
 			_, err = b.RunNow(ctx, "moved")
 			must(t, err)
-			res, err := b.claim(ctx, b.shards[0], 10, mode)
-			must(t, err)
-			got := map[string]Claim{}
-			for _, c := range res.claims {
-				got[c.ID] = c
-			}
-			if len(got) != 4 {
-				t.Fatalf("claimed %v", res.claims)
-			}
+			got := claimByID(t, b, mode, 4)
 			if c := got["typed"]; !c.RunAt.Equal(typed) || !c.Due.Equal(typed) || c.Attempt != 1 || string(c.Payload) != "p" {
 				t.Errorf("typed: RunAt %v Due %v attempt %d payload %q, want %v", c.RunAt, c.Due, c.Attempt, c.Payload, typed)
 			}

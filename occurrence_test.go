@@ -127,15 +127,7 @@ func TestZAddOfAWaitingRetryIsNewWork(t *testing.T) {
 			must(t, err)
 			second := first + 0.5 // due already, before readded's backoff ends
 			must(t, rdb.ZAdd(ctx, key, redis.Z{Score: second, Member: "readded"}).Err())
-			res, err := b.claim(ctx, b.shards[0], 10, mode)
-			must(t, err)
-			got := map[string]Claim{}
-			for _, c := range res.claims {
-				got[c.ID] = c
-			}
-			if len(got) != 3 {
-				t.Fatalf("claimed %+v", res.claims)
-			}
+			got := claimByID(t, b, mode, 3)
 			at := time.UnixMilli(int64(second*1000 + 0.5))
 			if c := got["readded"]; c.Attempt != 1 || !c.Due.Equal(at) || mode != leaseBatchIDs && !c.RunAt.Equal(at) {
 				t.Errorf("readded: attempt %d, due %v, run at %v; want attempt 1 of a new occurrence due %v",
