@@ -245,12 +245,29 @@ func callgrindRedis(work func(context.Context, *redis.Client) error) (int64, err
 	return 0, fmt.Errorf("no summary in the callgrind output")
 }
 
-// batchScriptsOp claims k/10 batches of 100 due jobs with claim.lua as the
-// dispatcher does (one lease, ids only) and settles each as done with
-// finish.lua, the scripts read from their files (run the bench from the
-// repository's root): unlike dispatchOp, whose claims are as large as its
-// pace lets them be, every claim takes 100 jobs, so the count is exact.
+// batchScriptsOp claims k/10 batches of 100 due jobs with the
+// dispatcher's scripts (dispatcherScripts): unlike dispatchOp, whose
+// claims are as large as its pace lets them be, every claim takes 100
+// jobs, so the count is exact.
 func batchScriptsOp(ctx context.Context, rdb *redis.Client, k int) error {
+	claimSettle, err := dispatcherScripts(zclaim.DefaultKey)
+	if err != nil {
+		return err
+	}
+	for range k / 10 {
+		if err := claimSettle(ctx, rdb, 100); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dispatcherScripts returns what does a dispatcher's Redis work on the
+// schedule key (one with a hash tag, whose keys are key + ":inflight" and
+// so on): claim.lua takes up to max due ids under one lease, as the
+// dispatcher claims, and finish.lua settles them all as done. The scripts
+// are read from the working tree: run the bench from the repository's root.
+func dispatcherScripts(key string) (func(ctx context.Context, rdb *redis.Client, max int) error, error) {
 	read := func(name string) (string, error) {
 		b, err := os.ReadFile(name)
 		return string(b), err
@@ -259,22 +276,32 @@ func batchScriptsOp(ctx context.Context, rdb *redis.Client, k int) error {
 	claim, err2 := read("claim.lua")
 	finish, err3 := read("lua/finish.lua")
 	if err := errors.Join(err1, err2, err3); err != nil {
-		return err
+		return nil, err
 	}
 	claimS, finishS := redis.NewScript(pre+"\n"+claim), redis.NewScript(pre+"\n"+finish)
-	base := zclaim.DefaultKey // the keys of Broker's default schedule (keys.go)
-	for range k / 10 {
-		r, err := claimS.Run(ctx, rdb, []string{base, base + ":inflight", base + ":tokens", base + ":jobs", base + ":runs",
-			base + ":batches"}, 100, 60000, 1, "batch-ids").Slice()
+	claimKeys := []string{key, key + ":inflight", key + ":tokens", key + ":jobs", key + ":runs", key + ":batches"}
+	finishKeys := []string{key, key + ":batches", key + ":jobs", key + ":runs", key + ":dead", key + ":deadinfo"}
+	return func(ctx context.Context, rdb *redis.Client, max int) error {
+		r, err := claimS.Run(ctx, rdb, claimKeys, max, 60000, 1, "batch-ids").Slice()
 		if err != nil {
 			return err
 		}
-		if first, _ := r[1].(int64); first == 0 {
+		first, _ := r[1].(int64)
+		if first == 0 {
 			return fmt.Errorf("nothing due to claim")
-		} else if err := finishS.Run(ctx, rdb, []string{base, base + ":batches", base + ":jobs", base + ":runs",
-			base + ":dead", base + ":deadinfo"}, 1, 3, base+":notice", fmt.Sprintf("%d:100", first), 0).Err(); err != nil {
-			return err
 		}
-	}
-	return nil
+		jobs, _ := r[4].(string)
+		n := 0 // "<len>:<id><len>:<record>" a job (prelude.lua)
+		for rest := jobs; rest != ""; n++ {
+			for range 2 {
+				l, after, _ := strings.Cut(rest, ":")
+				size, err := strconv.Atoi(l)
+				if err != nil || size > len(after) {
+					return fmt.Errorf("a batch's jobs that do not parse: %q", rest)
+				}
+				rest = after[size:]
+			}
+		}
+		return finishS.Run(ctx, rdb, finishKeys, 1, 3, key+":notice", fmt.Sprintf("%d:%d", first, n), 0).Err()
+	}, nil
 }

@@ -242,8 +242,8 @@ func dispatchThroughput() {
 	if *quick {
 		n = 3000
 	}
-	var plain, same, sameAP, disp, hooked, sharded, dispAP, again samples
-	var plainCPU, sameCPU, sameAPCPU, dispCPU, hookedCPU, shardedCPU, dispAPCPU, againCPU [2]time.Duration // Redis, this process: per job, last round
+	var plain, same, sameAP, scripts, disp, hooked, sharded, dispAP, again samples
+	var plainCPU, sameCPU, sameAPCPU, scriptsCPU, dispCPU, hookedCPU, shardedCPU, dispAPCPU, againCPU [2]time.Duration // Redis, this process: per job, last round
 	for round := 1; round <= shortRounds(); round++ {
 		admin := newClient(4)
 		key := ns("thru")
@@ -295,6 +295,48 @@ func dispatchThroughput() {
 			} else {
 				sameAP, sameAPCPU = append(sameAP, rate), cpu
 			}
+			dropKeys(admin, key)
+		}
+
+		// The same tasks with the dispatcher's Redis work beside them: on
+		// a connection of its own, its two scripts claim and settle a
+		// batch of jobs every batch of enqueues (the size of the
+		// dispatcher's claims here), without its pipeline of goroutines.
+		{
+			b, _ := zclaim.NewBroker(admin, zclaim.BrokerOptions{Key: key})
+			scheduleDue(b, n, queue)
+			claimSettle, err := dispatcherScripts(key)
+			if err != nil {
+				panic(err)
+			}
+			side := newClient(2)
+			due := time.Now().Truncate(time.Millisecond)
+			rate, cpu := timed(func() {
+				var enqueued atomic.Int64
+				batches := make(chan struct{}, n/scriptsBatch+1)
+				claimed := make(chan struct{})
+				go func() {
+					defer close(claimed)
+					for range n / scriptsBatch {
+						<-batches
+						if err := claimSettle(context.Background(), side, scriptsBatch); err != nil {
+							panic(err)
+						}
+					}
+				}()
+				parallel(n, conc, func(i int) {
+					id := "s" + strconv.Itoa(i)
+					if _, err := ac.Enqueue(asynq.NewTask("t", nil), asynq.TaskID(zclaim.OccurrenceID(id, due)), asynq.Retention(91*time.Second), asynq.Queue(queue)); err != nil {
+						panic(err)
+					}
+					if enqueued.Add(1)%scriptsBatch == 0 {
+						batches <- struct{}{}
+					}
+				})
+				<-claimed
+			})
+			side.Close()
+			scripts, scriptsCPU = append(scripts, rate), cpu
 			dropKeys(admin, key)
 		}
 
@@ -354,6 +396,9 @@ func dispatchThroughput() {
 			{"plain asynq.Client.Enqueue (TaskID), " + strconv.Itoa(conc) + " goroutines", human(plain.median()), plain.spread(), "1.00×", "", cpuCell(plainCPU)},
 			{"plain Enqueue of the tasks the dispatcher sends (occurrence TaskID, Retention)", human(same.median()), same.spread(),
 				ratio(same, plain), "1.00×", cpuCell(sameCPU)},
+			{fmt.Sprintf("the same tasks, and beside them the dispatcher's two scripts claiming and settling %d jobs every %d enqueues "+
+				"(its Redis work without its pipeline)", scriptsBatch, scriptsBatch), human(scripts.median()), scripts.spread(),
+				ratio(scripts, plain), ratio(scripts, same), cpuCell(scriptsCPU)},
 			{"zclaim Dispatcher (batch claim + Enqueue + settle), Concurrency " + strconv.Itoa(conc), human(disp.median()), disp.spread(),
 				ratio(disp, plain), ratio(disp, same), cpuCell(dispCPU)},
 			{"the same with an OnDispatch hook (claims also read due times)", human(hooked.median()), hooked.spread(),
@@ -370,10 +415,17 @@ func dispatchThroughput() {
 		"Targets: the dispatcher ≥ 0.9× plain Enqueue at the same concurrency, ≥ 0.85× on a schedule of 16 shards. "+
 			"A ratio is the median over the rounds of the two contenders' rates in one round, which run one after the other. "+
 			"The second row enqueues exactly the tasks the dispatcher sends, without a schedule: the last ratio is the dispatcher's own cost. "+
+			"The third adds the dispatcher's Redis work (claim.lua and finish.lua, read from the working tree) on a connection of its own, "+
+			"a batch of the size the dispatcher's claims have here (min(4×Concurrency, BatchSize)) every as many enqueues: what its scripts cost "+
+			"without its goroutines. "+
 			"The last two rows use an asynq client made from (*redis.Client).AutoPipeline, whose concurrent enqueues share round trips; their last ratio compares them with each other. "+
 			"Redis and the client share the machine's cores, so the ratio follows the CPU each job costs. "+
 			"The last row runs the first again at the end of each round: how far its ratio is from 1.00× is how far a ratio moves when nothing changes.")
 }
+
+// scriptsBatch is the size of a dispatcher's claims in dispatchThroughput:
+// min(4×Concurrency, BatchSize) with the defaults.
+const scriptsBatch = 4 * zclaim.DefaultConcurrency
 
 // scheduleDue schedules n jobs of type "t" on queue, due a second ago.
 func scheduleDue(b *zclaim.Broker, n int, queue string) {
