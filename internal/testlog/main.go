@@ -3,7 +3,9 @@
 // every test that failed, and, as they happen, the lines a slow test marks
 // with "progress: " (what it is doing, what it is waiting for). It ends
 // with the names of the tests that failed and the last lines of each one's
-// output (so that a failure in CI reads without scrolling), then a count
+// output (so that a failure in CI reads without scrolling; a package that
+// failed with no failed test, as a timeout does, shows its own last lines,
+// whichever test they came from), then a count
 // of the tests, "tests: N passed, N failed", and exits 1 when anything
 // failed.
 package main
@@ -33,6 +35,12 @@ const marker = "progress: "
 // end repeats.
 const lastLines = 5
 
+// pkgLines is how many of a package's last lines of output, whichever test
+// go test attributed them to, are shown when the package fails and none of
+// its tests did: a timeout's panic names the tests that were running, and
+// it may be attributed to a test that had passed.
+const pkgLines = 40
+
 func main() { os.Exit(run(os.Stdin, os.Stdout)) }
 
 // run formats the events of in onto w and returns the exit code.
@@ -40,7 +48,11 @@ func run(in io.Reader, w io.Writer) int {
 	start := time.Now()
 	out := bufio.NewWriter(w)
 	flush := func() { out.Flush() }
-	buf := map[string][]string{} // output per package/test, until it passes or fails
+	buf := map[string][]string{}    // output per package/test, until it passes or fails
+	recent := map[string][]string{} // the last pkgLines lines of each package's output
+	panics := map[string][]string{} // a package's "panic: …" and what follows it, to the first blank line
+	inPanic := map[string]bool{}    // the lines coming belong to panics
+	testFailed := map[string]bool{} // packages with a failed test
 	passed, failed, failedPkgs := 0, 0, 0
 	type failure struct {
 		name string
@@ -74,9 +86,28 @@ func run(in io.Reader, w io.Writer) int {
 				continue
 			}
 			buf[id] = append(buf[id], line)
+			if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "=== ") {
+				r := append(recent[e.Package], line)
+				recent[e.Package] = r[max(0, len(r)-pkgLines):]
+			}
+			// A timeout's panic lists the tests still running, then a
+			// goroutine dump that may be far longer than pkgLines.
+			if strings.HasPrefix(line, "panic: ") && len(panics[e.Package]) == 0 {
+				inPanic[e.Package] = true
+			}
+			if inPanic[e.Package] {
+				if strings.TrimSpace(line) == "" || len(panics[e.Package]) == pkgLines {
+					inPanic[e.Package] = false
+				} else {
+					panics[e.Package] = append(panics[e.Package], line)
+				}
+			}
 		case "pass", "skip":
 			if e.Test != "" && e.Action == "pass" {
 				passed++
+			}
+			if e.Test == "" {
+				delete(recent, e.Package)
 			}
 			delete(buf, id)
 		case "fail":
@@ -89,6 +120,7 @@ func run(in io.Reader, w io.Writer) int {
 					}
 				}
 				failures = append(failures, failure{path.Base(e.Package) + "." + e.Test, last[max(0, len(last)-lastLines):]})
+				testFailed[e.Package] = true
 			} else {
 				failedPkgs++
 			}
@@ -96,6 +128,21 @@ func run(in io.Reader, w io.Writer) int {
 				fmt.Fprint(out, l)
 			}
 			delete(buf, id)
+			if e.Test == "" && !testFailed[e.Package] && len(recent[e.Package]) > 0 {
+				// A timeout, a crash or a hung TestMain: the package's
+				// panic and last lines say where it was.
+				fmt.Fprintf(out, "%s failed and none of its tests did; its panic and last lines:\n", e.Package)
+				for _, l := range append(panics[e.Package], recent[e.Package]...) {
+					fmt.Fprint(out, l)
+				}
+				last := panics[e.Package]
+				if len(last) == 0 {
+					last = recent[e.Package][max(0, len(recent[e.Package])-lastLines):]
+				}
+				failures = append(failures, failure{path.Base(e.Package) + " (the package: a timeout or a crash)", last})
+			}
+			delete(recent, e.Package)
+			delete(panics, e.Package)
 			flush()
 		}
 	}

@@ -36,6 +36,21 @@ func TestRun(t *testing.T) {
 		{"package crashes", `{"Action":"output","Package":"p","Output":"panic: boom\n"}
 {"Action":"fail","Package":"p"}`, 1,
 			[]string{"panic: boom"}, nil},
+		// go test's alarm: its panic names the tests still running, but
+		// go test may attribute it to a test that had already passed.
+		{"package times out", `{"Action":"run","Package":"p","Test":"TestA"}
+{"Action":"output","Package":"p","Test":"TestA","Output":"=== CONT  TestA\n"}
+{"Action":"output","Package":"p","Test":"TestA","Output":"panic: test timed out after 10m0s\n"}
+{"Action":"output","Package":"p","Test":"TestA","Output":"\trunning tests:\n"}
+{"Action":"output","Package":"p","Test":"TestA","Output":"\t\tTestHang (10m0s)\n"}
+{"Action":"output","Package":"p","Test":"TestA","Output":"\n"}
+` + strings.Repeat(`{"Action":"output","Package":"p","Test":"TestA","Output":"goroutine 7 [sleep]:\n"}
+`, 50) + `{"Action":"pass","Package":"p","Test":"TestA"}
+{"Action":"output","Package":"p","Output":"FAIL\tp\t600.2s\n"}
+{"Action":"fail","Package":"p"}`, 1,
+			[]string{"p failed and none of its tests did; its panic and last lines:\npanic: test timed out after 10m0s\n\trunning tests:\n\t\tTestHang (10m0s)\n",
+				"--- p (the package: a timeout or a crash)\npanic: test timed out after 10m0s\n\trunning tests:\n\t\tTestHang (10m0s)\n\n",
+				"tests: 1 passed, 0 failed"}, []string{"=== CONT"}},
 	} {
 		var out strings.Builder
 		if code := run(strings.NewReader(tc.in), &out); code != tc.code {
