@@ -289,7 +289,10 @@ func TestCrashHelper(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: testAddr})
-	b, err := NewBroker(rdb, BrokerOptions{Key: key, Lease: 300 * time.Millisecond})
+	// No recovery here: a claim whose lease ran out before a worker took
+	// it would never be enqueued. The lease outlasts a loaded machine's
+	// wait; the parent recovers the claims after it once this child is dead.
+	b, err := NewBroker(rdb, BrokerOptions{Key: key, Lease: 2 * time.Second})
 	must(t, err)
 	ac := asynq.NewClientFromRedisClient(rdb)
 	var mu sync.Mutex
@@ -354,12 +357,37 @@ func TestDispatcherCrashBeforeSettle(t *testing.T) {
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			must(t, cmd.Start())
-			lines := bufio.NewScanner(out)
+			// The child's lines, read apart so that a child that stops
+			// short fails the test in time instead of hanging it.
+			lines, quit := make(chan string), make(chan struct{})
+			t.Cleanup(func() { close(quit) })
+			go func() {
+				defer close(lines)
+				for sc := bufio.NewScanner(out); sc.Scan(); {
+					select {
+					case lines <- sc.Text():
+					case <-quit:
+						return
+					}
+				}
+			}()
 			enqueued := 0
-			for enqueued < n && lines.Scan() {
-				if f := strings.Fields(lines.Text()); len(f) == 3 && f[0] == "enqueued" {
+			stop := time.After(30 * time.Second)
+			for enqueued < n {
+				var line string
+				var ok bool
+				select {
+				case line, ok = <-lines:
+				case <-stop:
+				}
+				if !ok {
+					break
+				}
+				if f := strings.Fields(line); len(f) == 3 && f[0] == "enqueued" {
 					if f[2] != "<nil>" {
-						t.Fatalf("child: %s", lines.Text())
+						cmd.Process.Kill()
+						cmd.Wait()
+						t.Fatalf("child: %s", line)
 					}
 					enqueued++
 				}
@@ -367,7 +395,7 @@ func TestDispatcherCrashBeforeSettle(t *testing.T) {
 			if enqueued < n {
 				cmd.Process.Kill()
 				cmd.Wait()
-				t.Fatalf("child enqueued %d of %d: %s", enqueued, n, stderr.String())
+				t.Fatalf("child enqueued %d of %d in 30s: %s", enqueued, n, stderr.String())
 			}
 			// Every task runs and completes before the child dies.
 			waitFor(t, 10*time.Second, "every task run", func() bool { return log.total() >= n })
