@@ -41,6 +41,34 @@ const lastLines = 5
 // it may be attributed to a test that had passed.
 const pkgLines = 40
 
+// pkgOut is what a package's output shows should it fail with no failed
+// test: its last pkgLines lines, whichever test go test attributed them
+// to, and its last "panic: …" with the lines after it up to the first
+// blank one (a timeout's list of running tests, ahead of a goroutine dump
+// longer than pkgLines).
+type pkgOut struct {
+	recent, panic []string
+	inPanic       bool // the lines coming belong to panic
+	testFailed    bool // one of its tests failed, and shows for it
+}
+
+func (p *pkgOut) add(line string) {
+	if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "=== ") {
+		r := append(p.recent, line)
+		p.recent = r[max(0, len(r)-pkgLines):]
+	}
+	if strings.HasPrefix(line, "panic: ") {
+		p.panic, p.inPanic = nil, true
+	}
+	if p.inPanic {
+		if strings.TrimSpace(line) == "" || len(p.panic) == pkgLines {
+			p.inPanic = false
+		} else {
+			p.panic = append(p.panic, line)
+		}
+	}
+}
+
 func main() { os.Exit(run(os.Stdin, os.Stdout)) }
 
 // run formats the events of in onto w and returns the exit code.
@@ -48,11 +76,17 @@ func run(in io.Reader, w io.Writer) int {
 	start := time.Now()
 	out := bufio.NewWriter(w)
 	flush := func() { out.Flush() }
-	buf := map[string][]string{}    // output per package/test, until it passes or fails
-	recent := map[string][]string{} // the last pkgLines lines of each package's output
-	panics := map[string][]string{} // a package's "panic: …" and what follows it, to the first blank line
-	inPanic := map[string]bool{}    // the lines coming belong to panics
-	testFailed := map[string]bool{} // packages with a failed test
+	buf := map[string][]string{} // output per package/test, until it passes or fails
+	// What a package that fails with no failed test shows (pkgOut).
+	pkgs := map[string]*pkgOut{}
+	pkg := func(name string) *pkgOut {
+		p := pkgs[name]
+		if p == nil {
+			p = &pkgOut{}
+			pkgs[name] = p
+		}
+		return p
+	}
 	passed, failed, failedPkgs := 0, 0, 0
 	type failure struct {
 		name string
@@ -86,28 +120,13 @@ func run(in io.Reader, w io.Writer) int {
 				continue
 			}
 			buf[id] = append(buf[id], line)
-			if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "=== ") {
-				r := append(recent[e.Package], line)
-				recent[e.Package] = r[max(0, len(r)-pkgLines):]
-			}
-			// A timeout's panic lists the tests still running, then a
-			// goroutine dump that may be far longer than pkgLines.
-			if strings.HasPrefix(line, "panic: ") && len(panics[e.Package]) == 0 {
-				inPanic[e.Package] = true
-			}
-			if inPanic[e.Package] {
-				if strings.TrimSpace(line) == "" || len(panics[e.Package]) == pkgLines {
-					inPanic[e.Package] = false
-				} else {
-					panics[e.Package] = append(panics[e.Package], line)
-				}
-			}
+			pkg(e.Package).add(line)
 		case "pass", "skip":
 			if e.Test != "" && e.Action == "pass" {
 				passed++
 			}
 			if e.Test == "" {
-				delete(recent, e.Package)
+				delete(pkgs, e.Package)
 			}
 			delete(buf, id)
 		case "fail":
@@ -120,7 +139,7 @@ func run(in io.Reader, w io.Writer) int {
 					}
 				}
 				failures = append(failures, failure{path.Base(e.Package) + "." + e.Test, last[max(0, len(last)-lastLines):]})
-				testFailed[e.Package] = true
+				pkg(e.Package).testFailed = true
 			} else {
 				failedPkgs++
 			}
@@ -128,21 +147,22 @@ func run(in io.Reader, w io.Writer) int {
 				fmt.Fprint(out, l)
 			}
 			delete(buf, id)
-			if e.Test == "" && !testFailed[e.Package] && len(recent[e.Package]) > 0 {
+			if p := pkgs[e.Package]; e.Test == "" && p != nil && !p.testFailed && len(p.recent) > 0 {
 				// A timeout, a crash or a hung TestMain: the package's
 				// panic and last lines say where it was.
 				fmt.Fprintf(out, "%s failed and none of its tests did; its panic and last lines:\n", e.Package)
-				for _, l := range append(panics[e.Package], recent[e.Package]...) {
+				for _, l := range append(p.panic, p.recent...) {
 					fmt.Fprint(out, l)
 				}
-				last := panics[e.Package]
+				last := p.panic
 				if len(last) == 0 {
-					last = recent[e.Package][max(0, len(recent[e.Package])-lastLines):]
+					last = p.recent[max(0, len(p.recent)-lastLines):]
 				}
 				failures = append(failures, failure{path.Base(e.Package) + " (the package: a timeout or a crash)", last})
 			}
-			delete(recent, e.Package)
-			delete(panics, e.Package)
+			if e.Test == "" {
+				delete(pkgs, e.Package)
+			}
 			flush()
 		}
 	}

@@ -39,6 +39,8 @@ func TestRun(t *testing.T) {
 		// go test's alarm: its panic names the tests still running, but
 		// go test may attribute it to a test that had already passed.
 		{"package times out", `{"Action":"run","Package":"p","Test":"TestA"}
+{"Action":"output","Package":"p","Test":"TestA","Output":"panic: a handler's, recovered and logged\n"}
+{"Action":"output","Package":"p","Test":"TestA","Output":"\n"}
 {"Action":"output","Package":"p","Test":"TestA","Output":"=== CONT  TestA\n"}
 {"Action":"output","Package":"p","Test":"TestA","Output":"panic: test timed out after 10m0s\n"}
 {"Action":"output","Package":"p","Test":"TestA","Output":"\trunning tests:\n"}
