@@ -371,6 +371,11 @@ func TestDispatcherCrashBeforeSettle(t *testing.T) {
 					}
 				}
 			}()
+			fail := func(format string, args ...any) {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf(format, args...)
+			}
 			enqueued := 0
 			stop := time.After(30 * time.Second)
 			for enqueued < n {
@@ -381,21 +386,14 @@ func TestDispatcherCrashBeforeSettle(t *testing.T) {
 				case <-stop:
 				}
 				if !ok {
-					break
+					fail("child enqueued %d of %d in 30s: %s", enqueued, n, stderr.String())
 				}
 				if f := strings.Fields(line); len(f) == 3 && f[0] == "enqueued" {
 					if f[2] != "<nil>" {
-						cmd.Process.Kill()
-						cmd.Wait()
-						t.Fatalf("child: %s", line)
+						fail("child: %s", line)
 					}
 					enqueued++
 				}
-			}
-			if enqueued < n {
-				cmd.Process.Kill()
-				cmd.Wait()
-				t.Fatalf("child enqueued %d of %d in 30s: %s", enqueued, n, stderr.String())
 			}
 			// Every task runs and completes before the child dies.
 			waitFor(t, 10*time.Second, "every task run", func() bool { return log.total() >= n })

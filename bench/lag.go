@@ -280,15 +280,18 @@ func dispatchThroughput() {
 		// names the occurrence (a first attempt has no header), and asynq
 		// keeps it for TaskRetention once completed; on a plain client and
 		// on an autopipelined one.
+		// enqueueSame enqueues the i-th of the tasks the dispatcher sends.
+		enqueueSame := func(c *asynq.Client, i int, due time.Time) {
+			id := "s" + strconv.Itoa(i)
+			if _, err := c.Enqueue(asynq.NewTask("t", nil), asynq.TaskID(zclaim.OccurrenceID(id, due)),
+				asynq.Retention(91*time.Second), asynq.Queue(queue)); err != nil {
+				panic(err)
+			}
+		}
 		for _, c := range []*asynq.Client{ac, apc} {
 			due := time.Now().Truncate(time.Millisecond)
 			rate, cpu := timed(func() {
-				parallel(n, conc, func(i int) {
-					id := "s" + strconv.Itoa(i)
-					if _, err := c.Enqueue(asynq.NewTask("t", nil), asynq.TaskID(zclaim.OccurrenceID(id, due)), asynq.Retention(91*time.Second), asynq.Queue(queue)); err != nil {
-						panic(err)
-					}
-				})
+				parallel(n, conc, func(i int) { enqueueSame(c, i, due) })
 			})
 			if c == ac {
 				same, sameCPU = append(same, rate), cpu
@@ -325,10 +328,7 @@ func dispatchThroughput() {
 					}
 				}()
 				parallel(n, conc, func(i int) {
-					id := "s" + strconv.Itoa(i)
-					if _, err := ac.Enqueue(asynq.NewTask("t", nil), asynq.TaskID(zclaim.OccurrenceID(id, due)), asynq.Retention(91*time.Second), asynq.Queue(queue)); err != nil {
-						panic(err)
-					}
+					enqueueSame(ac, i, due)
 					if enqueued.Add(1)%scriptsBatch == 0 {
 						batches <- struct{}{}
 					}
