@@ -1,9 +1,9 @@
 package zclaim
 
 import (
-	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"sort"
@@ -232,14 +232,13 @@ func TestPeriodicAcrossProcesses(t *testing.T) {
 		out, err := cmd.StdoutPipe()
 		must(t, err)
 		must(t, cmd.Start())
-		if s := bufio.NewScanner(out); !s.Scan() || s.Text() != "ready" {
-			t.Fatalf("child did not start: %q", s.Text())
+		line, rest, err := firstLine(out, 30*time.Second)
+		if err != nil || line != "ready" {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("child did not start: %q, %v", line, err)
 		}
-		go func() { // drain
-			s := bufio.NewScanner(out)
-			for s.Scan() {
-			}
-		}()
+		go io.Copy(io.Discard, rest)
 		return cmd
 	}
 	kill := func(c *exec.Cmd) { c.Process.Signal(syscall.SIGKILL); c.Wait() }

@@ -44,9 +44,25 @@ func serveWeb(t *testing.T, env []string, args ...string) string {
 			t.Errorf("stderr shows the password: %s", errOut.String())
 		}
 	})
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("zclaim web printed no address: %v\n%s", err, errOut.String())
+	// The address line, read apart so that a command that hangs before it
+	// prints fails the test in time instead of hanging it.
+	r := bufio.NewReader(out)
+	type read struct {
+		line string
+		err  error
+	}
+	got := make(chan read, 1)
+	go func() { line, err := r.ReadString('\n'); got <- read{line, err} }()
+	var line string
+	select {
+	case g := <-got:
+		if g.err != nil {
+			t.Fatalf("zclaim web printed no address: %v\n%s", g.err, errOut.String())
+		}
+		line = g.line
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("zclaim web printed no address in 30 s")
 	}
 	if strings.Contains(line, "s3cret") {
 		t.Errorf("stdout shows the password: %s", line)
@@ -55,7 +71,7 @@ func serveWeb(t *testing.T, env []string, args ...string) string {
 	if m == nil {
 		t.Fatalf("zclaim web printed %q", line)
 	}
-	go io.Copy(io.Discard, out)
+	go io.Copy(io.Discard, r)
 	u := "http://" + m[1]
 	if strings.HasPrefix(m[1], "[::]") || strings.HasPrefix(m[1], "0.0.0.0") {
 		u = "http://127.0.0.1:" + m[1][strings.LastIndex(m[1], ":")+1:]
