@@ -463,26 +463,16 @@ func TestDispatcherBoundsClaimsWhileAsynqHangs(t *testing.T) {
 // claims too would have made one for each of them.
 func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
 	t.Parallel()
-	key, q := testKey(t), testQueue(t)
-	log := &runsLog{runs: map[string][]JobInfo{}}
-	startAsynq(t, testAddr, q, WithJob(log.handler()), asynq.Config{Concurrency: 4})
-	px := newProxy(t, testAddr)
 	// A lease long enough for an enqueue on a loaded machine (one that ran
 	// past it would be enqueued again: a conflict), short enough to run out
 	// for the claims that wait.
-	b := newBroker(t, BrokerOptions{Key: key, Lease: time.Second, MaxAttempts: 100,
-		Backoff: func(int) time.Duration { return 0 }})
-	d, err := NewDispatcher(b, asynq.NewClientFromRedisClient(clientVia(t, px)), DispatcherOptions{
-		Concurrency: 1, RecoveryInterval: 20 * time.Millisecond, EnqueueTimeout: time.Minute})
-	must(t, err)
+	r := newLeaseRig(t, time.Second)
+	d := r.dispatcher(t, 1)
 	// First jobs while asynq is quick: at their pace (a moving average, in
 	// which a slow first enqueue, a new connection's, soon weighs little),
 	// claims may queue.
 	const quick = 12
-	jobs := jobsDue(quick+20, "lease-", time.Now().Add(-time.Second))
-	for i := range jobs {
-		jobs[i].Queue = q
-	}
+	b, px, log, jobs := r.b, r.px, r.log, r.jobs(quick+20, "lease-")
 	must(t, b.Schedule(ctx, jobs[:quick]...))
 	runDispatcher(t, d)
 	waitFor(t, 5*time.Second, "the first enqueues", func() bool { return d.Stats().Enqueued == quick })
@@ -507,11 +497,7 @@ func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
 // last claims 2.4 s, past their 2 s lease; paced, a claim waits 300 ms.
 func TestDispatcherPacesClaimsToASlowAsynq(t *testing.T) {
 	t.Parallel()
-	key, q := testKey(t), testQueue(t)
-	log := &runsLog{runs: map[string][]JobInfo{}}
-	startAsynq(t, testAddr, q, WithJob(log.handler()), asynq.Config{Concurrency: 4})
-	px := newProxy(t, testAddr)
-	slow := clientVia(t, px)
+	r := newLeaseRig(t, 2*time.Second)
 	// Four connections made and asynq's script loaded before the delay:
 	// a new connection's handshake would add round trips of its own.
 	var warm sync.WaitGroup
@@ -519,29 +505,61 @@ func TestDispatcherPacesClaimsToASlowAsynq(t *testing.T) {
 		warm.Add(1)
 		go func() {
 			defer warm.Done()
-			if _, err := asynq.NewClientFromRedisClient(slow).Enqueue(asynq.NewTask("t", nil), asynq.Queue(q+"-warm")); err != nil {
+			if _, err := asynq.NewClientFromRedisClient(r.via).Enqueue(asynq.NewTask("t", nil), asynq.Queue(r.q+"-warm")); err != nil {
 				t.Error(err)
 			}
 		}()
 	}
 	warm.Wait()
-	px.SetDelay(300 * time.Millisecond)
-	b := newBroker(t, BrokerOptions{Key: key, Lease: 2 * time.Second, MaxAttempts: 100,
-		Backoff: func(int) time.Duration { return 0 }})
-	d, err := NewDispatcher(b, asynq.NewClientFromRedisClient(slow), DispatcherOptions{
-		Concurrency: 4, RecoveryInterval: 20 * time.Millisecond, EnqueueTimeout: time.Minute})
-	must(t, err)
-	jobs := jobsDue(32, "slow-", time.Now().Add(-time.Second))
-	for i := range jobs {
-		jobs[i].Queue = q
-	}
-	must(t, b.Schedule(ctx, jobs...))
+	r.px.SetDelay(300 * time.Millisecond)
+	d := r.dispatcher(t, 4)
+	jobs := r.jobs(32, "slow-")
+	must(t, r.b.Schedule(ctx, jobs...))
 	runDispatcher(t, d)
 	defer func() { t.Logf("dispatcher: %+v", d.Stats()) }()
-	waitEachRanOnce(t, log, b, jobs, 20*time.Second)
+	waitEachRanOnce(t, r.log, r.b, jobs, 20*time.Second)
 	if st := d.Stats(); st.Failed != 0 || st.Conflicts != 0 || st.Enqueued != int64(len(jobs)) {
 		t.Fatalf("stats %+v: want every job enqueued once, none past its lease", st)
 	}
+}
+
+// leaseRig is what the tests of claims and their leases share: an asynq
+// server on queue q that logs its runs, and a broker (key of its own,
+// lease as given) whose jobs go back at once, up to 100 times, for
+// dispatchers whose asynq client goes through proxy px (via).
+type leaseRig struct {
+	q   string
+	log *runsLog
+	px  *proxy
+	via *redis.Client
+	b   *Broker
+}
+
+func newLeaseRig(t *testing.T, lease time.Duration) leaseRig {
+	r := leaseRig{q: testQueue(t), log: &runsLog{runs: map[string][]JobInfo{}}, px: newProxy(t, testAddr)}
+	startAsynq(t, testAddr, r.q, WithJob(r.log.handler()), asynq.Config{Concurrency: 4})
+	r.via = clientVia(t, r.px)
+	r.b = newBroker(t, BrokerOptions{Key: testKey(t), Lease: lease, MaxAttempts: 100,
+		Backoff: func(int) time.Duration { return 0 }})
+	return r
+}
+
+// dispatcher makes a dispatcher of conc workers on the rig's broker and
+// proxied client, recovering every 20 ms.
+func (r leaseRig) dispatcher(t *testing.T, conc int) *Dispatcher {
+	d, err := NewDispatcher(r.b, asynq.NewClientFromRedisClient(r.via), DispatcherOptions{
+		Concurrency: conc, RecoveryInterval: 20 * time.Millisecond, EnqueueTimeout: time.Minute})
+	must(t, err)
+	return d
+}
+
+// jobs returns n jobs due a second ago, for the rig's queue.
+func (r leaseRig) jobs(n int, prefix string) []Job {
+	jobs := jobsDue(n, prefix, time.Now().Add(-time.Second))
+	for i := range jobs {
+		jobs[i].Queue = r.q
+	}
+	return jobs
 }
 
 // The claims a pipeline lets out follow the pace of the enqueues: a claim
