@@ -180,6 +180,58 @@ func TestBatchClaimWrongType(t *testing.T) {
 	}
 }
 
+// A settle of batch leases fails on a key of the wrong type that it would
+// write, with an error that names it, and changes nothing; one whose jobs
+// are all done writes only the batches and run records, so that the
+// schedule, pending records or dead set of the wrong type do not fail it.
+func TestFinishBatchesWrongType(t *testing.T) {
+	t.Parallel()
+	for _, which := range []string{"schedule", "jobs", "runs", "batches", "dead", "deadinfo"} {
+		for _, retry := range []bool{false, true} {
+			b := newBroker(t, BrokerOptions{})
+			must(t, b.Schedule(ctx, jobsDue(3, "job-", time.Now().Add(-time.Second))...))
+			res, err := b.claim(ctx, b.shards[0], 10, leaseBatchIDs)
+			must(t, err)
+			if res.lease.n != 3 {
+				t.Fatalf("claimed %d", res.lease.n)
+			}
+			k := b.keys
+			bad := map[string]string{"schedule": k.schedule, "jobs": k.pending, "runs": k.runs,
+				"batches": k.batches, "dead": k.dead, "deadinfo": k.deadInfo}[which]
+			must(t, b.rdb.Del(ctx, bad).Err())
+			must(t, b.rdb.SAdd(ctx, bad, "x").Err())
+			end := batchEnd{lease: res.lease}
+			if retry {
+				end.retry = map[int]time.Duration{2: 0}
+			}
+			lost, err := b.finishBatches(ctx, end)
+			if !retry && which != "runs" && which != "batches" {
+				if err != nil || len(lost) != 0 {
+					t.Fatalf("all done, %s a set: lost %v, %v", which, lost, err)
+				}
+				if n, _ := b.rdb.ZCard(ctx, k.batches).Result(); n != 0 {
+					t.Fatalf("all done, %s a set: the lease is still held", which)
+				}
+				continue
+			}
+			var wt *WrongTypeError
+			if !errors.As(err, &wt) || wt.Key != bad || wt.Got != "set" {
+				t.Fatalf("retry %v, %s a set: %v", retry, which, err)
+			}
+			if which != "batches" {
+				if ok, _ := b.rdb.ZScore(ctx, k.batches, res.lease.member()).Result(); ok == 0 {
+					t.Fatalf("retry %v, %s a set: a failed settle dropped the lease", retry, which)
+				}
+			}
+			if which != "runs" {
+				if n, _ := b.rdb.HLen(ctx, k.runs).Result(); n == 0 {
+					t.Fatalf("retry %v, %s a set: a failed settle took the batch's records", retry, which)
+				}
+			}
+		}
+	}
+}
+
 // Batch claimers on their own connections race each other and per-job
 // claimers for the same jobs, hold their leases for random times, and
 // some die holding them, while recovery runs beside them. Every job is

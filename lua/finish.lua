@@ -9,12 +9,28 @@
 --   set after its last attempt), a "d" job into the dead set.
 -- Returns one value per lease: 1 when settled, 0 when it was not held (its
 -- lease expired and recovery took it; nothing changed for it).
-local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'zset', KEYS[6], 'hash'})
+-- Every settle writes the batches and run records; the schedule, pending
+-- records and dead set only when a job goes back or dies, or a lease's
+-- member cannot be read, which the arguments tell before anything is
+-- written. Only the keys a settle writes are checked (and the clock read).
+local kt = {KEYS[2], 'zset', KEYS[4], 'hash'}
+local i, more = 4, false
+while i <= #ARGV do
+  local k = tonumber(ARGV[i + 1])
+  if k > 0 or not string.find(ARGV[i], '^%d+:%d+$') then more = true end
+  i = i + 2 + 3 * k
+end
+if more then
+  kt[5], kt[6], kt[7], kt[8] = KEYS[1], 'zset', KEYS[3], 'hash'
+  kt[9], kt[10], kt[11], kt[12] = KEYS[5], 'zset', KEYS[6], 'hash'
+end
+local bad = wrongtype(kt)
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 local ups, max = tonumber(ARGV[1]), tonumber(ARGV[2])
-local now_ms, now = clock(ups)
+local now_ms, now = 0, 0
+if more then now_ms, now = clock(ups) end
 local out, min = {}, nil
-local i = 4
+i = 4
 while i <= #ARGV do
   local k = tonumber(ARGV[i + 1])
   local ids, recs, damaged, first = take_batch(KEYS[2], KEYS[4], ARGV[i], k > 0)
