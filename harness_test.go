@@ -1,13 +1,11 @@
 package zclaim
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strings"
@@ -277,27 +275,4 @@ func (h roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func listDead(b *Broker, max int) ([]JobInfo, error) {
 	l, err := b.List(ctx, StateDead, ListOptions{Limit: max})
 	return l.Jobs, err
-}
-
-// firstLine reads the first line a child process prints on out, without
-// its newline, and gives up after within: a child that hangs before it
-// prints fails its test instead of hanging the suite. The reader holds
-// the rest of out.
-func firstLine(out io.Reader, within time.Duration) (string, *bufio.Reader, error) {
-	r := bufio.NewReader(out)
-	type read struct {
-		line string
-		err  error
-	}
-	got := make(chan read, 1)
-	go func() {
-		line, err := r.ReadString('\n')
-		got <- read{strings.TrimSuffix(line, "\n"), err}
-	}()
-	select {
-	case g := <-got:
-		return g.line, r, g.err
-	case <-time.After(within):
-		return "", r, fmt.Errorf("no line in %v", within)
-	}
 }

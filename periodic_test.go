@@ -232,7 +232,7 @@ func TestPeriodicAcrossProcesses(t *testing.T) {
 		out, err := cmd.StdoutPipe()
 		must(t, err)
 		must(t, cmd.Start())
-		line, rest, err := firstLine(out, 30*time.Second)
+		line, rest, err := proc.FirstLine(out, 30*time.Second)
 		if err != nil || line != "ready" {
 			cmd.Process.Kill()
 			cmd.Wait()

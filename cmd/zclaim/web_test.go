@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"io"
 	"net/http"
 	"net/url"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/zclaim/zclaim"
+	"github.com/zclaim/zclaim/internal/proc"
 )
 
 // serveWeb starts "zclaim web" with args on srv and returns the console's
@@ -44,25 +44,11 @@ func serveWeb(t *testing.T, env []string, args ...string) string {
 			t.Errorf("stderr shows the password: %s", errOut.String())
 		}
 	})
-	// The address line, read apart so that a command that hangs before it
-	// prints fails the test in time instead of hanging it.
-	r := bufio.NewReader(out)
-	type read struct {
-		line string
-		err  error
-	}
-	got := make(chan read, 1)
-	go func() { line, err := r.ReadString('\n'); got <- read{line, err} }()
-	var line string
-	select {
-	case g := <-got:
-		if g.err != nil {
-			t.Fatalf("zclaim web printed no address: %v\n%s", g.err, errOut.String())
-		}
-		line = g.line
-	case <-time.After(30 * time.Second):
+	line, r, err := proc.FirstLine(out, 30*time.Second)
+	if err != nil {
 		cmd.Process.Kill()
-		t.Fatalf("zclaim web printed no address in 30 s")
+		cmd.Wait() // and its stderr is all copied
+		t.Fatalf("zclaim web printed no address: %v\n%s", err, errOut.String())
 	}
 	if strings.Contains(line, "s3cret") {
 		t.Errorf("stdout shows the password: %s", line)
