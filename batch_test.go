@@ -219,7 +219,7 @@ func TestFinishBatchesWrongType(t *testing.T) {
 				t.Fatalf("retry %v, %s a set: %v", retry, which, err)
 			}
 			if which != "batches" {
-				if ok, _ := b.rdb.ZScore(ctx, k.batches, res.lease.member()).Result(); ok == 0 {
+				if score, _ := b.rdb.ZScore(ctx, k.batches, res.lease.member()).Result(); score == 0 {
 					t.Fatalf("retry %v, %s a set: a failed settle dropped the lease", retry, which)
 				}
 			}
