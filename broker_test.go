@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/zclaim/zclaim/internal/wait"
 )
 
 var ctx = context.Background()
@@ -536,7 +538,7 @@ func TestDeadTrim(t *testing.T) {
 		return n == 4
 	})
 	stop()
-	<-done
+	wait.Recv(t, done, 10*time.Second, "RunRecovery to return once its context was cancelled")
 	if got := deadIDs(t, b); !slices.Equal(got, []string{"d1", "d2", "d3", "d4"}) {
 		t.Fatalf("beyond DeadMax: left %v", got)
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/zclaim/zclaim/internal/wait"
 )
 
 // handledLog records each handler start by Redis' clock, per job id (from
@@ -289,13 +291,8 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 	// saturate rather than wrap to a negative one.
 	must(t, b.Schedule(ctx, Job{ID: "ancient", RunAt: time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC), Type: "x"}))
 	stopFirst := runDispatcher(t, d)
-	select {
-	case l := <-lags:
-		if l.id != "ancient" || l.lag != time.Duration(math.MaxInt64) {
-			t.Fatalf("%s dispatched with lag %v; want ancient with the largest Duration", l.id, l.lag)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the job due in 1600 was not dispatched")
+	if l := wait.Recv(t, lags, 5*time.Second, "the dispatch of the job due in 1600"); l.id != "ancient" || l.lag != time.Duration(math.MaxInt64) {
+		t.Fatalf("%s dispatched with lag %v; want ancient with the largest Duration", l.id, l.lag)
 	}
 	time.Sleep(50 * time.Millisecond) // asleep until the hour is up
 	// A foreign producer cannot announce its jobs: "foreign", due a
@@ -392,13 +389,8 @@ func TestDispatcherWakesAfterResubscribing(t *testing.T) {
 	waitFor(t, 5*time.Second, "the subscription to be cut", func() bool { return subscribers() == 0 })
 	must(t, direct.Schedule(ctx, Job{ID: "while-cut", RunAt: time.Now(), Type: "x"})) // its notice reaches no one
 	px.SetDown(false)
-	select {
-	case id := <-dispatched:
-		if id != "while-cut" {
-			t.Fatalf("dispatched %q", id)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("the dispatcher slept through the job scheduled while it was cut off")
+	if id := wait.Recv(t, dispatched, 3*time.Second, "the dispatch of the job scheduled while the dispatcher was cut off"); id != "while-cut" {
+		t.Fatalf("dispatched %q", id)
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/zclaim/zclaim/internal/wait"
 )
 
 // Redis-level faults on real redis-servers: eviction, a server that runs
@@ -82,7 +84,7 @@ func TestEvictionPolicyRefused(t *testing.T) {
 		return strings.Contains(buf.String(), "level=ERROR") && strings.Contains(buf.String(), "allkeys-lru")
 	})
 	cancel()
-	<-done
+	wait.Recv(t, done, 10*time.Second, "RunRecovery to return once its context was cancelled")
 }
 
 // A server at maxmemory with noeviction refuses writes: a Schedule that

@@ -13,6 +13,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/zclaim/zclaim/internal/wait"
 )
 
 // newIdem returns a store on the test server under a prefix of the test's own.
@@ -319,17 +321,12 @@ func TestMiddlewareStalledWorker(t *testing.T) {
 
 	_, err := c.Enqueue(asynq.NewTask("order", []byte("order-9")), asynq.Queue(q1), asynq.MaxRetry(3))
 	must(t, err)
-	e1 := <-started
+	e1 := wait.Recv(t, started, 30*time.Second, "the first delivery to start")
 	px.Pause() // the first worker stalls: its renewals hang
 	_, err = c.Enqueue(asynq.NewTask("order", []byte("order-9")), asynq.Queue(q2), asynq.MaxRetry(3))
 	must(t, err)
 
-	var s2 secondRun
-	select {
-	case s2 = <-secondStarted:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the second delivery never started")
-	}
+	s2 := wait.Recv(t, secondStarted, 10*time.Second, "the second delivery to start")
 	lastLease := e1.LeaseUntil()
 	if s2.start.Before(lastLease) {
 		t.Fatalf("second run started at %v while the first held its lease until %v", s2.start, lastLease)
@@ -339,7 +336,7 @@ func TestMiddlewareStalledWorker(t *testing.T) {
 	}
 	px.Resume()
 	close(resumed)
-	r := <-firstDone
+	r := wait.Recv(t, firstDone, 30*time.Second, "the first handler to return")
 	if !errors.Is(r.cause, ErrLeaseLost) {
 		t.Fatalf("first handler's context cancelled with %v", r.cause)
 	}

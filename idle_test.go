@@ -10,6 +10,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/zclaim/zclaim/internal/wait"
 )
 
 // scripts counts the scripts a server ran, from INFO commandstats.
@@ -64,13 +66,9 @@ func TestIdleDispatcherQuiet(t *testing.T) {
 			}
 			start := time.Now()
 			must(t, rdb.ZAdd(ctx, "delay:jobs", redis.Z{Score: float64(time.Now().Unix() - 1), Member: "order-731"}).Err())
-			select {
-			case <-got:
-				if events && time.Since(start) > 500*time.Millisecond {
-					t.Fatalf("the ZADD was dispatched after %v", time.Since(start))
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("a plain ZADD was not dispatched")
+			wait.Recv(t, got, 5*time.Second, "the dispatch of a plain ZADD")
+			if events && time.Since(start) > 500*time.Millisecond {
+				t.Fatalf("the ZADD was dispatched after %v", time.Since(start))
 			}
 		})
 	}
@@ -97,7 +95,7 @@ func TestFailingClaimBacksOff(t *testing.T) {
 	go func() { defer close(done); d.Run(cctx) }()
 	time.Sleep(700 * time.Millisecond)
 	cancel()
-	<-done
+	wait.Recv(t, done, 10*time.Second, "Run to return once its context was cancelled")
 	n := scripts(t, rdb) - s0
 	if c := strings.Count(logs.String(), "dispatcher claim failed"); c != 1 {
 		t.Fatalf("%d warnings in 0.7s, want 1:\n%s", c, logs.String())

@@ -18,6 +18,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim/internal/proc"
+	"github.com/zclaim/zclaim/internal/wait"
 )
 
 // workerRole makes the test binary a worker process of the quick start's
@@ -499,7 +500,7 @@ func TestBrokerReportsRuns(t *testing.T) {
 	for _, id := range []string{"order-1", "order-2"} {
 		_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID(id))
 		must(t, err)
-		<-started
+		wait.Recv(t, started, 30*time.Second, "the handler of "+id+" to start")
 	}
 	long := newIdem(t, rdb, IdempotencyOptions{Prefix: prefix, Lease: time.Minute, TakeoverQueues: []string{q}, DisableTakeover: true})
 	short := newIdem(t, rdb, IdempotencyOptions{Prefix: prefix, Lease: 20 * time.Millisecond})
@@ -547,7 +548,7 @@ func TestTakeoverOnCluster(t *testing.T) {
 		must(t, err)
 	}
 	for range n {
-		<-started
+		wait.Recv(t, started, 30*time.Second, "the handlers to start")
 	}
 	// Each run began, and its worker died: the records' leases run out.
 	dead, err := NewIdempotency(cc, IdempotencyOptions{Prefix: "zt:run:", Lease: 20 * time.Millisecond, DisableTakeover: true})

@@ -18,6 +18,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim/internal/proc"
+	"github.com/zclaim/zclaim/internal/wait"
 	"pgregory.net/rapid"
 )
 
@@ -556,13 +557,8 @@ func TestDispatcherWakesOnKeyspaceEvents(t *testing.T) {
 	runDispatcher(t, d)
 	time.Sleep(50 * time.Millisecond) // asleep for the hour
 	must(t, rdb.ZAdd(ctx, "delay:jobs", redis.Z{Score: float64(time.Now().Unix() - 1), Member: "order-731"}).Err())
-	select {
-	case id := <-got:
-		if id != "order-731" {
-			t.Fatalf("dispatched %q", id)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a plain ZADD did not wake the dispatcher")
+	if id := wait.Recv(t, got, 5*time.Second, "a plain ZADD to wake the dispatcher"); id != "order-731" {
+		t.Fatalf("dispatched %q", id)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zclaim/zclaim/internal/wait"
 )
 
 // The example program runs in CI, short: every job handled once, none
@@ -80,7 +82,7 @@ func TestExampleMetrics(t *testing.T) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
 		}
 	}
-	if code := <-done; code != 0 {
+	if code := wait.Recv(t, done, 30*time.Second, "the example to exit"); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5"
 	"github.com/zclaim/zclaim"
+	"github.com/zclaim/zclaim/internal/wait"
 	"github.com/zclaim/zclaim/zclaimpg"
 )
 
@@ -267,7 +268,7 @@ func TestFenceRefusesStaleToken(t *testing.T) {
 					return err
 				}))
 			go stale.ProcessTask(ctx, asynq.NewTask("effect", []byte("job-a"))) // once: its error is the point
-			<-began
+			wait.Recv(t, began, 30*time.Second, "the stale run's handler to start")
 			time.Sleep(2 * time.Millisecond) // tokens are Redis TIME in µs: the next is larger
 			var again error
 			fresh := b.idem(t, "b:", zclaim.IdempotencyOptions{}).Middleware()(
@@ -281,7 +282,7 @@ func TestFenceRefusesStaleToken(t *testing.T) {
 			must(t, deliver(fresh, "job-b"))
 			must(t, again)
 			close(write)
-			if err := <-wrote; !errors.Is(err, zclaim.ErrLeaseLost) {
+			if err := wait.Recv(t, wrote, 30*time.Second, "the stale run's write"); !errors.Is(err, zclaim.ErrLeaseLost) {
 				t.Fatalf("stale write: %v, want ErrLeaseLost", err)
 			}
 			var bal int

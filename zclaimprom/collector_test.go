@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim"
 	"github.com/zclaim/zclaim/internal/redisproc"
+	"github.com/zclaim/zclaim/internal/wait"
 	"github.com/zclaim/zclaim/zclaimprom"
 )
 
@@ -246,7 +247,7 @@ func TestAbandonedRunsAndTakeovers(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	_, err := c.Enqueue(asynq.NewTask("order:reminder", nil), asynq.Queue(queue), asynq.TaskID("order-14"))
 	must(t, err)
-	<-started
+	wait.Recv(t, started, 30*time.Second, "the handler of order-14 to start")
 	dead, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: prefix, Lease: 20 * time.Millisecond, DisableTakeover: true})
 	must(t, err)
 	e, err := dead.Begin(ctx, "order-14") // and then its worker died
@@ -270,13 +271,9 @@ func TestAbandonedRunsAndTakeovers(t *testing.T) {
 	must(t, err)
 	t.Cleanup(func() { taker.Close() })
 	taker.Middleware()
-	select {
-	case id := <-started: // the copy, under a TaskID of its own
-		if !strings.HasPrefix(id, "order-14~takeover-") {
-			t.Fatalf("copy's task id %q", id)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no takeover within 5s")
+	// The copy, under a TaskID of its own.
+	if id := wait.Recv(t, started, 5*time.Second, "a takeover"); !strings.HasPrefix(id, "order-14~takeover-") {
+		t.Fatalf("copy's task id %q", id)
 	}
 	// The counter and the log line come once the copy's enqueue returns:
 	// the copy can start first.

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim"
 	"github.com/zclaim/zclaim/internal/redisproc"
+	"github.com/zclaim/zclaim/internal/wait"
 )
 
 // The tests run the command as a built binary against a redis-server of
@@ -559,7 +560,7 @@ func TestAbandonedRun(t *testing.T) {
 	if _, err := c.Enqueue(asynq.NewTask("order:reminder", nil), asynq.Queue(queue), asynq.TaskID("order-14")); err != nil {
 		t.Fatal(err)
 	}
-	<-started
+	wait.Recv(t, started, 30*time.Second, "the handler of order-14 to start")
 	// Its run began and its worker died: the record's lease runs out.
 	idem, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: prefix, Lease: 20 * time.Millisecond,
 		DisableTakeover: true, AllowEviction: true})
