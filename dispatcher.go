@@ -70,14 +70,12 @@ type DispatcherOptions struct {
 	// enqueues and settling their batch (recovery puts such a batch back
 	// after its lease) from running the jobs again. asynq keeps each
 	// completed task, its payload included, in Redis meanwhile: about
-	// rate × TaskRetention tasks, and its server works a little more on
-	// each task than on one it deletes. A Retention in TaskOptions
-	// overrides it; negative sets none. Where every handler of these tasks
-	// runs under the idempotency middleware, its finished records stop a
-	// re-dispatched occurrence for its Retention (24 h), longer than this
-	// window: set -1 (the README's quick start does). Default: the
-	// re-dispatch window, the Broker's Lease + RecoveryInterval + MaxWait,
-	// plus one minute.
+	// rate × TaskRetention tasks. A Retention in TaskOptions overrides it;
+	// negative sets none. The idempotency middleware's finished records
+	// cover longer windows: where every handler of these tasks runs under
+	// it, they stop a re-dispatched occurrence without asynq's help, and
+	// -1 spares asynq keeping them. Default: the re-dispatch window, the
+	// Broker's Lease + RecoveryInterval + MaxWait, plus one minute.
 	TaskRetention time.Duration
 	// TaskOptions adds asynq options per job (MaxRetry, Timeout, ...).
 	// The dispatcher sets asynq.TaskID to the job's occurrence

@@ -23,11 +23,9 @@ func e2eScenario() {
 	// The ratios compare each contender with the first and the last.
 	contenders := []e2eContender{
 		{name: "asynq alone: the tasks pending in its queue"},
-		{name: "zclaim quick start: Dispatcher (on an autopipelined client, TaskRetention -1) + asynq server + idempotency middleware, jobs due in the schedule",
-			dispatcher: true, autopipeline: true, middleware: true, noRetention: true},
-		{name: "the same, the Dispatcher's asynq client on a plain go-redis client", dispatcher: true, middleware: true, noRetention: true},
-		{name: "the same quick start with the Dispatcher's default TaskRetention (asynq keeps each finished task 91 s)",
+		{name: "zclaim quick start: Dispatcher (on an autopipelined client) + asynq server + idempotency middleware, jobs due in the schedule",
 			dispatcher: true, autopipeline: true, middleware: true},
+		{name: "the same, the Dispatcher's asynq client on a plain go-redis client", dispatcher: true, middleware: true},
 		{name: "Dispatcher (on an autopipelined client) + asynq server, no middleware", dispatcher: true, autopipeline: true},
 		{name: "asynq server + idempotency middleware, the tasks pending in its queue", middleware: true},
 		{name: "floor of a feeder: asynq server, the tasks enqueued within the window by plain Enqueue (16 goroutines, an autopipelined client; no schedule, no claim)",
@@ -61,9 +59,7 @@ func e2eScenario() {
 			"asynq's pending tasks are the strict comparison (no feeder at all); its due scheduled tasks are the like-for-like one "+
 			"(its forwarder moves them to pending as zclaim's dispatcher enqueues its due jobs). "+
 			"Both use default options otherwise (the dispatcher's Concurrency 16, the middleware's Lease 5 s and takeover loop). "+
-			"The quick start gives the Dispatcher an asynq client on (*redis.Client).AutoPipeline, as the README does: its concurrent enqueues share round trips; "+
-			"and TaskRetention -1, as the README does where the middleware runs every handler: asynq deletes a finished task instead of keeping it "+
-			"(by default it keeps it for the dispatcher's re-dispatch window, 91 s, the third row). "+
+			"The quick start gives the Dispatcher an asynq client on (*redis.Client).AutoPipeline, as the README does: its concurrent enqueues share round trips. "+
 			"The two floor rows have no schedule: 16 goroutines enqueue the tasks (asynq alone's) on such a client once the clock runs, "+
 			"which is what feeding asynq inside the window costs whatever the feeder; the second adds the two plain commands a middleware "+
 			"that records each run's start and finish sends at least (table 3's second floor). "+
@@ -80,7 +76,6 @@ type e2eContender struct {
 	middleware      bool // the handler runs under the idempotency middleware
 	plainMiddleware bool // the handler runs under plainStartFinish
 	processAt       bool // asynq's tasks wait in its scheduled set, due a second ago; else pending
-	noRetention     bool // the Dispatcher's TaskRetention is -1: asynq deletes a finished task
 }
 
 // e2eRound runs contender c of e2eScenario once: its rate and CPU per job.
@@ -147,11 +142,7 @@ func e2eRound(c e2eContender, n, conc int) (float64, [2]time.Duration) {
 	r0, s0 := cpuMeter(admin)
 	start := time.Now()
 	if c.dispatcher {
-		opts := zclaim.DispatcherOptions{}
-		if c.noRetention {
-			opts.TaskRetention = -1
-		}
-		d, err := zclaim.NewDispatcher(b, dc, opts)
+		d, err := zclaim.NewDispatcher(b, dc, zclaim.DispatcherOptions{})
 		if err != nil {
 			panic(err)
 		}

@@ -256,7 +256,6 @@ func run(w io.Writer, rdb *redis.Client, ns string, cfg config) (bool, error) {
 	for i := range dispatchers {
 		d, err := zclaim.NewDispatcher(broker, ac, zclaim.DispatcherOptions{
 			RecoveryInterval: 100 * time.Millisecond,
-			TaskRetention:    -1, // asynq keeps no finished task: the middleware's records stop a re-dispatch
 			Logger:           quiet,
 			OnDispatch: func(c zclaim.JobInfo, lag time.Duration, err error) {
 				tl.mu.Lock()
