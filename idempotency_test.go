@@ -526,23 +526,44 @@ func TestMiddlewareRenewsLease(t *testing.T) {
 	rdb := newClient(t)
 	const lease = time.Second // renewed every 333 ms: room for a loaded machine (300 ms ran out under load)
 	i := newIdem(t, rdb, IdempotencyOptions{Lease: lease, Key: payloadKey})
-	var probes []error
-	h := i.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
-		for k := 0; k < 6; k++ {
-			time.Sleep(lease / 2)
-			_, err := i.Begin(ctx, "long")
-			probes = append(probes, err)
+	// A machine that holds a renewal back past the lease (a loaded run)
+	// lets the lease lapse, and the middleware rightly cancels the run: an
+	// attempt whose lease was renewed before that starts over on a key of
+	// its own, up to 3 attempts. A lease never renewed fails at once.
+	for attempt := 1; ; attempt++ {
+		key := fmt.Sprintf("long-%d", attempt)
+		var probes []error
+		var renewed bool
+		var cause error
+		h := i.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+			e, _ := ExecutionFromContext(ctx)
+			first := e.LeaseUntil()
+			for k := 0; k < 6 && ctx.Err() == nil; k++ {
+				time.Sleep(lease / 2)
+				renewed = renewed || e.LeaseUntil().After(first)
+				_, err := i.Begin(ctx, key)
+				probes = append(probes, err)
+			}
+			cause = context.Cause(ctx)
+			return ctx.Err()
+		}))
+		err := h.ProcessTask(ctx, asynq.NewTask("x", []byte(key)))
+		if err != nil && renewed && errors.Is(cause, ErrLeaseLost) && attempt < 3 {
+			t.Logf("attempt %d: renewed, then the lease lapsed (%v); again", attempt, err)
+			continue
 		}
-		return ctx.Err()
-	}))
-	must(t, h.ProcessTask(ctx, asynq.NewTask("x", []byte("long"))))
-	for k, err := range probes {
-		if !errors.Is(err, ErrInProgress) {
-			t.Fatalf("probe %d after %v: %v", k, time.Duration(k+1)*lease/2, err)
+		if err != nil {
+			t.Fatalf("attempt %d: the run ended with %v (cause %v); its lease renewed: %v", attempt, err, cause, renewed)
 		}
+		for k, err := range probes {
+			if !errors.Is(err, ErrInProgress) {
+				t.Fatalf("probe %d after %v: %v", k, time.Duration(k+1)*lease/2, err)
+			}
+		}
+		_, err = i.Begin(ctx, key)
+		wantErr(t, err, ErrAlreadyDone)
+		return
 	}
-	_, err := i.Begin(ctx, "long")
-	wantErr(t, err, ErrAlreadyDone)
 }
 
 // The fence compares whole tokens: one whose digits begin the current
