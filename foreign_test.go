@@ -53,8 +53,11 @@ func TestEmptyMemberLosesNothing(t *testing.T) {
 				px.SetDown(true)
 				ac := asynq.NewClientFromRedisClient(redis.NewClient(&redis.Options{Addr: px.Addr, MaxRetries: -1,
 					DialTimeout: 20 * time.Millisecond}))
+				// EnqueueTimeout also bounds the settle that gives the jobs back,
+				// which a loaded run can keep past 100 ms; the enqueues fail at
+				// once (the proxy closes each connection it accepts).
 				d, err := NewDispatcher(b, ac, DispatcherOptions{DefaultType: "x", RecoveryInterval: -1,
-					EnqueueTimeout: 100 * time.Millisecond})
+					EnqueueTimeout: time.Second})
 				must(t, err)
 				stop := runDispatcher(t, d)
 				waitFor(t, 10*time.Second, "five failed enqueues and one death", func() bool {
