@@ -88,9 +88,12 @@ func TestACLDocumentedUser(t *testing.T) {
 	cs, err := b.Claim(ctx, 1) // a direct claimer that dies: recovery brings it back
 	must(t, err)
 	waitFor(t, 10*time.Second, "every job run", func() bool { return len(runs.counts()) == 21 })
-	// The same ZADD again: the dispatcher logs the conflict (Info).
+	// The same ZADD again: the dispatcher logs the conflict (Info). (A
+	// claim held past its 200 ms lease by a loaded machine is dispatched
+	// again, and meets a conflict of its own.)
+	conflicts := d.Stats().Conflicts
 	must(t, rdb.ZAdd(ctx, "delay:jobs", redis.Z{Score: float64(due.Unix()), Member: "plain-1"}).Err())
-	waitFor(t, 5*time.Second, "the repeat settled", func() bool { return d.Stats().Conflicts == 1 })
+	waitFor(t, 20*time.Second, "the repeat settled", func() bool { return d.Stats().Conflicts > conflicts })
 	if len(cs) == 1 {
 		if err := b.Ack(ctx, cs[0]); !errors.Is(err, ErrLeaseLost) && err != nil {
 			t.Fatal(err)
