@@ -458,20 +458,30 @@ func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
 	// A lease long enough for an enqueue on a loaded machine (one that ran
 	// past it would be enqueued again: a conflict), short enough to run out
 	// for the claims that wait.
-	r := newLeaseRig(t, time.Second)
+	const lease = time.Second
+	r := newLeaseRig(t, lease)
 	d := r.dispatcher(t, 1)
-	// First jobs while asynq is quick: at their pace (a moving average, in
-	// which a slow first enqueue, a new connection's, soon weighs little),
-	// claims may queue.
-	const quick = 12
-	b, px, log, jobs := r.b, r.px, r.log, r.jobs(quick+20, "lease-")
-	must(t, b.Schedule(ctx, jobs[:quick]...))
+	// First jobs while asynq is quick, 12 at a time until their pace (a
+	// moving average, in which a slow first enqueue, a new connection's,
+	// soon weighs little) lets claims queue: an eighth of the lease lets
+	// two wait behind the one under way. A loaded machine takes more.
+	const quick, most = 12, 5
+	b, px, log, all := r.b, r.px, r.log, r.jobs(most*quick+20, "lease-")
 	runDispatcher(t, d)
-	waitFor(t, 5*time.Second, "the first enqueues", func() bool { return d.Stats().Enqueued == quick })
+	n := 0
+	for n < most*quick {
+		must(t, b.Schedule(ctx, all[n:n+quick]...))
+		n += quick
+		waitFor(t, 20*time.Second, "the first enqueues", func() bool { return d.Stats().Enqueued == int64(n) })
+		if d.enqueueTime.get() <= lease/8 {
+			break
+		}
+	}
+	jobs := all[:n+20]
 	px.Pause()
 	t.Cleanup(px.Resume)
-	must(t, b.Schedule(ctx, jobs[quick:]...))
-	waitFor(t, 5*time.Second, "claims queued behind the enqueue under way", func() bool { return d.Stats().Claimed > quick+1 })
+	must(t, b.Schedule(ctx, jobs[n:]...))
+	waitFor(t, 20*time.Second, "claims queued behind the enqueue under way", func() bool { return d.Stats().Claimed > int64(n)+1 })
 	time.Sleep(2500 * time.Millisecond) // the queued claims' leases run out; recovery takes them back
 	px.Resume()
 	waitEachRanOnce(t, log, b, jobs, 10*time.Second)
