@@ -533,7 +533,7 @@ func TestDeadTrim(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); small.RunRecovery(rctx, time.Hour) }()
-	waitFor(t, 5*time.Second, "the dead set down to DeadMax", func() bool {
+	waitFor(t, 20*time.Second, "the dead set down to DeadMax", func() bool {
 		n, _ := b.rdb.ZCard(ctx, b.keys.dead).Result()
 		return n == 4
 	})

@@ -195,9 +195,9 @@ func TestDispatcherStoppedMidRun(t *testing.T) {
 	b := newBroker(t, BrokerOptions{Key: key, Lease: lease})
 	jobs, ids := spreadJobs(t, b, 400, 400*time.Millisecond)
 	must(t, b.Schedule(ctx, jobs...))
-	waitFor(t, 5*time.Second, "the first dispatcher to claim", func() bool { return da.Stats().Claimed >= 50 })
+	waitFor(t, 20*time.Second, "the first dispatcher to claim", func() bool { return da.Stats().Claimed >= 50 })
 	asynqPx.Pause() // its enqueues hang ...
-	waitFor(t, 5*time.Second, "claims to pile up", func() bool {
+	waitFor(t, 20*time.Second, "claims to pile up", func() bool {
 		st, _ := b.Stats(ctx)
 		return st.Inflight >= 8
 	})
@@ -216,7 +216,7 @@ func TestDispatcherStoppedMidRun(t *testing.T) {
 	must(t, err)
 	runDispatcher(t, db)
 	waitFor(t, 20*time.Second, "all jobs handled", func() bool { return log.count() >= len(ids) })
-	waitFor(t, 5*time.Second, "the schedule to empty", func() bool {
+	waitFor(t, 20*time.Second, "the schedule to empty", func() bool {
 		st, _ := b.Stats(ctx)
 		return st.Scheduled == 0 && st.Inflight == 0
 	})
@@ -245,7 +245,7 @@ func TestDispatcherEnqueueFailures(t *testing.T) {
 	runDispatcher(t, d)
 	jobs, ids := spreadJobs(t, b, 300, 200*time.Millisecond)
 	must(t, b.Schedule(ctx, jobs...))
-	waitFor(t, 5*time.Second, "failed enqueues", func() bool { return d.Stats().Failed >= 300 })
+	waitFor(t, 20*time.Second, "failed enqueues", func() bool { return d.Stats().Failed >= 300 })
 	if n := log.count(); n != 0 {
 		t.Fatalf("%d handled while asynq was unreachable", n)
 	}
@@ -317,7 +317,7 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 				st, d.Stats(), b.keys.notice, subs)
 		}
 	}
-	waitFor(t, 5*time.Second, "both tasks handled", func() bool {
+	waitFor(t, 20*time.Second, "both tasks handled", func() bool {
 		a, ok1 := got.Load("foreign")
 		b, ok2 := got.Load("soon")
 		return ok1 && ok2 && a == "adopted" && b == "typed"
@@ -339,7 +339,7 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 	must(t, b.rdb.ZAdd(ctx, key, redis.Z{Score: 1, Member: " \t"}, redis.Z{Score: 1, Member: ""},
 		redis.Z{Score: 1, Member: "caf\xe9"}, redis.Z{Score: 1, Member: long}).Err())
 	b.rdb.Publish(ctx, b.keys.notice, "1")
-	waitFor(t, 5*time.Second, "the six unfit jobs to die", func() bool { return d2.Stats().Dead == 6 })
+	waitFor(t, 20*time.Second, "the six unfit jobs to die", func() bool { return d2.Stats().Dead == 6 })
 	stop()
 	dead, err := listDead(b, 10)
 	must(t, err)
@@ -384,9 +384,9 @@ func TestDispatcherWakesAfterResubscribing(t *testing.T) {
 		n, _ := direct.rdb.PubSubNumSub(ctx, b.keys.notice).Result()
 		return n[b.keys.notice]
 	}
-	waitFor(t, 5*time.Second, "the dispatcher to subscribe", func() bool { return subscribers() == 1 })
+	waitFor(t, 20*time.Second, "the dispatcher to subscribe", func() bool { return subscribers() == 1 })
 	px.SetDown(true)
-	waitFor(t, 5*time.Second, "the subscription to be cut", func() bool { return subscribers() == 0 })
+	waitFor(t, 20*time.Second, "the subscription to be cut", func() bool { return subscribers() == 0 })
 	must(t, direct.Schedule(ctx, Job{ID: "while-cut", RunAt: time.Now(), Type: "x"})) // its notice reaches no one
 	px.SetDown(false)
 	if id := wait.Recv(t, dispatched, 3*time.Second, "the dispatch of the job scheduled while the dispatcher was cut off"); id != "while-cut" {
@@ -436,7 +436,7 @@ func TestDispatcherBoundsClaimsWhileAsynqHangs(t *testing.T) {
 	must(t, b.Schedule(ctx, jobsDue(100, "h", time.Now().Add(-time.Second))...))
 	stop := runDispatcher(t, d)
 	t.Cleanup(px.Resume) // runs before the dispatcher's stop: a failure does not wait out the enqueues
-	waitFor(t, 5*time.Second, "claims", func() bool { return d.Stats().Claimed > 0 })
+	waitFor(t, 20*time.Second, "claims", func() bool { return d.Stats().Claimed > 0 })
 	time.Sleep(200 * time.Millisecond)
 	st, err := b.Stats(ctx)
 	must(t, err)
@@ -606,7 +606,7 @@ func waitEachRanOnce(t *testing.T, log *runsLog, b *Broker, jobs []Job, d time.D
 		defer log.mu.Unlock()
 		return len(log.runs) == len(jobs)
 	})
-	waitFor(t, 5*time.Second, "the schedule to empty", func() bool {
+	waitFor(t, 20*time.Second, "the schedule to empty", func() bool {
 		st, err := b.Stats(ctx)
 		return err == nil && st.Scheduled == 0 && st.Inflight == 0
 	})
@@ -761,7 +761,7 @@ func TestDispatcherOnAutopipelinedClient(t *testing.T) {
 	must(t, err)
 	runDispatcher(t, d)
 	waitFor(t, 60*time.Second, "every job dispatched", func() bool { return d.Stats().Enqueued == n })
-	waitFor(t, 5*time.Second, "the batches settled", func() bool {
+	waitFor(t, 20*time.Second, "the batches settled", func() bool {
 		st, _ := b.Stats(ctx)
 		return st.Scheduled == 0 && st.Inflight == 0
 	})

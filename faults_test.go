@@ -80,7 +80,7 @@ func TestEvictionPolicyRefused(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); b.RunRecovery(rctx, 5*time.Millisecond) }()
-	waitFor(t, 5*time.Second, "an Error log", func() bool {
+	waitFor(t, 20*time.Second, "an Error log", func() bool {
 		return strings.Contains(buf.String(), "level=ERROR") && strings.Contains(buf.String(), "allkeys-lru")
 	})
 	cancel()
@@ -198,7 +198,7 @@ func TestRestartWithoutPersistence(t *testing.T) {
 	if err := execs[0].Complete(ctx); !errors.Is(err, ErrStateLost) {
 		t.Fatalf("complete after the restart: %v", err)
 	}
-	waitFor(t, 2*time.Second, "the store to notice", func() bool {
+	waitFor(t, 10*time.Second, "the store to notice", func() bool {
 		e, err := idem.Begin(ctx, "probe")
 		if err == nil {
 			e.Release(ctx)
@@ -269,7 +269,7 @@ func TestFailoverToReplica(t *testing.T) {
 				schedule(b, i)
 			}
 			claim(b)
-			waitFor(t, 5*time.Second, "the replica to catch up", func() bool {
+			waitFor(t, 20*time.Second, "the replica to catch up", func() bool {
 				p, _ := prdb.Info(ctx, "replication").Result()
 				r, _ := rrdb.Info(ctx, "replication").Result()
 				return infoField(p, "master_repl_offset") == infoField(r, "slave_repl_offset")
@@ -542,5 +542,5 @@ func TestRecoveryLoopNoticesLoss(t *testing.T) {
 		t.Fatalf("%d losses before any", n)
 	}
 	must(t, rdb.FlushAll(ctx).Err())
-	waitFor(t, 2*time.Second, "the loss noticed", func() bool { _, n := b.state.lost(); return n == 1 })
+	waitFor(t, 10*time.Second, "the loss noticed", func() bool { _, n := b.state.lost(); return n == 1 })
 }

@@ -174,7 +174,7 @@ func TestRetention(t *testing.T) {
 	_, err = i.Begin(ctx, "r")
 	wantErr(t, err, ErrAlreadyDone)
 	bucket, _ := i.doneOf("r")
-	waitFor(t, 2*time.Second, "the record to expire", func() bool {
+	waitFor(t, 10*time.Second, "the record to expire", func() bool {
 		n, _ := rdb.Exists(ctx, i.recordKey("r"), bucket).Result()
 		return n == 0
 	})

@@ -300,7 +300,7 @@ func takeoverOfASlowRun(t *testing.T) (slowRuns int, takeovers int64, lapsed boo
 	time.Sleep(4 * lease) // about sixteen passes of each of five loops
 	lapsed = watched()
 	close(release)
-	waitFor(t, 5*time.Second, "the slow run to complete", func() bool {
+	waitFor(t, 20*time.Second, "the slow run to complete", func() bool {
 		_, err := stores[1].Begin(ctx, "slow")
 		return errors.Is(err, ErrAlreadyDone)
 	})

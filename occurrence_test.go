@@ -500,7 +500,7 @@ func TestSkipsAndFailuresVisible(t *testing.T) {
 		d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{})
 		must(t, err)
 		stop := runDispatcher(t, d)
-		waitFor(t, 5*time.Second, "the typeless jobs dead", func() bool { return d.Stats().Dead == 3 })
+		waitFor(t, 20*time.Second, "the typeless jobs dead", func() bool { return d.Stats().Dead == 3 })
 		if quiet {
 			stop() // all it logs is logged before Run returns
 			if buf.String() != "" {
@@ -508,7 +508,7 @@ func TestSkipsAndFailuresVisible(t *testing.T) {
 			}
 			continue
 		}
-		waitFor(t, 5*time.Second, "the Error log", func() bool { return strings.Contains(buf.String(), "level=ERROR") })
+		waitFor(t, 20*time.Second, "the Error log", func() bool { return strings.Contains(buf.String(), "level=ERROR") })
 		if n := strings.Count(buf.String(), "level=ERROR"); n != 1 || !strings.Contains(buf.String(), "DefaultType") || !strings.Contains(buf.String(), "jobs=3") {
 			t.Errorf("%d Error lines, want one naming DefaultType and 3 jobs:\n%s", n, buf.String())
 		}
@@ -685,7 +685,7 @@ func TestDispatchedTaskHeader(t *testing.T) {
 	}})
 	must(t, err)
 	runDispatcher(t, d)
-	waitFor(t, 5*time.Second, "three runs", func() bool {
+	waitFor(t, 20*time.Second, "three runs", func() bool {
 		log.mu.Lock()
 		defer log.mu.Unlock()
 		return len(log.runs) == 3

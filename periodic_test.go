@@ -135,8 +135,8 @@ func TestPeriodicMissedTicks(t *testing.T) {
 	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{})
 	must(t, err)
 	runDispatcher(t, d)
-	waitFor(t, 5*time.Second, "the latest missed tick run", func() bool { return log.total() == 1 })
-	waitFor(t, 5*time.Second, "both next ticks scheduled", func() bool {
+	waitFor(t, 20*time.Second, "the latest missed tick run", func() bool { return log.total() == 1 })
+	waitFor(t, 20*time.Second, "both next ticks scheduled", func() bool {
 		st, _ := b.Stats(ctx)
 		return st.Scheduled == 2 && st.Inflight == 0
 	})

@@ -55,7 +55,7 @@ func TestRollbackNoticed(t *testing.T) {
 	s.Kill()
 	must(t, s.Restart())
 	// Their next calls.
-	waitFor(t, 5*time.Second, "all three to notice", func() bool {
+	waitFor(t, 20*time.Second, "all three to notice", func() bool {
 		h.ProcessTask(ctx, asynq.NewTask("x", []byte("next")))
 		b.Claim(ctx, 1)
 		st, _ := b.Stats(ctx)
