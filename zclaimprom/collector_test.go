@@ -89,11 +89,11 @@ func TestCollector(t *testing.T) {
 	dctx, stop := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- d.Run(dctx) }()
-	for deadline := time.Now().Add(5 * time.Second); d.Stats().Enqueued < 3 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(20 * time.Second); d.Stats().Enqueued < 3 && time.Now().Before(deadline); {
 		time.Sleep(5 * time.Millisecond)
 	}
 	stop()
-	must(t, <-done)
+	must(t, wait.Recv(t, done, 10*time.Second, "Run to return once its context was cancelled"))
 	defer rdb.Del(ctx, "asynq:{default}:pending")
 
 	// A middleware that completes one run and skips its repeat.
@@ -272,12 +272,12 @@ func TestAbandonedRunsAndTakeovers(t *testing.T) {
 	t.Cleanup(func() { taker.Close() })
 	taker.Middleware()
 	// The copy, under a TaskID of its own.
-	if id := wait.Recv(t, started, 5*time.Second, "a takeover"); !strings.HasPrefix(id, "order-14~takeover-") {
+	if id := wait.Recv(t, started, 20*time.Second, "a takeover"); !strings.HasPrefix(id, "order-14~takeover-") {
 		t.Fatalf("copy's task id %q", id)
 	}
 	// The counter and the log line come once the copy's enqueue returns:
 	// the copy can start first.
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) &&
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) &&
 		(taker.Stats().Takeovers == 0 || !strings.Contains(logs.String(), "took over a run")); {
 		time.Sleep(5 * time.Millisecond)
 	}
