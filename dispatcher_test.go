@@ -215,7 +215,7 @@ func TestDispatcherStoppedMidRun(t *testing.T) {
 		TaskOptions: taskOpts, RecoveryInterval: 20 * time.Millisecond})
 	must(t, err)
 	runDispatcher(t, db)
-	waitFor(t, 20*time.Second, "all jobs handled", func() bool { return log.count() >= len(ids) })
+	waitFor(t, time.Minute, "all jobs handled", func() bool { return log.count() >= len(ids) })
 	waitFor(t, 20*time.Second, "the schedule to empty", func() bool {
 		st, _ := b.Stats(ctx)
 		return st.Scheduled == 0 && st.Inflight == 0
@@ -250,7 +250,7 @@ func TestDispatcherEnqueueFailures(t *testing.T) {
 		t.Fatalf("%d handled while asynq was unreachable", n)
 	}
 	px.SetDown(false)
-	waitFor(t, 20*time.Second, "all jobs handled", func() bool { return log.count() >= len(ids) })
+	waitFor(t, time.Minute, "all jobs handled", func() bool { return log.count() >= len(ids) })
 	log.check(t, ids)
 	st, _ := b.Stats(ctx)
 	if st.Dead != 0 || st.Scheduled != 0 {
