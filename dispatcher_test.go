@@ -291,7 +291,7 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 	// saturate rather than wrap to a negative one.
 	must(t, b.Schedule(ctx, Job{ID: "ancient", RunAt: time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC), Type: "x"}))
 	stopFirst := runDispatcher(t, d)
-	if l := wait.Recv(t, lags, 5*time.Second, "the dispatch of the job due in 1600"); l.id != "ancient" || l.lag != time.Duration(math.MaxInt64) {
+	if l := wait.Recv(t, lags, 20*time.Second, "the dispatch of the job due in 1600"); l.id != "ancient" || l.lag != time.Duration(math.MaxInt64) {
 		t.Fatalf("%s dispatched with lag %v; want ancient with the largest Duration", l.id, l.lag)
 	}
 	time.Sleep(50 * time.Millisecond) // asleep until the hour is up
@@ -389,7 +389,7 @@ func TestDispatcherWakesAfterResubscribing(t *testing.T) {
 	waitFor(t, 20*time.Second, "the subscription to be cut", func() bool { return subscribers() == 0 })
 	must(t, direct.Schedule(ctx, Job{ID: "while-cut", RunAt: time.Now(), Type: "x"})) // its notice reaches no one
 	px.SetDown(false)
-	if id := wait.Recv(t, dispatched, 3*time.Second, "the dispatch of the job scheduled while the dispatcher was cut off"); id != "while-cut" {
+	if id := wait.Recv(t, dispatched, 20*time.Second, "the dispatch of the job scheduled while the dispatcher was cut off"); id != "while-cut" {
 		t.Fatalf("dispatched %q", id)
 	}
 }

@@ -66,7 +66,7 @@ func TestIdleDispatcherQuiet(t *testing.T) {
 			}
 			start := time.Now()
 			must(t, rdb.ZAdd(ctx, "delay:jobs", redis.Z{Score: float64(time.Now().Unix() - 1), Member: "order-731"}).Err())
-			wait.Recv(t, got, 5*time.Second, "the dispatch of a plain ZADD")
+			wait.Recv(t, got, 20*time.Second, "the dispatch of a plain ZADD")
 			if events && time.Since(start) > 500*time.Millisecond {
 				t.Fatalf("the ZADD was dispatched after %v", time.Since(start))
 			}

@@ -557,7 +557,7 @@ func TestDispatcherWakesOnKeyspaceEvents(t *testing.T) {
 	runDispatcher(t, d)
 	time.Sleep(50 * time.Millisecond) // asleep for the hour
 	must(t, rdb.ZAdd(ctx, "delay:jobs", redis.Z{Score: float64(time.Now().Unix() - 1), Member: "order-731"}).Err())
-	if id := wait.Recv(t, got, 5*time.Second, "a plain ZADD to wake the dispatcher"); id != "order-731" {
+	if id := wait.Recv(t, got, 20*time.Second, "a plain ZADD to wake the dispatcher"); id != "order-731" {
 		t.Fatalf("dispatched %q", id)
 	}
 }
