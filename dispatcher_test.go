@@ -113,7 +113,9 @@ func runDispatcher(t *testing.T, d *Dispatcher) (stop func()) {
 	done := make(chan struct{})
 	go func() { defer close(done); d.Run(ctx) }()
 	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
+	stop = func() {
+		once.Do(func() { cancel(); wait.Recv(t, done, 30*time.Second, "Run to return once its context was cancelled") })
+	}
 	t.Cleanup(stop)
 	return stop
 }

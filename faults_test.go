@@ -536,7 +536,10 @@ func TestRecoveryLoopNoticesLoss(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); b.RunRecovery(rctx, 5*time.Millisecond) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		wait.Recv(t, done, 10*time.Second, "RunRecovery to return once its context was cancelled")
+	}()
 	time.Sleep(20 * time.Millisecond)
 	if _, n := b.state.lost(); n != 0 {
 		t.Fatalf("%d losses before any", n)
