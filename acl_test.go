@@ -12,6 +12,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim/internal/logbuf"
 )
 
 // readmeACL returns the ACL SETUSER line of docs/broker.md, as words.
@@ -68,7 +69,7 @@ func TestACLDocumentedUser(t *testing.T) {
 	if err := rdb.FlushAll(ctx).Err(); err == nil {
 		t.Fatal("the README's user may FLUSHALL: not least privilege")
 	}
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b, err := NewBroker(rdb, BrokerOptions{Key: "delay:jobs", Lease: 200 * time.Millisecond, Logger: log})
 	must(t, err)
@@ -149,7 +150,7 @@ func TestACLMissingPermissions(t *testing.T) {
 	must(t, b.Schedule(ctx, Job{ID: "b", RunAt: due}))
 
 	// No INFO: the start-up checks are skipped with a warning.
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	rdb = aclUser(t, srv, "noinfo", "+info")
 	_, err = NewBroker(rdb, BrokerOptions{Key: "delay:jobs", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	must(t, err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/zclaim/zclaim/internal/logbuf"
 	"github.com/zclaim/zclaim/internal/wait"
 )
 
@@ -43,7 +44,7 @@ func TestEvictionPolicyRefused(t *testing.T) {
 		_, err = NewIdempotency(rdb, IdempotencyOptions{})
 		wantErr(t, err, ErrEvictionPolicy)
 
-		var buf syncBuffer
+		var buf logbuf.Buffer
 		log := slog.New(slog.NewTextHandler(&buf, nil))
 		if _, err := NewBroker(rdb, BrokerOptions{AllowEviction: true, Logger: log}); err != nil {
 			t.Fatal(err)
@@ -59,14 +60,14 @@ func TestEvictionPolicyRefused(t *testing.T) {
 	// Changed at run time: the recovery loop says so.
 	srv := ownRedis(t)
 	rdb := serverClient(t, srv)
-	var buf syncBuffer
+	var buf logbuf.Buffer
 	b, err := NewBroker(rdb, BrokerOptions{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	must(t, err)
 	if !strings.Contains(buf.String(), "persists nothing") {
 		t.Errorf("no warning for a server without AOF or save points:\n%s", buf.String())
 	}
 	must(t, rdb.ConfigSet(ctx, "save", "3600 1").Err())
-	var rdbOnly syncBuffer
+	var rdbOnly logbuf.Buffer
 	_, err = NewIdempotency(rdb, IdempotencyOptions{Logger: slog.New(slog.NewTextHandler(&rdbOnly, nil)), DisableTakeover: true})
 	must(t, err)
 	if !strings.Contains(rdbOnly.String(), "RDB snapshots only: a crash rolls back") {
@@ -141,7 +142,7 @@ func TestRestartWithoutPersistence(t *testing.T) {
 	srv := ownRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	var buf syncBuffer
+	var buf logbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
 	b, err := NewBroker(rdb, BrokerOptions{Key: "delay:jobs", Logger: log})
 	must(t, err)
@@ -419,7 +420,7 @@ func TestScheduleWithoutPublishPermission(t *testing.T) {
 	if err := rdb.Publish(ctx, "x", "y").Err(); err == nil {
 		t.Fatal("the user may publish: the test shows nothing")
 	}
-	var buf syncBuffer
+	var buf logbuf.Buffer
 	b, err := NewBroker(rdb, BrokerOptions{Key: "delay:jobs", Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	must(t, err)
 	for i := range 3 {

@@ -11,6 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/zclaim/zclaim/internal/logbuf"
 	"github.com/zclaim/zclaim/internal/wait"
 )
 
@@ -82,7 +83,7 @@ func TestFailingClaimBacksOff(t *testing.T) {
 	srv := ownRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { rdb.Close() })
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	b, err := NewBroker(rdb, BrokerOptions{Key: "delay:jobs", AllowEviction: true})
 	must(t, err)
 	must(t, rdb.Set(ctx, b.keys.batches, "not a zset", 0).Err())

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim/internal/logbuf"
 	"github.com/zclaim/zclaim/internal/proc"
 	"github.com/zclaim/zclaim/internal/wait"
 	"pgregory.net/rapid"
@@ -441,7 +442,7 @@ func TestDispatcherCrashBeforeSettle(t *testing.T) {
 // The middleware counts what it did and logs its skips at Info; the
 // dispatcher logs jobs without a type once per batch, with the fix.
 func TestSkipsAndFailuresVisible(t *testing.T) {
-	var buf syncBuffer
+	var buf logbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, nil))
 	rdb := newClient(t)
 	const key = "order-731"
@@ -513,30 +514,6 @@ func TestSkipsAndFailuresVisible(t *testing.T) {
 			t.Errorf("%d Error lines, want one naming DefaultType and 3 jobs:\n%s", n, buf.String())
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer for loggers on several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) Reset() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.Reset()
 }
 
 // Where the server publishes keyspace events for sorted sets, a plain ZADD

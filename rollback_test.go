@@ -9,6 +9,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim/internal/logbuf"
 )
 
 // A Redis with RDB snapshots only, SIGKILLed and restarted from its own
@@ -20,7 +21,7 @@ func TestRollbackNoticed(t *testing.T) {
 	s := ownRedis(t, "--save", "3600 1000000")
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: 5, MinRetryBackoff: 5 * time.Millisecond})
 	t.Cleanup(func() { rdb.Close() })
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))
 	const every = 10 * time.Millisecond
 	key := "zt:{rollback}"

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim"
+	"github.com/zclaim/zclaim/internal/logbuf"
 	"github.com/zclaim/zclaim/internal/redisproc"
 	"github.com/zclaim/zclaim/internal/wait"
 	"github.com/zclaim/zclaim/zclaimprom"
@@ -197,24 +197,6 @@ func must(t *testing.T, err error) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer for a logger written from the takeover loop.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // An abandoned run (an active asynq task whose run record's lease ran out,
 // as a dead worker leaves it) shows in the gauge read from Redis; a store
 // that takes it over counts the takeover and logs it at Warn with the key,
@@ -255,7 +237,7 @@ func TestAbandonedRunsAndTakeovers(t *testing.T) {
 	time.Sleep(30 * time.Millisecond)
 
 	// A fresh process: the gauge comes from Redis, not from what it saw.
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	live, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: prefix, Lease: 200 * time.Millisecond,
 		TakeoverQueues: []string{queue}, DisableTakeover: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	must(t, err)
