@@ -6,10 +6,13 @@ package redisproc
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,8 +29,9 @@ type Server struct {
 	Dir  string   // its folder, kept across Restart, removed by Close
 	Args []string // arguments after the defaults (a later directive wins); Restart uses them as they are then
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
 }
 
 // Start runs redis-server (from PATH) on a free port with args after the
@@ -36,22 +40,71 @@ func Start(args ...string) (*Server, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, fmt.Errorf("redis-server is not on PATH")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	dir, err := os.MkdirTemp("", "zclaim-redis-")
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: dir, Args: args}
-	if err := s.Restart(); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
+	for try := 1; ; try++ {
+		port, err := freePort()
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: dir, Args: args}
+		err = s.Restart()
+		if err == nil {
+			return s, nil
+		}
+		// Another process took the port between the check and the start:
+		// the next one.
+		if !errors.Is(err, errPortTaken) || try == 5 {
+			os.RemoveAll(dir)
+			return nil, err
+		}
 	}
-	return s, nil
+}
+
+// The servers' ports are handed out from portLow up to portLow +
+// portSpan - 1, below the kernel's ephemeral range (32768–60999 by
+// default), from which listeners on port 0 and clients' connections take
+// theirs: a port that a killed server will take again on Restart is not
+// handed to anyone else meanwhile, by this process or by the kernel. Each
+// server's cluster bus port (its port + 10000) lies above them, below the
+// ephemeral range too. A process starts at a random place and goes round;
+// a port that another process holds is skipped.
+const (
+	portLow  = 10000
+	portSpan = 10000
+	busOff   = 10000
+)
+
+var (
+	portMu   sync.Mutex
+	portNext = portLow + rand.IntN(portSpan)
+)
+
+// freePort returns the next port from which neither it nor its bus port
+// is in use.
+func freePort() (int, error) {
+	portMu.Lock()
+	defer portMu.Unlock()
+	for range portSpan {
+		p := portNext
+		portNext = portLow + (portNext-portLow+1)%portSpan
+		if free(p) && free(p+busOff) {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("no free port from %d to %d", portLow, portLow+portSpan-1)
+}
+
+func free(port int) bool {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
 }
 
 // StartReplica starts a server that replicates primary (host:port) and
@@ -86,36 +139,86 @@ func WaitLink(addr string, d time.Duration) error {
 	}
 }
 
+// errPortTaken: another process holds a server's port.
+var errPortTaken = errors.New("port taken")
+
 // Restart starts the server again on its port and folder (after Kill),
-// with Args as they are now, and waits until it answers.
+// with Args as they are now, and waits until it answers. A server of
+// another process that answers on the port is not taken for this one
+// (its process id tells them apart): Restart fails with errPortTaken, as
+// it does when this one cannot bind the port.
 func (s *Server) Restart() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	args := append([]string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.Dir, "--loglevel", "warning"}, s.Args...)
 	cmd := exec.Command("redis-server", args...)
-	proc.DieWithParent(cmd)
-	if err := cmd.Start(); err != nil {
+	// Its output goes to a file, not a pipe: a pipe would hold Wait
+	// until every process that inherited it (a fork saving a snapshot)
+	// has ended.
+	outName := filepath.Join(s.Dir, "redis-server.out")
+	out, err := os.Create(outName)
+	if err != nil {
 		return err
 	}
-	s.cmd = cmd
+	cmd.Stdout, cmd.Stderr = out, out
+	proc.DieWithParent(cmd)
+	err = cmd.Start()
+	out.Close()
+	if err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	stop := func() { cmd.Process.Kill(); <-exited }
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		select {
+		case <-exited:
+			said := lastBytes(outName, 2048)
+			err := fmt.Errorf("redis-server on %s exited at its start: %s", s.Addr, said)
+			if strings.Contains(said, "already in use") {
+				err = fmt.Errorf("%w: %w", errPortTaken, err)
+			}
+			return err
+		default:
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
+		info, err := c.Info(ctx, "server").Result()
 		cancel()
 		if err == nil {
+			if pid := infoField(info, "process_id"); pid != strconv.Itoa(cmd.Process.Pid) {
+				stop()
+				return fmt.Errorf("%w: %s answers as another redis-server's (process %s, not %d)",
+					errPortTaken, s.Addr, pid, cmd.Process.Pid)
+			}
+			s.cmd, s.exited = cmd, exited
 			return nil
 		}
 		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			cmd.Wait()
+			stop()
 			return fmt.Errorf("redis-server on %s did not answer: %w", s.Addr, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// infoField returns the value of field in an INFO reply.
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// lastBytes returns the last n bytes of file name, trimmed.
+func lastBytes(name string, n int) string {
+	b, _ := os.ReadFile(name)
+	return strings.TrimSpace(string(b[max(0, len(b)-n):]))
 }
 
 // Kill stops the server at once (SIGKILL): what it did not persist is gone.
@@ -124,8 +227,8 @@ func (s *Server) Kill() {
 	defer s.mu.Unlock()
 	if s.cmd != nil {
 		s.cmd.Process.Kill()
-		s.cmd.Wait()
-		s.cmd = nil
+		<-s.exited
+		s.cmd, s.exited = nil, nil
 	}
 }
 
