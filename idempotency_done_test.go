@@ -63,22 +63,27 @@ func TestDoneRecordsCompact(t *testing.T) {
 	// whether or not swept yet...
 	time.Sleep(150*time.Millisecond + lease + 30*time.Millisecond)
 	// ...and the next Complete's sweep drops the other 49. The run's record
-	// lives Lease + Retention (200 ms): on a machine so loaded that its
-	// Complete comes later, the record is gone, and the run starts over.
+	// lives Lease + Retention (200 ms), and so does the bucket after the
+	// Complete: on a machine so loaded that the Complete, or the count
+	// after it, comes later, the record or the bucket is gone, and the run
+	// starts over.
 	for attempt := 1; ; attempt++ {
 		began := time.Now()
 		e, err := short.Begin(ctx, "k0")
 		must(t, err)
 		err = e.Complete(ctx)
+		n := int64(-1)
 		if err == nil {
-			break
+			if n = rdb.HLen(ctx, bucket).Val(); n == 1 {
+				break
+			}
 		}
-		if took := time.Since(began); !errors.Is(err, ErrLeaseLost) || took < lease+150*time.Millisecond || attempt == 3 {
-			t.Fatalf("complete k0, attempt %d, %v after its Begin: %v", attempt, took, err)
+		took := time.Since(began)
+		if err != nil && !errors.Is(err, ErrLeaseLost) || took < lease+150*time.Millisecond || attempt == 3 {
+			t.Fatalf("attempt %d, %v after its Begin: complete k0: %v; then the bucket holds %d records, want 1",
+				attempt, took, err, n)
 		}
-	}
-	if n := rdb.HLen(ctx, bucket).Val(); n != 1 {
-		t.Fatalf("after the sweep the bucket holds %d records, want 1", n)
+		t.Logf("attempt %d took %v, past the short store's Lease + Retention: again", attempt, took)
 	}
 	// Nothing written: the bucket expires on its own.
 	time.Sleep(150*time.Millisecond + lease + 30*time.Millisecond)
