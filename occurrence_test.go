@@ -397,8 +397,9 @@ func TestDispatcherCrashBeforeSettle(t *testing.T) {
 					enqueued++
 				}
 			}
-			// Every task runs and completes before the child dies.
-			waitFor(t, 10*time.Second, "every task run", func() bool { return log.total() >= n })
+			// Every task runs and completes before the child dies (in
+			// seconds; 30 s for a machine under load).
+			waitFor(t, 30*time.Second, "every task run", func() bool { return log.total() >= n })
 			must(t, cmd.Process.Signal(syscall.SIGKILL))
 			cmd.Wait()
 			if st, err := b.Stats(ctx); err != nil || st.Inflight != n {
@@ -409,7 +410,7 @@ func TestDispatcherCrashBeforeSettle(t *testing.T) {
 				TaskOptions: func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} }})
 			must(t, err)
 			runDispatcher(t, d)
-			waitFor(t, 10*time.Second, "every job dispatched again", func() bool {
+			waitFor(t, 30*time.Second, "every job dispatched again", func() bool {
 				st, err := b.Stats(ctx)
 				// At least n claims: on a loaded machine an enqueue can outlast
 				// a lease, and its job is claimed again.
@@ -417,9 +418,9 @@ func TestDispatcherCrashBeforeSettle(t *testing.T) {
 			})
 			want := n * tc.runs
 			if tc.middleware {
-				waitFor(t, 10*time.Second, "every re-dispatched task skipped", func() bool { return idem.Stats().Skipped == n })
+				waitFor(t, 30*time.Second, "every re-dispatched task skipped", func() bool { return idem.Stats().Skipped == n })
 			} else {
-				waitFor(t, 10*time.Second, "every re-dispatch settled", func() bool {
+				waitFor(t, 30*time.Second, "every re-dispatch settled", func() bool {
 					st := d.Stats()
 					return st.Conflicts+int64(log.total()-n) == n
 				})
