@@ -320,10 +320,12 @@ func takeoverOfASlowRun(t *testing.T) (slowRuns int, takeovers int64, lapsed boo
 // until the returned func is called, which tells whether the run's lease
 // was seen lapsed: the record ("run <token> <deadline>") read at a moment
 // past its deadline, or taken over ("take …") or run under another token
-// at a moment past the deadline of the run last seen. A takeover needs the
-// deadline passed: one seen before it took a run whose lease was live. (A
-// lapsed lease also cancels the handler, and asynq's retry of the task
-// begins a run of its own.)
+// at a moment past the deadline of the run last seen, or taken over before
+// the run began ("take 0 …": a loaded machine held its Begin back a Lease
+// past the task turning active, as a worker that died before Begin
+// would). A takeover needs the deadline passed: one seen before it took a
+// run whose lease was live. (A lapsed lease also cancels the handler, and
+// asynq's retry of the task begins a run of its own.)
 func watchRun(rdb *redis.Client, rk string) func() bool {
 	stop, done := make(chan struct{}), make(chan bool, 1)
 	go func() {
@@ -353,7 +355,9 @@ func watchRun(rdb *redis.Client, rk string) func() bool {
 				lapsed = lapsed || at > n || f[1] != token && deadline > 0 && at > deadline
 				deadline, token = n, f[1]
 			case "take":
-				lapsed = lapsed || deadline > 0 && at > deadline
+				// "take 0": taken over before any run record was written,
+				// its Begin held back a Lease past the task turning active.
+				lapsed = lapsed || f[1] == "0" || deadline > 0 && at > deadline
 			}
 		}
 	}()
