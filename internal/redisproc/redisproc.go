@@ -1,7 +1,9 @@
 // Package redisproc starts and stops redis-server processes for the tests,
-// the benchmarks and the fault test: on a free loopback port, in a folder
-// of their own, without persistence unless asked, killed with the process
-// that started them.
+// the benchmarks and the fault test: on a free loopback port from 10000
+// to 19999 (below the kernel's ephemeral ports), in a folder of their own,
+// without persistence unless asked, killed with the process that started
+// them. A server that answers on a port is taken for one of ours only
+// when its process id is our child's.
 package redisproc
 
 import (
