@@ -196,10 +196,11 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 				}
 				return
 			}
-			// Within Lease + 3 s here (the benchmark measures it); a loaded
-			// machine delays the passes that look for abandoned runs, so the
-			// test allows 20 s: still before asynq could bring any of these
-			// tasks back, since their 30 s asynq lease runs out first.
+			// Within Lease + 3 s on an idle machine (the benchmark measures
+			// it); a loaded machine delays the passes that look for abandoned
+			// runs, so the test allows 20 s: still before asynq could bring
+			// any of these tasks back, since their 30 s asynq lease runs out
+			// first.
 			var took time.Duration
 			waitFor(t, 20*time.Second, "every occurrence to run again", func() bool {
 				for _, who := range runsNoted(t, rdb, sink) {
