@@ -335,8 +335,9 @@ func takeoverOfASlowRun(t *testing.T) (slowRuns int, takeovers int64, lapsed boo
 // at a moment past the deadline of the run last seen, or taken over before
 // the run began ("take 0 …": a loaded machine held its Begin back a Lease
 // past the task turning active, as a worker that died before Begin
-// would). A takeover needs the deadline passed: one seen before it took a
-// run whose lease was live. (A lapsed lease also cancels the handler, and
+// would), or released ("free …", which the slow handler is not, unless
+// the middleware gave its lease up). A takeover needs the deadline passed:
+// one seen before it took a run whose lease was live. (A lapsed lease also cancels the handler, and
 // asynq's retry of the task begins a run of its own.)
 func watchRun(rdb *redis.Client, rk string) func() bool {
 	stop, done := make(chan struct{}), make(chan bool, 1)
@@ -370,6 +371,11 @@ func watchRun(rdb *redis.Client, rk string) func() bool {
 				// "take 0": taken over before any run record was written,
 				// its Begin held back a Lease past the task turning active.
 				lapsed = lapsed || f[1] == "0" || deadline > 0 && at > deadline
+			case "free":
+				// Released while the test holds its handler: the middleware
+				// gave the lease up (a renewal came too late) and cancelled
+				// the handler; a takeover or asynq's retry may follow.
+				lapsed = true
 			}
 		}
 	}()
