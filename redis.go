@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim/internal/redisinfo"
 )
 
 // What zclaim needs from the Redis server that holds its keys, checked
@@ -110,14 +111,7 @@ func startup(rdb redis.UniversalClient, key string, allow bool, log *slog.Logger
 }
 
 // infoField returns the value of field in an INFO reply ("" if absent).
-func infoField(info, field string) string {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			return v
-		}
-	}
-	return ""
-}
+var infoField = redisinfo.Field
 
 // stateMarker notices that the keys zclaim wrote were lost or rolled back.
 // The marker key holds "<id> <seq>": a random id written at first use, and

@@ -26,6 +26,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim/internal/redisinfo"
 	"github.com/zclaim/zclaim/internal/redisproc"
 )
 
@@ -130,14 +131,7 @@ func main() {
 	}
 }
 
-func infoField(info, field string) string {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			return v
-		}
-	}
-	return "?"
-}
+var infoField = redisinfo.Field
 
 func progress(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim/internal/proc"
+	"github.com/zclaim/zclaim/internal/redisinfo"
 )
 
 // Server is a redis-server process.
@@ -191,7 +192,7 @@ func (s *Server) Restart() error {
 		info, err := c.Info(ctx, "server").Result()
 		cancel()
 		if err == nil {
-			if pid := infoField(info, "process_id"); pid != strconv.Itoa(cmd.Process.Pid) {
+			if pid := redisinfo.Field(info, "process_id"); pid != strconv.Itoa(cmd.Process.Pid) {
 				stop()
 				return fmt.Errorf("%w: %s answers as another redis-server's (process %s, not %d)",
 					errPortTaken, s.Addr, pid, cmd.Process.Pid)
@@ -205,16 +206,6 @@ func (s *Server) Restart() error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// infoField returns the value of field in an INFO reply.
-func infoField(info, field string) string {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // lastBytes returns the last n bytes of file name, trimmed.
