@@ -180,16 +180,20 @@ func TestDispatcherStoppedMidRun(t *testing.T) {
 	key, q, log := handledSetup(t)
 	taskOpts := func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} }
 	const lease = 300 * time.Millisecond
-	short := func(p *proxy) *redis.Client {
-		c := redis.NewClient(&redis.Options{Addr: p.Addr, MaxRetries: -1, ReadTimeout: 200 * time.Millisecond,
-			WriteTimeout: 200 * time.Millisecond, ContextTimeoutEnabled: true})
+	// Its clients' timeouts are long enough for a loaded machine: a claim
+	// whose reply came after a short ReadTimeout failed, and claims that
+	// keep failing back off for seconds. Cutting the proxies ends the
+	// calls that hang once they are paused.
+	viaProxy := func(p *proxy) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: p.Addr, MaxRetries: -1, ReadTimeout: 10 * time.Second,
+			WriteTimeout: 10 * time.Second, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
 	brokerPx, asynqPx := newProxy(t, testAddr), newProxy(t, testAddr)
-	ba, err := NewBroker(short(brokerPx), BrokerOptions{Key: key, Lease: lease})
+	ba, err := NewBroker(viaProxy(brokerPx), BrokerOptions{Key: key, Lease: lease})
 	must(t, err)
-	da, err := NewDispatcher(ba, asynq.NewClientFromRedisClient(short(asynqPx)), DispatcherOptions{
+	da, err := NewDispatcher(ba, asynq.NewClientFromRedisClient(viaProxy(asynqPx)), DispatcherOptions{
 		TaskOptions: taskOpts, EnqueueTimeout: 100 * time.Millisecond, RecoveryInterval: -1, Concurrency: 8})
 	must(t, err)
 	stopA := runDispatcher(t, da)
@@ -203,10 +207,12 @@ func TestDispatcherStoppedMidRun(t *testing.T) {
 		st, _ := b.Stats(ctx)
 		return st.Inflight >= 8
 	})
-	brokerPx.Pause() // ... and so do its acks and give-backs
-	stopA()
-	brokerPx.SetDown(true)
+	brokerPx.Pause() // ... and so do its acks and give-backs, until
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); stopA() }()
+	brokerPx.SetDown(true) // its connections are cut, what they held lost
 	asynqPx.SetDown(true)
+	wait.Recv(t, stopped, 30*time.Second, "the first dispatcher to stop")
 	st, _ := b.Stats(ctx)
 	t.Logf("first dispatcher stopped: %+v; broker %+v", da.Stats(), st)
 	if st.Inflight == 0 {
