@@ -315,7 +315,9 @@ func TestDispatcherWakeAndTypes(t *testing.T) {
 	for range 2 {
 		select {
 		case l := <-lags:
-			if l.lag < 0 || l.lag > time.Second {
+			// A loaded machine can be a second late; a lost wake-up waits
+			// out the hour.
+			if l.lag < 0 || l.lag > 5*time.Second {
 				t.Errorf("%s dispatched %v after due", l.id, l.lag)
 			}
 		case <-time.After(15 * time.Second): // MaxWait is an hour: only a lost wake-up gets here

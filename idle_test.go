@@ -78,11 +78,22 @@ func TestIdleDispatcherQuiet(t *testing.T) {
 			if !events && n < 3 {
 				t.Fatalf("idle without events: %d scripts in 600ms, want one per MaxWait (50ms)", n)
 			}
-			start := time.Now()
-			must(t, rdb.ZAdd(ctx, "delay:jobs", redis.Z{Score: float64(time.Now().Unix() - 1), Member: "order-731"}).Err())
-			wait.Recv(t, got, 20*time.Second, "the dispatch of a plain ZADD")
-			if events && time.Since(start) > 500*time.Millisecond {
-				t.Fatalf("the ZADD was dispatched after %v", time.Since(start))
+			// The ZADD comes just after an idle look, whose next is a
+			// second away with the events: a dispatch within 500 ms is the
+			// wake's. A loaded machine can be later; it tries again.
+			for try := 1; ; try++ {
+				s0 := scripts(t, rdb)
+				waitFor(t, 20*time.Second, "an idle look", func() bool { return scripts(t, rdb) > s0 })
+				start := time.Now()
+				must(t, rdb.ZAdd(ctx, "delay:jobs", redis.Z{Score: float64(time.Now().Unix() - 1), Member: "order-" + strconv.Itoa(try)}).Err())
+				wait.Recv(t, got, 20*time.Second, "the dispatch of a plain ZADD")
+				took := time.Since(start)
+				if !events || took <= 500*time.Millisecond {
+					break
+				}
+				if try == 3 {
+					t.Fatalf("the ZADD was dispatched after %v (3 tries)", took)
+				}
 			}
 		})
 	}
