@@ -559,8 +559,31 @@ func (s *slowCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // none goes back and none meets its own task as a conflict. A queue of
 // claims sized for a fast asynq (8 rounds of 4 enqueues) would hold its
 // last claims 2.4 s, past their 2 s lease; paced, a claim waits 300 ms.
+// A claim can wait past its lease only behind enqueues that take seconds:
+// an attempt whose asynq client had calls slower than twice the delay
+// (a loaded machine) starts over on a rig of its own, up to 3 attempts.
 func TestDispatcherPacesClaimsToASlowAsynq(t *testing.T) {
 	t.Parallel()
+	const delay = 300 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		st, slow := pacedToASlowAsynq(t, delay)
+		if st.Failed == 0 && st.Conflicts == 0 && st.Enqueued == 32 {
+			t.Logf("dispatcher: %+v", st)
+			return
+		}
+		if slow == 0 || attempt == 3 {
+			t.Fatalf("attempt %d: stats %+v (%d calls slower than %v): want every job enqueued once, none past its lease",
+				attempt, st, slow, 2*delay)
+		}
+		t.Logf("attempt %d: %+v, %d calls slower than %v; again", attempt, st, slow, 2*delay)
+	}
+}
+
+// pacedToASlowAsynq runs one attempt of
+// TestDispatcherPacesClaimsToASlowAsynq: the dispatcher's stats once every
+// job ran, and how many commands of its asynq client took longer than
+// twice the delay.
+func pacedToASlowAsynq(t *testing.T, delay time.Duration) (DispatcherStats, int64) {
 	r := newLeaseRig(t, 2*time.Second)
 	// Four connections made and asynq's script loaded before the delay:
 	// a new connection's handshake would add round trips of its own.
@@ -575,16 +598,16 @@ func TestDispatcherPacesClaimsToASlowAsynq(t *testing.T) {
 		}()
 	}
 	warm.Wait()
-	r.px.SetDelay(300 * time.Millisecond)
+	slow := &slowCalls{d: 2 * delay}
+	r.via.AddHook(slow)
+	r.px.SetDelay(delay)
 	d := r.dispatcher(t, 4)
 	jobs := r.jobs(32, "slow-")
 	must(t, r.b.Schedule(ctx, jobs...))
-	runDispatcher(t, d)
-	defer func() { t.Logf("dispatcher: %+v", d.Stats()) }()
+	stop := runDispatcher(t, d)
+	defer stop()
 	waitEachRanOnce(t, r.log, r.b, jobs, 20*time.Second)
-	if st := d.Stats(); st.Failed != 0 || st.Conflicts != 0 || st.Enqueued != int64(len(jobs)) {
-		t.Fatalf("stats %+v: want every job enqueued once, none past its lease", st)
-	}
+	return d.Stats(), slow.n.Load()
 }
 
 // leaseRig is what the tests of claims and their leases share: an asynq

@@ -245,8 +245,9 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 // lease, and a takeover of the lapsed run (or asynq's retry of its
 // cancelled handler) is then right: the run record, watched with Redis'
 // clock, tells which. An attempt whose lease was seen lapsed proves
-// nothing and starts over on keys of its own (at most 3); one that ran
-// twice, or was taken over, with its lease live fails the test.
+// nothing and starts over on keys of its own (at most 10: a loaded
+// machine has held three in a row back); one that ran twice, or was taken
+// over, with its lease live fails the test.
 func TestTakeoverOnlyAbandonedOnce(t *testing.T) {
 	t.Parallel()
 	for n := 1; ; n++ {
@@ -254,7 +255,7 @@ func TestTakeoverOnlyAbandonedOnce(t *testing.T) {
 		if takeovers == 0 && slowRuns == 1 {
 			return
 		}
-		if !lapsed || n == 3 {
+		if !lapsed || n == 10 {
 			t.Fatalf("attempt %d: the slow run ran %d times, %d takeovers (lease lapsed first: %v); want once, none",
 				n, slowRuns, takeovers, lapsed)
 		}
@@ -392,8 +393,10 @@ func TestTakeoverScriptFenced(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
 	i := newIdem(t, rdb, IdempotencyOptions{Lease: 20 * time.Millisecond})
+	// A takeover holds the record a minute: a call held back past the hold
+	// may take the run over again, by design.
 	take := func(key, token string) bool {
-		raw, err := takeoverScript.Run(ctx, rdb, []string{i.recordKey(key)}, token, 1000, 20).Int64Slice()
+		raw, err := takeoverScript.Run(ctx, rdb, []string{i.recordKey(key)}, token, 60000, 20).Int64Slice()
 		must(t, err)
 		return raw[0] == 1
 	}
