@@ -10,6 +10,36 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// fillScript adds the members string.format(ARGV[5], j, j + 1) (a format
+// that uses the first, or both) for j from ARGV[1] to ARGV[2] - 1 in steps
+// of ARGV[6] to the sorted set KEYS[1], each at score ARGV[3] +
+// floor(j / ARGV[4]) (ARGV[4] 0: ARGV[3]). Redis builds them itself: a
+// million members built and sent by the test process under -race cost it
+// seconds of CPU.
+var fillScript = redis.NewScript(`
+local from, to, base, per, f, step = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
+local args, k = {}, 0
+for j = from, to - 1, step do
+  local s = base
+  if per > 0 then s = base + math.floor(j / per) end
+  args[k + 1], args[k + 2] = string.format('%d', s), string.format(f, j, j + 1)
+  k = k + 2
+  if k == 2000 then redis.call('ZADD', KEYS[1], unpack(args, 1, k)); k = 0 end
+end
+if k > 0 then redis.call('ZADD', KEYS[1], unpack(args, 1, k)) end
+return 0
+`)
+
+// fill adds n members to the sorted set key as fillScript does (j from 0
+// to n - 1, every step-th), in calls of 5,000 values of j: none holds the
+// server long.
+func fill(t *testing.T, rdb redis.UniversalClient, key string, n, step int, format string, base int64, per int) {
+	t.Helper()
+	for i := 0; i < n; i += 5000 {
+		must(t, fillScript.Run(ctx, rdb, []string{key}, i, min(i+5000, n), base, per, format, step).Err())
+	}
+}
+
 // Each script is bounded: over a million due members a claim takes at most
 // MaxBatchSize, and over a million expired leases a recovery pass takes at
 // most BatchSize; each call stays far below what would stall Redis.
@@ -21,22 +51,9 @@ func TestScriptsBounded(t *testing.T) {
 	const n = 1_000_000
 	b := newBroker(t, BrokerOptions{BatchSize: 100, Lease: time.Minute})
 	rdb := b.rdb
-	past := float64(time.Now().Add(-time.Hour).Unix())
-	pastMS := float64(time.Now().Add(-time.Hour).UnixMilli())
-	for i := 0; i < n; i += 20000 {
-		sched := make([]redis.Z, 0, 20000)
-		infl := make([]redis.Z, 0, 20000)
-		for j := i; j < i+20000; j++ {
-			id := "j" + strconv.Itoa(j)
-			sched = append(sched, redis.Z{Score: past, Member: id})
-			infl = append(infl, redis.Z{Score: pastMS, Member: "x" + id + "|" + strconv.Itoa(j+1)})
-		}
-		p := rdb.Pipeline()
-		p.ZAdd(ctx, b.keys.schedule, sched...)
-		p.ZAdd(ctx, b.keys.inflight, infl...)
-		_, err := p.Exec(ctx)
-		must(t, err)
-	}
+	pastMS := time.Now().Add(-time.Hour).UnixMilli()
+	fill(t, rdb, b.keys.schedule, n, 1, "j%d", pastMS/1000, 0)
+	fill(t, rdb, b.keys.inflight, n, 1, "xj%d|%d", pastMS, 0)
 
 	start := time.Now()
 	cs, err := b.Claim(ctx, 5000)
@@ -73,7 +90,7 @@ func TestScriptsBounded(t *testing.T) {
 		p := rdb.Pipeline()
 		for j := i; j < i+10000; j++ {
 			first := strconv.Itoa(1000*j + 1)
-			p.ZAdd(ctx, bb.keys.batches, redis.Z{Score: pastMS, Member: first + ":3"})
+			p.ZAdd(ctx, bb.keys.batches, redis.Z{Score: float64(pastMS), Member: first + ":3"})
 			var blob strings.Builder
 			for _, id := range []string{"a" + first, "b" + first, "c" + first} {
 				fmt.Fprintf(&blob, "%d:%s0:", len(id), id) // no record
@@ -129,22 +146,10 @@ func TestInspectBounded(t *testing.T) {
 func inspectCosts(t *testing.T, rdb *redis.Client, key string, n int, bound []time.Duration) []time.Duration {
 	b, err := NewBroker(rdb, BrokerOptions{Key: key, Lease: time.Minute})
 	must(t, err)
-	future := float64(time.Now().Add(time.Hour).Unix())
-	for i := 0; i < n; i += 10000 {
-		sched := make([]redis.Z, 0, 10000)
-		dead := make([]redis.Z, 0, 1000)
-		for j := i; j < i+10000; j++ {
-			sched = append(sched, redis.Z{Score: future + float64(j/100), Member: "j" + strconv.Itoa(j)})
-			if j%10 == 0 {
-				dead = append(dead, redis.Z{Score: float64(j), Member: "d" + strconv.Itoa(j)})
-			}
-		}
-		p := rdb.Pipeline()
-		p.ZAdd(ctx, b.keys.schedule, sched...)
-		p.ZAdd(ctx, b.keys.dead, dead...)
-		_, err := p.Exec(ctx)
-		must(t, err)
-	}
+	futureS := time.Now().Add(time.Hour).Unix()
+	future := float64(futureS)
+	fill(t, rdb, b.keys.schedule, n, 1, "j%d", futureS, 100)
+	fill(t, rdb, b.keys.dead, n, 10, "d%d", 0, 1)
 	must(t, b.Schedule(ctx, Job{ID: "now", RunAt: time.Now().Add(-time.Second), Type: "t"}))
 	_, err = b.Claim(ctx, 1)
 	must(t, err)
