@@ -371,10 +371,11 @@ func watchRun(rdb *redis.Client, rk string) func() bool {
 			case "take":
 				// "take 0": taken over before any run record was written,
 				// its Begin held back a Lease past the task turning active.
-				// A run taken over before the watcher saw it (deadline 0)
-				// lapsed while the watcher was held back: on an idle
-				// machine it sees the run within milliseconds of Begin.
-				lapsed = lapsed || f[1] == "0" || deadline == 0 || at > deadline
+				// A run taken over before the watcher saw it (deadline 0,
+				// so at > deadline) lapsed while the watcher was held back:
+				// on an idle machine it sees the run within milliseconds of
+				// Begin.
+				lapsed = lapsed || f[1] == "0" || at > deadline
 			case "free":
 				// Released while the test holds its handler: the middleware
 				// gave the lease up (a renewal came too late) and cancelled
