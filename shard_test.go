@@ -313,7 +313,7 @@ func TestClusterShards(t *testing.T) {
 func TestClusterFailover(t *testing.T) {
 	// Not parallel: under the load of the parallel tests, a call that the
 	// failovers cut can leave a task in asynq's hands until its own
-	// recovery (minutes); alone, the test takes about 18 s.
+	// recovery (minutes); alone, the test takes 8–14 s.
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster")
 	}

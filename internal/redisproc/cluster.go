@@ -27,7 +27,9 @@ type Cluster struct {
 // CLUSTER ADDSLOTSRANGE) and waits until every node says
 // cluster_state:ok and every replica is linked. A node that fails is
 // noticed after 1 s (cluster-node-timeout), so a replica takes over a
-// killed master within seconds.
+// killed master within seconds; a master syncs a replica at once
+// (repl-diskless-sync-delay 0), not after Redis' default 5 s wait for
+// more replicas, when the cluster starts and when a node comes back.
 func StartCluster(masters, replicas int, args ...string) (*Cluster, error) {
 	cli, err := redisCLI()
 	if err != nil {
@@ -36,7 +38,8 @@ func StartCluster(masters, replicas int, args ...string) (*Cluster, error) {
 	c := &Cluster{}
 	for range masters * (1 + replicas) {
 		s, err := Start(append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "1000", "--cluster-allow-replica-migration", "no"}, args...)...)
+			"--cluster-node-timeout", "1000", "--cluster-allow-replica-migration", "no",
+			"--repl-diskless-sync-delay", "0"}, args...)...)
 		if err != nil {
 			c.Close()
 			return nil, err
