@@ -247,7 +247,9 @@ func TestFenceRefusesStaleToken(t *testing.T) {
 					})
 				}
 				tx, err := b.db.BeginTx(ctx, nil)
-				must(t, err)
+				if err != nil {
+					return err
+				}
 				defer tx.Rollback()
 				if err := zclaimpg.FenceSQL(ctx, tx, "acct-1"); err != nil {
 					return err
@@ -257,9 +259,13 @@ func TestFenceRefusesStaleToken(t *testing.T) {
 				}
 				return tx.Commit()
 			}
-			// The stale run began first (smaller token) and writes last.
+			// The stale run began first (smaller token) and writes last. Both
+			// leases are long: a loaded machine that held back a renewal of
+			// the harness's 1 s would cancel a handler (ErrLeaseLost) before
+			// the fence is asked.
+			long := zclaim.IdempotencyOptions{Lease: 10 * time.Second}
 			began, write, wrote := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-			stale := b.idem(t, "a:", zclaim.IdempotencyOptions{Lease: time.Second}).Middleware()(
+			stale := b.idem(t, "a:", long).Middleware()(
 				asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
 					close(began)
 					<-write
@@ -271,7 +277,7 @@ func TestFenceRefusesStaleToken(t *testing.T) {
 			wait.Recv(t, began, 30*time.Second, "the stale run's handler to start")
 			time.Sleep(2 * time.Millisecond) // tokens are Redis TIME in µs: the next is larger
 			var again error
-			fresh := b.idem(t, "b:", zclaim.IdempotencyOptions{}).Middleware()(
+			fresh := b.idem(t, "b:", long).Middleware()(
 				asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
 					if err := credit(ctx); err != nil {
 						return err
