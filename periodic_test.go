@@ -186,7 +186,11 @@ func TestPeriodicHelper(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: testAddr})
-	b, err := NewBroker(rdb, BrokerOptions{Key: key, Lease: 200 * time.Millisecond})
+	// No backoff: a tick claimed by a dispatcher that was killed comes back
+	// after its lease, not up to seconds later (DefaultBackoff doubles with
+	// each attempt), when later ticks are due and it gives way to them.
+	b, err := NewBroker(rdb, BrokerOptions{Key: key, Lease: 200 * time.Millisecond,
+		Backoff: func(int) time.Duration { return 0 }})
 	must(t, err)
 	// Every replica sets the same definitions at start-up.
 	must(t, b.SetPeriodic(ctx, periodicDefs(queue)...))
@@ -208,11 +212,31 @@ func periodicDefs(queue string) []Periodic {
 // and restarted every 700 ms. Every tick from the first to the last runs
 // exactly once, none before its time (but for at most one per definition
 // that gives way to the next under RunLatest, on a machine that stalled).
+// An attempt whose ticks went missing while a child took over a second to
+// start (a machine that stalled for seconds) proves nothing either way:
+// it starts over, 3 times at most. Ticks run twice or early fail at once.
 func TestPeriodicAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs for seconds")
 	}
+	for attempt := 1; ; attempt++ {
+		missing, errs, slowest := periodicAcrossProcesses(t)
+		if len(errs) > 0 || len(missing) > 0 && (slowest < time.Second || attempt == 3) {
+			t.Fatalf("attempt %d (the slowest child started in %v):\n%s", attempt, slowest,
+				strings.Join(append(errs, missing...), "\n"))
+		}
+		if len(missing) == 0 {
+			return
+		}
+		t.Logf("attempt %d: %s; a child took %v to start: again", attempt, strings.Join(missing, "; "), slowest)
+	}
+}
+
+// periodicAcrossProcesses runs TestPeriodicAcrossProcesses' scenario once,
+// on keys and a queue of its own. It returns the ticks found missing, the
+// other faults, and the longest a child took to start.
+func periodicAcrossProcesses(t *testing.T) (missing, errs []string, slowest time.Duration) {
 	key, q := testKey(t), testQueue(t)
 	var mu sync.Mutex
 	type run struct {
@@ -238,6 +262,7 @@ func TestPeriodicAcrossProcesses(t *testing.T) {
 	startAsynq(t, testAddr, q, WithJob(h), asynq.Config{Concurrency: 4})
 
 	start := func() *exec.Cmd {
+		began := time.Now()
 		cmd := exec.Command(os.Args[0], "-test.run=^TestPeriodicHelper$")
 		cmd.Env = append(os.Environ(), redisEnv+"="+testAddr, periodicHelperEnv+"="+key+" "+q)
 		proc.DieWithParent(cmd)
@@ -251,6 +276,7 @@ func TestPeriodicAcrossProcesses(t *testing.T) {
 			t.Fatalf("child did not start: %q, %v", line, err)
 		}
 		go io.Copy(io.Discard, rest)
+		slowest = max(slowest, time.Since(began))
 		return cmd
 	}
 	kill := func(c *exec.Cmd) { c.Process.Signal(syscall.SIGKILL); c.Wait() }
@@ -280,34 +306,36 @@ func TestPeriodicAcrossProcesses(t *testing.T) {
 		rs := runs[name]
 		sort.Slice(rs, func(i, j int) bool { return rs[i].due.Before(rs[j].due) })
 		if len(rs) < int(5*time.Second/period)-1 {
-			t.Fatalf("%s ran %d ticks in about 5 s", name, len(rs))
+			missing = append(missing, fmt.Sprintf("%s ran %d ticks in about 5 s", name, len(rs)))
+			continue
 		}
 		var lags []time.Duration
-		missed := 0
+		gaveWay := 0
 		for i, r := range rs {
 			if r.start.Before(r.due) {
-				t.Errorf("%s: tick %v started early, at %v", name, r.due, r.start)
+				errs = append(errs, fmt.Sprintf("%s: tick %v started early, at %v", name, r.due, r.start))
 			}
 			lags = append(lags, r.start.Sub(r.due))
 			if i > 0 {
 				switch gap := r.due.Sub(rs[i-1].due); {
 				case gap == 0:
-					t.Errorf("%s: tick %v ran twice", name, r.due)
-				case gap == 2*period && missed == 0:
+					errs = append(errs, fmt.Sprintf("%s: tick %v ran twice", name, r.due))
+				case gap == 2*period && gaveWay == 0:
 					// RunLatest: a tick claimed once the next was due (a
 					// dispatcher killed with it, on a machine that stalled
 					// past the period) gives way to the next. Once.
-					missed++
+					gaveWay++
 					t.Logf("%s: the tick between %v and %v gave way to the next (RunLatest)", name, rs[i-1].due, r.due)
 				case gap != period:
-					t.Errorf("%s: %v between ticks %v and %v: ticks are missing", name, gap, rs[i-1].due, r.due)
+					missing = append(missing, fmt.Sprintf("%s: %v between ticks %v and %v: ticks are missing", name, gap, rs[i-1].due, r.due))
 				}
 			}
 			if r.due.UnixMilli()%period.Milliseconds() != 0 {
-				t.Errorf("%s: tick %v is not on a %v boundary", name, r.due, period)
+				errs = append(errs, fmt.Sprintf("%s: tick %v is not on a %v boundary", name, r.due, period))
 			}
 		}
 		sort.Slice(lags, func(i, j int) bool { return lags[i] < lags[j] })
-		t.Logf("%s: %d ticks, each once; tick -> handler start p50 %v, max %v", name, len(rs), lags[len(lags)/2], lags[len(lags)-1])
+		t.Logf("%s: %d ticks; tick -> handler start p50 %v, max %v", name, len(rs), lags[len(lags)/2], lags[len(lags)-1])
 	}
+	return missing, errs, slowest
 }
