@@ -77,10 +77,18 @@ exit codes: 0 done, 1 not all there or doctor found problems, 2 usage, 3 Redis e
 `
 
 func main() {
+	// go-redis logs each failed dial of its pool to stderr; the command
+	// reports the error that ends it, once.
+	redis.SetLogger(quietRedis{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv("REDIS_URL")))
 }
+
+// quietRedis is go-redis' logger, quiet.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // cli is one invocation: its flags, its broker and where it writes.
 type cli struct {
@@ -199,6 +207,7 @@ func (c *cli) connect(raw bool) int {
 			fmt.Fprintf(c.errw, "zclaim: --redis: %s\n", urlError(err))
 			return exitUsage
 		}
+		o.DialerRetries = 1
 		c.rdb = redis.NewClusterClient(o)
 	} else {
 		o, err := redis.ParseURL(c.url)
@@ -206,7 +215,9 @@ func (c *cli) connect(raw bool) int {
 			fmt.Fprintf(c.errw, "zclaim: --redis: %s\n", urlError(err))
 			return exitUsage
 		}
-		o.MaxRetries = 1
+		// A server that refuses the connection fails the command at once:
+		// one dial a call, not go-redis' five 100 ms apart.
+		o.MaxRetries, o.DialerRetries = 1, 1
 		c.rdb = redis.NewClient(o)
 	}
 	if raw {

@@ -307,8 +307,16 @@ func TestExitCodes(t *testing.T) {
 	want(t, "bad unit", code, 2, "", errOut)
 	_, errOut, code = runCLI(t, srv, "show")
 	want(t, "show without id", code, 2, "", errOut)
-	_, errOut, code = runCLI(t, srv, "stats", "--redis", "redis://127.0.0.1:1")
-	want(t, "no server", code, 3, "", errOut)
+	for _, cluster := range [][]string{nil, {"--cluster"}} {
+		_, errOut, code = runCLI(t, srv, append([]string{"stats", "--redis", "redis://127.0.0.1:1"}, cluster...)...)
+		want(t, fmt.Sprint("no server ", cluster), code, 3, "", errOut)
+		// One line that says what failed, without go-redis' log of each
+		// failed dial.
+		if lines := strings.Split(strings.TrimSpace(errOut), "\n"); len(lines) != 1 ||
+			!strings.HasPrefix(lines[0], "zclaim: stats: ") || !strings.Contains(lines[0], "connection refused") {
+			t.Fatalf("no server %s: stderr %q, want one line saying the connection was refused", cluster, errOut)
+		}
+	}
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer rdb.Close()
 	rdb.Set(ctx, "cli:{wrongtype}", "x", 0)
