@@ -217,7 +217,7 @@ func runVariant(cfg config, mode string, w io.Writer) (res result, err error) {
 	if onCluster {
 		// 3 masters, 3 replicas; every write waits for one replica.
 		shards = 16
-		if cl, err = redisproc.StartCluster(3, 1, "--appendonly", "yes", "--appendfsync", fsync, "--repl-diskless-sync-delay", "0"); err != nil {
+		if cl, err = redisproc.StartCluster(3, 1, "--appendonly", "yes", "--appendfsync", fsync); err != nil {
 			return res, err
 		}
 		defer cl.Close()
