@@ -75,13 +75,19 @@ func want(t *testing.T, what string, got, want int, out, errOut string) {
 	}
 }
 
+// ownKey returns a key of the test's own on srv, new in each run of it
+// (go test -count), in a hash slot of its own.
+func ownKey(t *testing.T) string {
+	return fmt.Sprintf("cli:{%s-%d}", t.Name(), time.Now().UnixNano())
+}
+
 // setup schedules jobs on a key of the test's own: three later, two due,
 // one in flight, one dead.
 func setup(t *testing.T) (*zclaim.Broker, string) {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { rdb.Close() })
-	key := "cli:{" + t.Name() + "}"
+	key := ownKey(t)
 	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: key, Lease: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +119,7 @@ func setup(t *testing.T) (*zclaim.Broker, string) {
 }
 
 func TestStatsAndList(t *testing.T) {
+	t.Parallel()
 	_, key := setup(t)
 	out, errOut, code := runCLI(t, srv, "stats", "--key", key)
 	want(t, "stats", code, 0, out, errOut)
@@ -164,6 +171,7 @@ func TestStatsAndList(t *testing.T) {
 }
 
 func TestShow(t *testing.T) {
+	t.Parallel()
 	_, key := setup(t)
 	for id, state := range map[string]string{"later-1": "scheduled", "a-claimed": "in flight", "b-killed": "dead"} {
 		out, errOut, code := runCLI(t, srv, "show", id, "--key", key)
@@ -190,6 +198,7 @@ func TestShow(t *testing.T) {
 }
 
 func TestActOnIDs(t *testing.T) {
+	t.Parallel()
 	b, key := setup(t)
 	out, errOut, code := runCLI(t, srv, "run-now", "later-1", "--key", key)
 	want(t, "run-now", code, 0, out, errOut)
@@ -235,6 +244,7 @@ func TestActOnIDs(t *testing.T) {
 }
 
 func TestWatch(t *testing.T) {
+	t.Parallel()
 	_, key := setup(t)
 	out, errOut, code := runCLI(t, srv, "watch", "--key", key, "--interval", "10ms", "--count", "3")
 	want(t, "watch", code, 0, out, errOut)
@@ -249,6 +259,7 @@ func TestWatch(t *testing.T) {
 }
 
 func TestDoctor(t *testing.T) {
+	t.Parallel()
 	_, key := setup(t)
 	out, errOut, code := runCLI(t, srv, "doctor", "--key", key)
 	want(t, "doctor on a healthy server", code, 0, out, errOut)
@@ -299,6 +310,7 @@ func TestDoctor(t *testing.T) {
 // Usage errors exit 2; a Redis that is not there exits 3; a key of the
 // wrong type exits 3 and names it.
 func TestExitCodes(t *testing.T) {
+	t.Parallel()
 	_, errOut, code := runCLI(t, srv)
 	want(t, "no command", code, 2, "", errOut)
 	_, errOut, code = runCLI(t, srv, "frobnicate")
@@ -319,11 +331,12 @@ func TestExitCodes(t *testing.T) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer rdb.Close()
-	rdb.Set(ctx, "cli:{wrongtype}", "x", 0)
-	defer rdb.Del(ctx, "cli:{wrongtype}")
-	_, errOut, code = runCLI(t, srv, "stats", "--key", "cli:{wrongtype}")
+	wrong := ownKey(t)
+	rdb.Set(ctx, wrong, "x", 0)
+	defer rdb.Del(ctx, wrong)
+	_, errOut, code = runCLI(t, srv, "stats", "--key", wrong)
 	want(t, "wrong type", code, 3, "", errOut)
-	if !strings.Contains(errOut, "zclaim:") || !strings.Contains(errOut, "cli:{wrongtype}") {
+	if !strings.Contains(errOut, "zclaim:") || !strings.Contains(errOut, wrong) {
 		t.Fatalf("wrong type: %q", errOut)
 	}
 }
@@ -331,6 +344,7 @@ func TestExitCodes(t *testing.T) {
 // The operator's ACL line of docs/operations.md is enough for every
 // subcommand.
 func TestACLOperator(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
@@ -385,6 +399,7 @@ func TestACLOperator(t *testing.T) {
 
 // --cluster: the command on a Redis Cluster (one node holding every slot).
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	s, err := redisproc.Start("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--appendonly", "yes")
 	if err != nil {
 		t.Fatal(err)
@@ -423,8 +438,15 @@ func TestCluster(t *testing.T) {
 }
 
 // audit reads sets scored in seconds, in milliseconds and with JSON
-// members, as a user that may only read.
+// members, as a user that may only read, and writes nothing: the test has
+// a server of its own, whose keys it counts.
 func TestAudit(t *testing.T) {
+	t.Parallel()
+	srv, err := redisproc.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer rdb.Close()
 	if err := rdb.Do(ctx, "ACL", "SETUSER", "auditor", "on", ">s3cret", "~audit:*", "~{audit:*", "nocommands", "+@read", "+@connection", "+time").Err(); err != nil {
@@ -443,7 +465,6 @@ func TestAudit(t *testing.T) {
 	rdb.ZAdd(ctx, "audit:ms", milli...)
 	rdb.ZAdd(ctx, "audit:json", js...)
 	rdb.Set(ctx, "audit:str", "x", 0)
-	defer rdb.Del(ctx, "audit:sec", "audit:ms", "audit:json", "audit:str")
 	keysBefore, _ := rdb.DBSize(ctx).Result()
 	url := "redis://auditor:s3cret@" + srv.Addr
 
@@ -488,9 +509,11 @@ func TestAudit(t *testing.T) {
 // A sharded schedule opens with its recorded count: stats, ls and show
 // see every shard.
 func TestSharded(t *testing.T) {
+	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer rdb.Close()
-	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: "cli:{sharded}", Shards: 4})
+	key := ownKey(t)
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: key, Shards: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -501,25 +524,27 @@ func TestSharded(t *testing.T) {
 	if err := b.Schedule(ctx, jobs...); err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, code := runCLI(t, srv, "stats", "--key", "cli:{sharded}", "--json")
+	out, errOut, code := runCLI(t, srv, "stats", "--key", key, "--json")
 	want(t, "stats", code, 0, out, errOut)
 	if !strings.Contains(out, `"Scheduled": 40`) {
 		t.Fatalf("stats of a sharded schedule:\n%s", out)
 	}
-	out, errOut, code = runCLI(t, srv, "ls", "scheduled", "--key", "cli:{sharded}", "--limit", "1000")
+	out, errOut, code = runCLI(t, srv, "ls", "scheduled", "--key", key, "--limit", "1000")
 	want(t, "ls", code, 0, out, errOut)
 	if strings.Count(out, "\n") != 41 {
 		t.Fatalf("ls of a sharded schedule:\n%s", out)
 	}
-	out, errOut, code = runCLI(t, srv, "show", "s-17", "--key", "cli:{sharded}")
+	out, errOut, code = runCLI(t, srv, "show", "s-17", "--key", key)
 	want(t, "show", code, 0, out, errOut)
 }
 
 // ls periodic lists the definitions with their next ticks.
 func TestListPeriodic(t *testing.T) {
+	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer rdb.Close()
-	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: "cli:{periodic}"})
+	key := ownKey(t)
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -527,12 +552,12 @@ func TestListPeriodic(t *testing.T) {
 		zclaim.Periodic{Name: "beat", Spec: "@every 1m", Type: "beat", Missed: zclaim.SkipMissed}); err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, code := runCLI(t, srv, "ls", "periodic", "--key", "cli:{periodic}")
+	out, errOut, code := runCLI(t, srv, "ls", "periodic", "--key", key)
 	want(t, "ls periodic", code, 0, out, errOut)
 	if !regexp.MustCompile(`(?m)^beat +@every 1m +UTC +beat +- +\S+Z \(in `).MatchString(out) || !strings.Contains(out, "0 6 * * *") {
 		t.Fatalf("ls periodic:\n%s", out)
 	}
-	out, errOut, code = runCLI(t, srv, "ls", "periodic", "--key", "cli:{periodic}", "--json")
+	out, errOut, code = runCLI(t, srv, "ls", "periodic", "--key", key, "--json")
 	want(t, "ls periodic --json", code, 0, out, errOut)
 	if !strings.Contains(out, `"Missed": "skip"`) {
 		t.Fatalf("ls periodic --json:\n%s", out)
@@ -543,10 +568,11 @@ func TestListPeriodic(t *testing.T) {
 // lease run out, as a SIGKILLed worker leaves it) shows in stats, ls
 // running and show.
 func TestAbandonedRun(t *testing.T) {
+	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { rdb.Close() })
-	queue := "cli-abandoned"
-	prefix := "cli:{" + t.Name() + "}:run:"
+	queue := fmt.Sprint("cli-abandoned-", time.Now().UnixNano())
+	prefix := ownKey(t) + ":run:"
 	// A worker whose handler never returns: the task stays active.
 	asrv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Queues: map[string]int{queue: 1}, Concurrency: 2,
 		TaskCheckInterval: 10 * time.Millisecond, Logger: redisproc.QuietAsynq{}, LogLevel: asynq.FatalLevel})
@@ -617,11 +643,12 @@ func TestAbandonedRun(t *testing.T) {
 // (in --redis or $REDIS_URL), nor for a wrong password, which every
 // subcommand reports as WRONGPASS.
 func TestNoPasswordShown(t *testing.T) {
+	t.Parallel()
 	s, err := redisproc.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(s.Close) // after the subtests
 	admin := redis.NewClient(&redis.Options{Addr: s.Addr})
 	if err := admin.ConfigSet(ctx, "requirepass", "right-one").Err(); err != nil {
 		t.Fatal(err)
@@ -640,33 +667,36 @@ func TestNoPasswordShown(t *testing.T) {
 		"rediss://:" + secret + "@[::1:" + port,
 	}
 	for _, cmd := range cmds {
-		for _, u := range bad {
-			for _, viaEnv := range []bool{false, true} {
-				args := cmd
-				env := "REDIS_URL=" + u
-				if !viaEnv {
-					args = append(slices.Clone(cmd), "--redis", u)
-					env = "REDIS_URL="
-				}
-				c := exec.Command(bin, args...)
-				c.Env = append(os.Environ(), env)
-				out, _ := c.CombinedOutput()
-				if strings.Contains(string(out), secret) || strings.Contains(string(out), "S3cret") {
-					t.Fatalf("zclaim %v with %q (env %v) shows the password:\n%s", cmd, u, viaEnv, out)
-				}
-				if c.ProcessState.ExitCode() != exitUsage {
-					t.Fatalf("zclaim %v with %q: exit %d, want %d\n%s", cmd, u, c.ProcessState.ExitCode(), exitUsage, out)
+		t.Run(strings.Join(cmd, " "), func(t *testing.T) {
+			t.Parallel()
+			for _, u := range bad {
+				for _, viaEnv := range []bool{false, true} {
+					args := cmd
+					env := "REDIS_URL=" + u
+					if !viaEnv {
+						args = append(slices.Clone(cmd), "--redis", u)
+						env = "REDIS_URL="
+					}
+					c := exec.Command(bin, args...)
+					c.Env = append(os.Environ(), env)
+					out, _ := c.CombinedOutput()
+					if strings.Contains(string(out), secret) || strings.Contains(string(out), "S3cret") {
+						t.Fatalf("zclaim %v with %q (env %v) shows the password:\n%s", cmd, u, viaEnv, out)
+					}
+					if c.ProcessState.ExitCode() != exitUsage {
+						t.Fatalf("zclaim %v with %q: exit %d, want %d\n%s", cmd, u, c.ProcessState.ExitCode(), exitUsage, out)
+					}
 				}
 			}
-		}
-		// A well-formed URL with a wrong password.
-		c := exec.Command(bin, append(slices.Clone(cmd), "--redis", "redis://:"+secret+"@"+s.Addr+"/0")...)
-		out, _ := c.CombinedOutput()
-		if strings.Contains(string(out), secret) {
-			t.Fatalf("zclaim %v with a wrong password shows it:\n%s", cmd, out)
-		}
-		if !strings.Contains(string(out), "WRONGPASS") || c.ProcessState.ExitCode() == 0 {
-			t.Fatalf("zclaim %v with a wrong password: exit %d, want WRONGPASS:\n%s", cmd, c.ProcessState.ExitCode(), out)
-		}
+			// A well-formed URL with a wrong password.
+			c := exec.Command(bin, append(slices.Clone(cmd), "--redis", "redis://:"+secret+"@"+s.Addr+"/0")...)
+			out, _ := c.CombinedOutput()
+			if strings.Contains(string(out), secret) {
+				t.Fatalf("zclaim %v with a wrong password shows it:\n%s", cmd, out)
+			}
+			if !strings.Contains(string(out), "WRONGPASS") || c.ProcessState.ExitCode() == 0 {
+				t.Fatalf("zclaim %v with a wrong password: exit %d, want WRONGPASS:\n%s", cmd, c.ProcessState.ExitCode(), out)
+			}
+		})
 	}
 }

@@ -81,6 +81,7 @@ func fetch(t *testing.T, req *http.Request) (int, string) {
 // zclaim web, built, serves the console of a real schedule on loopback:
 // its counts, and a revive through the confirmation.
 func TestWeb(t *testing.T) {
+	t.Parallel()
 	b, key := setup(t)
 	u := serveWeb(t, nil, "--key", key, "--listen", "127.0.0.1:0")
 	req, _ := http.NewRequest("GET", u+"/", nil)
@@ -110,6 +111,7 @@ func TestWeb(t *testing.T) {
 // password every request needs it, and no page or output shows it;
 // --read-only refuses changes.
 func TestWebAuth(t *testing.T) {
+	t.Parallel()
 	_, key := setup(t)
 	_, errOut, code := runCLI(t, srv, "web", "--key", key, "--listen", "0.0.0.0:0")
 	want(t, "web on 0.0.0.0 without a password", code, exitUsage, "", errOut)
