@@ -17,6 +17,7 @@ import (
 // The example program runs in CI, short: every job handled once, none
 // early, none lost. It uses ZCLAIM_EXAMPLE_REDIS_URL if set, else miniredis.
 func TestExampleProgram(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	code := realMain([]string{"-jobs", "300", "-over", "1s"}, &out, os.Getenv("ZCLAIM_EXAMPLE_REDIS_URL"))
 	t.Log("\n" + out.String())
@@ -40,6 +41,7 @@ func TestExampleProgram(t *testing.T) {
 }
 
 func TestExampleNaive(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	if code := realMain([]string{"-naive", "-jobs", "2000"}, &out, ""); code != 0 {
 		t.Fatalf("exit code %d", code)
@@ -52,6 +54,7 @@ func TestExampleNaive(t *testing.T) {
 
 // -metrics serves the collector's metrics while the example runs.
 func TestExampleMetrics(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -45,6 +45,7 @@ func TestMain(m *testing.M) {
 // dispatcher's and the middleware's counts say, and its metrics pass
 // Prometheus' lint.
 func TestCollector(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
@@ -171,6 +172,7 @@ zclaim_middleware_tasks_total{outcome="skipped",prefix=%[6]q} 1
 
 // A schedule that cannot be read reports zclaim_up 0, and the scrape goes on.
 func TestCollectorRedisDown(t *testing.T) {
+	t.Parallel()
 	srv, err := redisproc.Start()
 	must(t, err)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
@@ -202,11 +204,15 @@ func must(t *testing.T, err error) {
 // that takes it over counts the takeover and logs it at Warn with the key,
 // the dead run's token and how long it had been silent.
 func TestAbandonedRunsAndTakeovers(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { rdb.Close() })
-	queue := "prom-abandoned"
-	prefix := "zt:{" + t.Name() + "}:run:"
+	// A queue and runs of this run's own (go test -count; a server named
+	// by ZCLAIM_TEST_REDIS keeps asynq's keys of the last run).
+	now := time.Now().UnixNano()
+	queue := fmt.Sprint("prom-abandoned-", now)
+	prefix := fmt.Sprintf("zt:{%s-%d}:run:", t.Name(), now)
 	t.Cleanup(func() {
 		rdb.Del(ctx, prefix+"order-14", prefix)
 		rdb.SRem(ctx, "asynq:queues", queue)

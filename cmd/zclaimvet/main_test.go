@@ -19,6 +19,7 @@ import (
 // nothing else: nothing in zclaim itself; over asynq's and go-redis'
 // sources it reports nothing.
 func TestVetTool(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("vets asynq and go-redis")
 	}
@@ -57,6 +58,7 @@ func TestVetTool(t *testing.T) {
 // reports the poller in it (it loads no test files), where go vet
 // -vettool drops the package.
 func TestTestsDoNotBuild(t *testing.T) {
+	t.Parallel()
 	bin := buildTool(t, t.TempDir())
 	dir := module(t, map[string]string{
 		"x.go": `package x
@@ -93,6 +95,7 @@ func Poll(rdb *redis.Client) {
 // its imports is the standard library's or has an empty facts file. Every
 // other call goes to the analyzer and leaves the facts file alone.
 func TestNoFacts(t *testing.T) {
+	t.Parallel()
 	std := map[string]bool{"context": true, "fmt": true, "unsafe": true}
 	// Facts files by name: "empty", "facts" (an import that has facts),
 	// "gone" (none there).
@@ -163,6 +166,7 @@ func TestNoFacts(t *testing.T) {
 // leaf and plain without type-checking them, and type-checks uses,
 // through and x.
 func TestNoFactsUnderGoVet(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	// A tool of its own build ID, so that go vet makes the calls instead
 	// of answering them from an earlier run's cache.

@@ -10,6 +10,7 @@ import (
 // docs/migrating.md's program runs in CI: producers never stop, the old
 // pollers and zclaim overlap, and every job runs once.
 func TestMigrate(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	code := run([]string{"-phase", "700ms"}, &out, os.Getenv("ZCLAIM_EXAMPLE_REDIS_URL"))
 	t.Log("\n" + out.String())
@@ -24,6 +25,7 @@ func TestMigrate(t *testing.T) {
 // The control: without step 1's fix the old pollers run jobs twice, and
 // the program says so.
 func TestMigrateRacy(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	code := run([]string{"-phase", "500ms", "-racy"}, &out, os.Getenv("ZCLAIM_EXAMPLE_REDIS_URL"))
 	t.Log("\n" + out.String())

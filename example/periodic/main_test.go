@@ -9,6 +9,7 @@ import (
 
 // The periodic example runs in CI: three replicas, every tick once.
 func TestPeriodicExample(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	code := run([]string{"-for", "3s"}, &out, os.Getenv("ZCLAIM_EXAMPLE_REDIS_URL"))
 	t.Log("\n" + out.String())
