@@ -519,7 +519,17 @@ func skipsClaimsPastTheirLease(t *testing.T, lease time.Duration) (DispatcherSta
 	t.Cleanup(px.Resume)
 	must(t, b.Schedule(ctx, jobs[n:]...))
 	waitFor(t, 20*time.Second, "claims queued behind the enqueue under way", func() bool { return d.Stats().Claimed > int64(n)+1 })
-	time.Sleep(2500 * time.Millisecond) // the queued claims' leases run out; recovery takes them back
+	// Every claim since the pause, the one under way and those queued
+	// behind it, runs out of its lease and recovery takes its job back;
+	// then half a lease more, for the claims queued to be past their
+	// leases by the dispatcher's reckoning too (a claim reached at its
+	// lease's end may be enqueued, and its next claim meet it: a conflict),
+	// and the claims of the jobs taken back to be well within theirs.
+	since := int(d.Stats().Claimed) - n
+	waitFor(t, 20*time.Second, "the leases of the claims since the pause to run out", func() bool {
+		return b.RecoveryStats().Requeued >= since
+	})
+	time.Sleep(lease / 2)
 	px.Resume()
 	slow.hold()
 	waitEachRanOnce(t, log, b, jobs, 10*time.Second)
