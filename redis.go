@@ -149,12 +149,6 @@ func newMarkerID() string {
 	return hex.EncodeToString(b[:]) + "@" + time.Now().UTC().Format(time.RFC3339)
 }
 
-// markerID returns the id of a marker value.
-func markerID(v string) string {
-	id, _, _ := strings.Cut(v, " ")
-	return id
-}
-
 // poll has the marker checked in the background, at most once per every.
 func (m *stateMarker) poll() {
 	last := m.polled.Load()

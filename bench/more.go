@@ -220,9 +220,6 @@ func scaleScenario() {
 	admin := newClient(8)
 	defer admin.Close()
 	ctx := context.Background()
-	type res struct {
-		p50, p99 time.Duration
-	}
 	results := map[int][]durs{}
 	for round := 1; round <= *rounds; round++ {
 		for _, n := range sizes {
@@ -354,7 +351,7 @@ func recoveryScenario() {
 		d, _ := zclaim.NewDispatcher(b, ac, zclaim.DispatcherOptions{RecoveryInterval: v.interval,
 			OnDispatch: func(c zclaim.JobInfo, _ time.Duration, _ error) {
 				mu.Lock()
-				lat = append(lat, time.Now().Sub(leaseEnd[c.ID])) // Redis runs on this machine: one clock
+				lat = append(lat, time.Since(leaseEnd[c.ID])) // Redis runs on this machine: one clock
 				mu.Unlock()
 				got <- struct{}{}
 			}})

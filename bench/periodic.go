@@ -51,11 +51,6 @@ func periodicScenario() {
 	progress("periodic: %d definitions @every 1s, %d replicas each, %v", defs, replicas, over)
 	rdb := newClient(32)
 	defer rdb.Close()
-	type contender struct {
-		name  string
-		queue string
-		log   *tickLog
-	}
 	zq, aq := ns("periodic-z"), ns("periodic-a")
 	zlog := &tickLog{rdb: rdb, runs: map[string]map[time.Time]int{},
 		tick: func(ctx context.Context, _ *asynq.Task, _ time.Time) (string, time.Time) {

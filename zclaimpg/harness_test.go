@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -202,5 +201,3 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
-
-func contains(err error, s string) bool { return err != nil && strings.Contains(err.Error(), s) }
