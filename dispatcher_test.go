@@ -472,19 +472,19 @@ func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
 	// keep claims from queueing long enough to run out: the attempt starts
 	// over on a rig of its own, up to 3 attempts.
 	const lease = time.Second
-	for attempt := 1; ; attempt++ {
+	startOver(t, 3, func(int) (fault, excuse string) {
 		st, slow := skipsClaimsPastTheirLease(t, lease)
-		if (st.Conflicts > 1 || st.Failed == 0) && slow > 0 && attempt < 3 {
-			t.Logf("attempt %d: %+v, %d enqueues slower than %v outside the pause; again", attempt, st, slow, lease/4)
-			continue
+		if st.Conflicts <= 1 && st.Failed > 0 {
+			t.Logf("dispatcher: %+v", st)
+			return "", ""
 		}
-		if st.Conflicts > 1 || st.Failed == 0 {
-			t.Fatalf("stats %+v (%d enqueues slower than %v outside the pause): want at most 1 conflict (the enqueue under way) "+
-				"and the claims past their lease not enqueued", st, slow, lease/4)
+		fault = fmt.Sprintf("stats %+v: want at most 1 conflict (the enqueue under way) "+
+			"and the claims past their lease not enqueued", st)
+		if slow == 0 {
+			return fault, ""
 		}
-		t.Logf("dispatcher: %+v", st)
-		return
-	}
+		return fault, fmt.Sprintf("%d enqueues slower than %v outside the pause", slow, lease/4)
+	})
 }
 
 // skipsClaimsPastTheirLease runs one attempt of
@@ -575,18 +575,18 @@ func (s *slowCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func TestDispatcherPacesClaimsToASlowAsynq(t *testing.T) {
 	t.Parallel()
 	const delay = 300 * time.Millisecond
-	for attempt := 1; ; attempt++ {
+	startOver(t, 3, func(int) (fault, excuse string) {
 		st, slow := pacedToASlowAsynq(t, delay)
 		if st.Failed == 0 && st.Conflicts == 0 && st.Enqueued == 32 {
 			t.Logf("dispatcher: %+v", st)
-			return
+			return "", ""
 		}
-		if slow == 0 || attempt == 3 {
-			t.Fatalf("attempt %d: stats %+v (%d calls slower than %v): want every job enqueued once, none past its lease",
-				attempt, st, slow, 2*delay)
+		fault = fmt.Sprintf("stats %+v: want every job enqueued once, none past its lease", st)
+		if slow == 0 {
+			return fault, ""
 		}
-		t.Logf("attempt %d: %+v, %d calls slower than %v; again", attempt, st, slow, 2*delay)
-	}
+		return fault, fmt.Sprintf("%d calls slower than %v", slow, 2*delay)
+	})
 }
 
 // pacedToASlowAsynq runs one attempt of

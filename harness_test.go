@@ -189,6 +189,28 @@ func wantErr(t testing.TB, err, target error) {
 	}
 }
 
+// startOver runs attempt, a test's scenario on keys or a rig of its own,
+// until it passes, most times at most. attempt returns what went wrong
+// ("" when nothing did) and, where a machine too loaded for the scenario
+// explains that, how ("" when nothing does). A fault nothing explains
+// fails the test at once; an explained one is logged and the scenario
+// runs again, but on the last attempt it fails the test too.
+func startOver(t *testing.T, most int, attempt func(n int) (fault, excuse string)) {
+	t.Helper()
+	for n := 1; ; n++ {
+		fault, excuse := attempt(n)
+		switch {
+		case fault == "":
+			return
+		case excuse == "":
+			t.Fatalf("attempt %d: %s", n, fault)
+		case n == most:
+			t.Fatalf("attempt %d: %s (%s, as in every attempt)", n, fault, excuse)
+		}
+		t.Logf("attempt %d: %s; %s: again", n, fault, excuse)
+	}
+}
+
 // plainKey returns a key without a hash tag, as a foreign producer might
 // use, and deletes it and the keys derived from it when the test ends.
 func plainKey(t testing.TB) string {

@@ -534,7 +534,7 @@ func TestMiddlewareRenewsLease(t *testing.T) {
 	// lets the lease lapse, and the middleware rightly cancels the run: an
 	// attempt whose lease was renewed before that starts over on a key of
 	// its own, up to 3 attempts. A lease never renewed fails at once.
-	for attempt := 1; ; attempt++ {
+	startOver(t, 3, func(attempt int) (fault, excuse string) {
 		key := fmt.Sprintf("long-%d", attempt)
 		var probes []error
 		var renewed bool
@@ -552,12 +552,12 @@ func TestMiddlewareRenewsLease(t *testing.T) {
 			return ctx.Err()
 		}))
 		err := h.ProcessTask(ctx, asynq.NewTask("x", []byte(key)))
-		if err != nil && renewed && errors.Is(cause, ErrLeaseLost) && attempt < 3 {
-			t.Logf("attempt %d: renewed, then the lease lapsed (%v); again", attempt, err)
-			continue
-		}
 		if err != nil {
-			t.Fatalf("attempt %d: the run ended with %v (cause %v); its lease renewed: %v", attempt, err, cause, renewed)
+			fault = fmt.Sprintf("the run ended with %v (cause %v); its lease renewed: %v", err, cause, renewed)
+			if renewed && errors.Is(cause, ErrLeaseLost) {
+				return fault, "renewed, then the lease lapsed"
+			}
+			return fault, ""
 		}
 		for k, err := range probes {
 			if !errors.Is(err, ErrInProgress) {
@@ -566,8 +566,8 @@ func TestMiddlewareRenewsLease(t *testing.T) {
 		}
 		_, err = i.Begin(ctx, key)
 		wantErr(t, err, ErrAlreadyDone)
-		return
-	}
+		return "", ""
+	})
 }
 
 // The fence compares whole tokens: one whose digits begin the current

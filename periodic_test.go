@@ -267,20 +267,20 @@ func TestPeriodicAcrossProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for seconds")
 	}
-	for attempt := 1; ; attempt++ {
+	startOver(t, 3, func(int) (fault, excuse string) {
 		missing, errs, slowest, paused := periodicAcrossProcesses(t)
-		stalled := slowest >= time.Second || paused >= time.Second/4
-		if len(errs) > 0 || len(missing) > 0 && (!stalled || attempt == 3) {
-			t.Fatalf("attempt %d (the slowest child started in %v; the test process paused for %v at most):\n%s",
-				attempt, slowest, paused, strings.Join(append(errs, missing...), "\n"))
+		took := fmt.Sprintf("the slowest child started in %v; the test process paused for %v at most", slowest, paused)
+		switch {
+		case len(errs) > 0:
+			return strings.Join(append(errs, missing...), "\n") + "\n" + took, ""
+		case len(missing) == 0:
+			t.Log(took)
+			return "", ""
+		case slowest >= time.Second || paused >= time.Second/4:
+			return strings.Join(missing, "\n"), took
 		}
-		if len(missing) == 0 {
-			t.Logf("the slowest child started in %v; the test process paused for %v at most", slowest, paused)
-			return
-		}
-		t.Logf("attempt %d: %s; a child took %v to start, the test process paused for %v: again",
-			attempt, strings.Join(missing, "; "), slowest, paused)
-	}
+		return strings.Join(missing, "\n") + "\n" + took, ""
+	})
 }
 
 // periodicAcrossProcesses runs TestPeriodicAcrossProcesses' scenario once,
