@@ -205,7 +205,7 @@ func startOver(t *testing.T, most int, attempt func(n int) (fault, excuse string
 		case excuse == "":
 			t.Fatalf("attempt %d: %s", n, fault)
 		case n == most:
-			t.Fatalf("attempt %d: %s (%s, as in every attempt)", n, fault, excuse)
+			t.Fatalf("attempt %d, the last: %s (%s)", n, fault, excuse)
 		}
 		t.Logf("attempt %d: %s; %s: again", n, fault, excuse)
 	}

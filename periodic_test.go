@@ -258,10 +258,11 @@ func periodicDefs(queue string) []Periodic {
 // child is SIGKILLed every 700 ms; each is restarted at once. Every tick
 // from the first to the last runs exactly once, none before its time (but
 // for at most one per definition that gives way to the next under
-// RunLatest, on a machine that stalled). An attempt whose ticks went missing while a child took over a second to
-// start, or while the test process itself went a quarter of a second
-// without running (a machine that stalled), proves nothing either way: it
-// starts over, 3 times at most. Ticks run twice or early fail at once.
+// RunLatest, on a machine that stalled). An attempt whose ticks went
+// missing while a child took over a second to start, or while the test
+// process itself went a quarter of a second without running (a machine
+// that stalled), proves nothing either way: it starts over, 3 times at
+// most. Ticks run twice or early fail at once.
 func TestPeriodicAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {

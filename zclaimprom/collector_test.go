@@ -208,8 +208,8 @@ func TestAbandonedRunsAndTakeovers(t *testing.T) {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { rdb.Close() })
-	// A queue and runs of this run's own (go test -count; a server named
-	// by ZCLAIM_TEST_REDIS keeps asynq's keys of the last run).
+	// A queue and runs of this run's own, not shared with another run on
+	// the same server (go test -count, or ZCLAIM_TEST_REDIS).
 	now := time.Now().UnixNano()
 	queue := fmt.Sprint("prom-abandoned-", now)
 	prefix := fmt.Sprintf("zt:{%s-%d}:run:", t.Name(), now)

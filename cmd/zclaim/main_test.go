@@ -442,12 +442,12 @@ func TestCluster(t *testing.T) {
 // a server of its own, whose keys it counts.
 func TestAudit(t *testing.T) {
 	t.Parallel()
-	srv, err := redisproc.Start()
+	s, err := redisproc.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer s.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
 	defer rdb.Close()
 	if err := rdb.Do(ctx, "ACL", "SETUSER", "auditor", "on", ">s3cret", "~audit:*", "~{audit:*", "nocommands", "+@read", "+@connection", "+time").Err(); err != nil {
 		t.Fatal(err)
@@ -466,10 +466,10 @@ func TestAudit(t *testing.T) {
 	rdb.ZAdd(ctx, "audit:json", js...)
 	rdb.Set(ctx, "audit:str", "x", 0)
 	keysBefore, _ := rdb.DBSize(ctx).Result()
-	url := "redis://auditor:s3cret@" + srv.Addr
+	url := "redis://auditor:s3cret@" + s.Addr
 
 	audit := func(key string, code int) audit {
-		out, errOut, got := runCLI(t, srv, "audit", "--key", key, "--json", "--redis", url)
+		out, errOut, got := runCLI(t, s, "audit", "--key", key, "--json", "--redis", url)
 		want(t, "audit "+key, got, code, out, errOut)
 		var a audit
 		if err := json.Unmarshal([]byte(out), &a); err != nil {
@@ -496,7 +496,7 @@ func TestAudit(t *testing.T) {
 	if a := audit("audit:none", 1); a.Type != "none" {
 		t.Fatalf("no key: %+v", a)
 	}
-	out, errOut, code := runCLI(t, srv, "audit", "--key", "audit:sec", "--redis", url)
+	out, errOut, code := runCLI(t, s, "audit", "--key", "audit:sec", "--redis", url)
 	want(t, "audit as a table", code, 0, out, errOut)
 	if !strings.Contains(out, "score unit  s") && !regexp.MustCompile(`score unit +s\n`).MatchString(out) {
 		t.Fatalf("audit table:\n%s", out)
