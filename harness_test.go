@@ -189,8 +189,8 @@ func wantErr(t testing.TB, err, target error) {
 	}
 }
 
-// startOver runs attempt, a test's scenario on keys or a rig of its own,
-// until it passes, most times at most. attempt returns what went wrong
+// startOver runs attempt, a test's scenario run afresh each time (most on
+// keys or a rig of their own), until it passes, most times at most. attempt returns what went wrong
 // ("" when nothing did) and, where a machine too loaded for the scenario
 // explains that, how ("" when nothing does). A fault nothing explains
 // fails the test at once; an explained one is logged and the scenario
