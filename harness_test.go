@@ -33,7 +33,7 @@ type quietRedisLog struct{}
 func (quietRedisLog) Printf(context.Context, string, ...any) {}
 
 func TestMain(m *testing.M) {
-	if runWorkerRole() {
+	if runWorkerRole() || runPeriodicRole() {
 		return
 	}
 	redis.SetLogger(quietRedisLog{})
