@@ -101,6 +101,27 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// waitProgress polls count every few ms until it reaches want. It fails
+// only once count has stayed put for stall: on a loaded machine a run that
+// is slow but going finishes, and a stuck one fails. report, if not nil,
+// says more on failure.
+func waitProgress(t testing.TB, stall time.Duration, what string, want int, count func() int, report func() string) {
+	t.Helper()
+	last, moved := count(), time.Now()
+	for last < want {
+		time.Sleep(5 * time.Millisecond)
+		if n := count(); n != last {
+			last, moved = n, time.Now()
+		} else if time.Since(moved) > stall {
+			more := ""
+			if report != nil {
+				more = "; " + report()
+			}
+			t.Fatalf("%s: %d of %d, none more in %v%s", what, last, want, stall, more)
+		}
+	}
+}
+
 type proxy = tcpproxy.Proxy
 
 // newProxy forwards to target until the test ends.

@@ -148,15 +148,12 @@ func TestDispatchExactlyOnceOnTime(t *testing.T) {
 	jobs, ids := spreadJobs(t, b, 2000, 2*time.Second)
 	must(t, b.Schedule(ctx, jobs...))
 	// Under load a task can wait out a retry in asynq's retry set, which
-	// asynq's forwarder looks at every 5 s: the deadline leaves room.
-	for deadline := time.Now().Add(90 * time.Second); log.count() < len(ids); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			st, _ := b.Stats(ctx)
-			qi, _ := newInspector(t).GetQueueInfo(q)
-			t.Fatalf("handled %d of %d jobs in 90 s; schedule %+v; dispatchers %+v, %+v; asynq queue %+v",
-				log.count(), len(ids), st, dsps[0].Stats(), dsps[1].Stats(), qi)
-		}
-	}
+	// asynq's forwarder looks at every 5 s: the stall allowed leaves room.
+	waitProgress(t, 30*time.Second, "jobs handled", len(ids), log.count, func() string {
+		st, _ := b.Stats(ctx)
+		qi, _ := newInspector(t).GetQueueInfo(q)
+		return fmt.Sprintf("schedule %+v; dispatchers %+v, %+v; asynq queue %+v", st, dsps[0].Stats(), dsps[1].Stats(), qi)
+	})
 	time.Sleep(100 * time.Millisecond) // room for a duplicate to show
 	log.check(t, ids)
 	mu.Lock()
@@ -797,7 +794,7 @@ func TestShardedDispatchClaimsInBatches(t *testing.T) {
 	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{Concurrency: 16, RecoveryInterval: -1})
 	must(t, err)
 	runDispatcher(t, d)
-	waitFor(t, 60*time.Second, "every job dispatched", func() bool { return d.Stats().Enqueued == n })
+	waitProgress(t, 30*time.Second, "jobs dispatched", n, func() int { return int(d.Stats().Enqueued) }, nil)
 	// A claim takes up to half the queue (64) under load; each shard's
 	// last claim may be small.
 	limit := int64(n/64*3/2 + 2*16)
@@ -855,7 +852,7 @@ func TestDispatcherOnAutopipelinedClient(t *testing.T) {
 	d, err := NewDispatcher(b, newAutopipelinedAsynqClient(t, testAddr, sizes), DispatcherOptions{RecoveryInterval: -1})
 	must(t, err)
 	runDispatcher(t, d)
-	waitFor(t, 60*time.Second, "every job dispatched", func() bool { return d.Stats().Enqueued == n })
+	waitProgress(t, 30*time.Second, "jobs dispatched", n, func() int { return int(d.Stats().Enqueued) }, nil)
 	waitFor(t, 20*time.Second, "the batches settled", func() bool {
 		st, _ := b.Stats(ctx)
 		return st.Scheduled == 0 && st.Inflight == 0
