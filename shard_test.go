@@ -295,7 +295,7 @@ func TestClusterShards(t *testing.T) {
 	start := time.Now()
 	must(t, cl.MoveSlot(slot(busy.schedule), to, 1, 20*time.Millisecond))
 	t.Logf("moved the slot of %s from %s to %s in %v", busy.schedule, from.Addr, to.Addr, time.Since(start))
-	waitFor(t, 60*time.Second, "every job run", func() bool { k, _ := runs.count(); return k == n })
+	waitProgress(t, 30*time.Second, "jobs run", n, func() int { k, _ := runs.count(); return k }, nil)
 	time.Sleep(200 * time.Millisecond)
 	got, twice := runs.count()
 	if got != n || twice != 0 || runs.early != 0 {
