@@ -337,6 +337,7 @@ type periodicChild struct {
 	cmd   *exec.Cmd
 	stdin io.Writer
 	out   *bufio.Reader
+	read  chan struct{} // closed once its output is read to the end (nil for a spare)
 }
 
 // startPeriodicChild starts a dispatcher process on schedule key and asynq
@@ -362,11 +363,17 @@ func startPeriodicChild(key, q string) (*periodicChild, error) {
 		cmd.Wait()
 		return nil, fmt.Errorf("child did not start: %q, %v", line, err)
 	}
-	return &periodicChild{cmd, stdin, rest}, nil
+	return &periodicChild{cmd: cmd, stdin: stdin, out: rest}, nil
 }
 
+// kill kills c and, once its output is read to the end (the last lines
+// of a child killed just after it logged a skip), waits for it: Wait
+// closes the pipe, and what was left in it would be lost.
 func (c *periodicChild) kill() {
 	c.cmd.Process.Signal(syscall.SIGKILL)
+	if c.read != nil {
+		<-c.read
+	}
 	c.cmd.Wait()
 }
 
@@ -417,6 +424,7 @@ func periodicAcrossProcesses(t *testing.T) (r periodicResult) {
 	var skips []periodicSkip    // the ticks children said they skipped
 	gone := make(chan *periodicChild, 100)
 	answer := func(c *periodicChild) {
+		killed := false // at the gate: its lines are read to the end, for the logs
 		for {
 			line, err := c.out.ReadString('\n')
 			if err != nil {
@@ -429,6 +437,9 @@ func periodicAcrossProcesses(t *testing.T) (r periodicResult) {
 					skips = append(skips, skip)
 					gmu.Unlock()
 				}
+				continue
+			}
+			if killed {
 				continue
 			}
 			verb, key, _ := strings.Cut(strings.TrimSpace(line), " ")
@@ -453,7 +464,8 @@ func periodicAcrossProcesses(t *testing.T) (r periodicResult) {
 			if die {
 				c.cmd.Process.Signal(syscall.SIGKILL)
 				gone <- c
-				return
+				killed = true
+				continue
 			}
 			io.WriteString(c.stdin, "go\n")
 		}
@@ -508,7 +520,11 @@ func periodicAcrossProcesses(t *testing.T) (r periodicResult) {
 				spares = spares[1:]
 				running[j] = c
 				io.WriteString(c.stdin, "run\n")
-				go answer(c)
+				c.read = make(chan struct{})
+				go func() {
+					defer close(c.read)
+					answer(c)
+				}()
 				note()
 			}
 		}
@@ -702,7 +718,7 @@ func periodicAcrossProcesses(t *testing.T) (r periodicResult) {
 			after := sort.Search(len(rs), func(i int) bool { return rs[i].due.After(tick) })
 			return after > 0 && lags[after-1] >= period || after < len(rs) && lags[after] >= period
 		}
-		gaveWay := false
+		gaveWay, lost := false, false
 		for _, tick := range ticks(period) {
 			if ranTick(def.Name, tick) {
 				continue
@@ -711,6 +727,7 @@ func periodicAcrossProcesses(t *testing.T) (r periodicResult) {
 			switch {
 			case !skipped(def.Name, tick):
 				r.errs = append(r.errs, what+", and no dispatcher skipped it: it was lost")
+				lost = true
 			case !gaveWay:
 				gaveWay = true
 				t.Logf("%s: the tick of %v gave way to the next (RunLatest)", name, tick)
@@ -725,8 +742,51 @@ func periodicAcrossProcesses(t *testing.T) (r periodicResult) {
 		if len(lags) > 0 {
 			t.Logf("%s: %d ticks; tick -> handler start p50 %v, max %v", name, len(rs), median, slices.Max(lags))
 		}
+		if lost {
+			var dues []time.Time
+			for _, run := range rs {
+				dues = append(dues, run.due)
+			}
+			r.errs = append(r.errs, periodicState(t, key, q, name, dues, skips))
+		}
 	}
 	return r
+}
+
+// periodicState tells, for a test that lost ticks of definition name,
+// the ticks that ran, the skips logged, the definition's job on the
+// schedule, its next tick and asynq's tasks of the queue.
+func periodicState(t *testing.T, key, q, name string, ran []time.Time, skips []periodicSkip) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: ran", name)
+	for _, due := range ran {
+		fmt.Fprintf(&b, " %s", due.Format("15:04:05.000"))
+	}
+	for _, s := range skips {
+		fmt.Fprintf(&b, "\n  skip logged: %s from %s at %s", s.Name, s.From.Format("15:04:05.000"), s.Now.Format("15:04:05.000"))
+	}
+	br, err := NewBroker(newClient(t), BrokerOptions{Key: key})
+	if err != nil {
+		return b.String() + "\n  broker: " + err.Error()
+	}
+	jobs, err := br.Jobs(ctx, name)
+	fmt.Fprintf(&b, "\n  job %s: %+v %v", name, jobs, err)
+	defs, err := br.ListPeriodic(ctx)
+	for _, d := range defs {
+		fmt.Fprintf(&b, "\n  definition %s: next %v", d.Name, d.Next)
+	}
+	if err != nil {
+		fmt.Fprintf(&b, "\n  definitions: %v", err)
+	}
+	in := newInspector(t)
+	for _, list := range []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){
+		in.ListPendingTasks, in.ListActiveTasks, in.ListScheduledTasks, in.ListRetryTasks, in.ListArchivedTasks, in.ListCompletedTasks} {
+		tasks, _ := list(q, asynq.PageSize(200))
+		for _, ti := range tasks {
+			fmt.Fprintf(&b, "\n  asynq %s %s (retried %d, %s)", ti.State, ti.ID, ti.Retried, ti.LastErr)
+		}
+	}
+	return b.String()
 }
 
 // pauses measures how long the process goes without running a goroutine
