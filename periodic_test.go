@@ -481,8 +481,9 @@ func periodicAcrossProcesses(t *testing.T) (r periodicResult) {
 	var ups []up
 	running := make([]*periodicChild, 3)
 	var spares []*periodicChild
-	stopped := false    // once set, no more spares start
-	var began time.Time // when the three ran and the spares were ready: the clock's start
+	// The clock: from when the three ran and the spares were ready, to
+	// when the kills stopped (after which no more spares start).
+	var began, stopAt time.Time
 	type started struct {
 		c    *periodicChild
 		took time.Duration // to start, for a spare started once the clock ran
@@ -536,7 +537,7 @@ func periodicAcrossProcesses(t *testing.T) (r periodicResult) {
 				running[j] = nil
 				c.kill()
 				note()
-				if !stopped {
+				if stopAt.IsZero() {
 					launch()
 				}
 				fill()
@@ -590,11 +591,12 @@ func periodicAcrossProcesses(t *testing.T) (r periodicResult) {
 	// Every tick due from the start until a period before the kills
 	// stopped must run, or be skipped by a dispatcher that claimed it once
 	// the next was due (RunLatest). The dispatchers, unhindered now, go on
-	// until each has (10 s at most); then they stop.
+	// until every such tick has run or been skipped (10 s at most); then
+	// they stop.
 	gmu.Lock()
 	stopping = true
 	gmu.Unlock()
-	stopped, stopAt := true, time.Now()
+	stopAt = time.Now()
 	ticks := func(period time.Duration) (due []time.Time) {
 		p := period.Milliseconds()
 		for ms := (began.UnixMilli() + p - 1) / p * p; ms+p <= stopAt.UnixMilli(); ms += p {

@@ -16,9 +16,6 @@ import (
 
 // The example program runs in CI, short: every job handled once, none
 // early, none lost. It uses ZCLAIM_EXAMPLE_REDIS_URL if set, else miniredis.
-// Its runs here give up after exampleTimeout, not the program's default
-// 15 s: on a loaded machine the in-process Redis (Lua in Go, under the race
-// detector) can take longer than that to finish a run that is not stuck.
 func TestExampleProgram(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
@@ -43,7 +40,10 @@ func TestExampleProgram(t *testing.T) {
 	}
 }
 
-// exampleTimeout bounds each example run of the tests.
+// exampleTimeout bounds each example run of the tests, not the program's
+// default 15 s: on a loaded machine the in-process Redis (Lua in Go, under
+// the race detector) can take longer than that to finish a run that is not
+// stuck.
 const exampleTimeout = 60 * time.Second
 
 func TestExampleNaive(t *testing.T) {
