@@ -232,6 +232,51 @@ func TestFinishBatchesWrongType(t *testing.T) {
 	}
 }
 
+// extendBatches moves held batch leases to a Lease from now, in one call
+// for several, answers 0 for a lease no longer held (and does not bring it
+// back), and fails with a WrongTypeError on a batches key of another type,
+// changing nothing.
+func TestExtendBatches(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t, BrokerOptions{Lease: time.Minute})
+	must(t, b.Schedule(ctx, jobsDue(3, "ext-", time.Now().Add(-time.Second))...))
+	var leases []batchLease
+	for range 3 {
+		res, err := b.claim(ctx, b.shards[0], 1, leaseBatchIDs)
+		must(t, err)
+		leases = append(leases, res.lease)
+	}
+	k := b.keys
+	// The second is lost: recovery took it back.
+	must(t, b.rdb.ZAdd(ctx, k.batches, redis.Z{Score: 1, Member: leases[1].member()}).Err())
+	if rec, err := b.Recover(ctx); err != nil || rec.Requeued != 1 {
+		t.Fatalf("recover: %+v, %v", rec, err)
+	}
+	before := redisNow(t, b.rdb)
+	got, err := b.extendBatches(ctx, leases)
+	must(t, err)
+	for i, l := range leases {
+		score, err := b.rdb.ZScore(ctx, k.batches, l.member()).Result()
+		switch {
+		case i == 1 && (got[i] != 0 || err != redis.Nil):
+			t.Errorf("lost lease: extended to %d, on Redis %v (%v)", got[i], score, err)
+		case i != 1 && (time.UnixMilli(got[i]).Before(before.Add(time.Minute)) || int64(score) != got[i]):
+			t.Errorf("lease %d: extended to %d, on Redis %v, want a minute past %v", i, got[i], score, before)
+		}
+	}
+
+	must(t, b.rdb.Del(ctx, k.batches).Err())
+	must(t, b.rdb.SAdd(ctx, k.batches, "x").Err())
+	_, err = b.extendBatches(ctx, leases[:1])
+	var wt *WrongTypeError
+	if !errors.As(err, &wt) || wt.Key != k.batches || !errors.Is(err, ErrWrongType) {
+		t.Fatalf("batches a set: %v", err)
+	}
+	if members, _ := b.rdb.SMembers(ctx, k.batches).Result(); len(members) != 1 || members[0] != "x" {
+		t.Fatalf("batches a set: changed to %v", members)
+	}
+}
+
 // Batch claimers on their own connections race each other and per-job
 // claimers for the same jobs, hold their leases for random times, and
 // some die holding them, while recovery runs beside them. Every job is

@@ -51,6 +51,7 @@ type claimResult struct {
 
 	// Of a batch claim only:
 	lease   batchLease
+	until   int64          // the lease's deadline, Unix ms by Redis' clock
 	index   []int          // each claim's place in the batch, from 1
 	corrupt []corruptClaim // the caller settles these as dead
 }
@@ -130,7 +131,7 @@ func (b *Broker) claimInto(ctx context.Context, k *keys, max int, mode claimMode
 	}
 	state := b.state.current()
 	if batch {
-		res.lease = batchLease{first: first, n: n, shard: k.shard}
+		res.lease, res.until = batchLease{first: first, n: n, shard: k.shard}, deadline
 		res.index = make([]int, 0, n)
 	}
 	for i, j := range jobs {

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func checkClaim(ctx context.Context, op string, c Claim) error {
@@ -170,4 +172,36 @@ func (b *Broker) Kill(ctx context.Context, c Claim, reason string) error {
 		return b.leaseLost(ctx, "kill", c)
 	}
 	return nil
+}
+
+// extendBatches moves the deadlines of batch leases (a dispatcher's
+// claims) to the Broker's Lease from now, by Redis' clock, in one round
+// trip (one per lease where writes wait for replicas). It returns each
+// lease's new deadline in Unix ms, or 0 for a lease no longer held
+// (recovery took it back; nothing changed for it). After an error some
+// leases may have been extended and others not: extending them all again
+// is harmless.
+func (b *Broker) extendBatches(ctx context.Context, leases []batchLease) ([]int64, error) {
+	call := func(i int) (*redis.Script, []string, []any) {
+		l := leases[i]
+		return extendScript, []string{b.shards[l.shard].batches}, []any{l.member(), b.opts.Lease.Milliseconds()}
+	}
+	cmds := make([]*redis.Cmd, len(leases))
+	if len(leases) > 1 && b.repl.n == 0 {
+		cmds = pipelinedScripts(ctx, b.rdb, len(leases), call)
+	} else {
+		for i := range leases {
+			s, keys, a := call(i)
+			cmds[i] = b.repl.run(ctx, b.rdb, s, keys, a...)
+		}
+	}
+	deadlines := make([]int64, len(leases))
+	for i, cmd := range cmds {
+		d, err := cmd.Int64()
+		if err != nil {
+			return deadlines, wrap(ctx, "extend", err, b.shards[leases[i].shard].types)
+		}
+		deadlines[i] = d
+	}
+	return deadlines, nil
 }

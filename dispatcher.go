@@ -48,7 +48,7 @@ type DispatcherOptions struct {
 	MaxWait time.Duration
 	// EnqueueTimeout bounds one enqueue (each has between 90% and all of
 	// it: a worker's timeout serves the enqueues that start in its first
-	// tenth), and one call that settles finished batches. An autopipelined
+	// tenth), and one call that settles or renews batches. An autopipelined
 	// client does not honour a command's deadline once it queued it: its
 	// ReadTimeout and WriteTimeout bound those enqueues instead.
 	// Default: DefaultEnqueueTimeout (5s).
@@ -133,13 +133,14 @@ type DispatcherStats struct {
 // occurrence (OccurrenceID) and whose headers carry its JobInfo, and
 // settles the batch. Any number of dispatchers may share a schedule.
 //
-// A dispatcher's batch is one lease, not one per job: its jobs become
-// tasks within moments and none is extended, so the batch is settled as
-// one once every job in it is enqueued (or given back, or dead). If the
-// dispatcher dies first, recovery puts the whole batch back after the
-// lease, and the jobs already enqueued meet asynq's TaskID on their next
-// dispatch: asynq keeps their tasks, completed ones too, for
-// TaskRetention. Stats count the jobs of a batch lease one by one.
+// A dispatcher's batch is one lease, not one per job, settled as one once
+// every job in it is enqueued (or given back, or dead). A batch still in
+// the dispatcher's hands a third of a lease after its claim has its lease
+// renewed, while the dispatcher's enqueues go on (an asynq that hangs
+// lets it run out). If the dispatcher dies first, recovery puts the whole
+// batch back after the lease, and the jobs already enqueued meet asynq's
+// TaskID on their next dispatch: asynq keeps their tasks, completed ones
+// too, for TaskRetention. Stats count the jobs of a batch lease one by one.
 type Dispatcher struct {
 	b    *Broker
 	c    *asynq.Client
@@ -152,6 +153,7 @@ type Dispatcher struct {
 
 	keyspace  atomic.Bool // the server publishes keyspace events for the schedule, and they are subscribed
 	claimWarn rateLog
+	keepWarn  rateLog // of the leases the keeper renews
 }
 
 // NewDispatcher returns a dispatcher of b's jobs into c. It never closes c.
@@ -232,7 +234,9 @@ func (d *Dispatcher) startBackground(ctx context.Context) background {
 // The claim stage takes due jobs a batch at a time, as many as the queue
 // has room for; each worker enqueues one job at a time into asynq; the
 // settle stage settles every batch whose jobs are all enqueued (or given
-// back, or dead), gathering those that finish together into one round trip.
+// back, or dead), gathering those that finish together into one round
+// trip. Beside them, the keeper renews the leases of the batches in hand
+// (keep).
 type pipeline struct {
 	d       *Dispatcher
 	wake    <-chan struct{}
@@ -242,6 +246,8 @@ type pipeline struct {
 	acks    chan *batchRun // batches whose every job is dispatched
 	workers sync.WaitGroup // the enqueue stage
 	settled chan struct{}  // closed when the settle stage has ended
+	ended   atomic.Int64   // dispatches ended: the progress that keeps leases (keep)
+	kept    keptBatches    // the batches whose jobs are being enqueued
 	mode    claimMode      // whether claims read due times
 	claims  []Claim        // the array of the last claim's claims, for the next
 	timer   *time.Timer    // the claim stage's next look at the schedule
@@ -281,13 +287,18 @@ func (d *Dispatcher) newPipeline(wake <-chan struct{}) *pipeline {
 
 // startSettle starts the settle stage: one goroutine, so that the batches
 // that finish while one settle call is under way go in the next.
+// Beside it, the keeper renews the leases of batches still being enqueued.
 func (p *pipeline) startSettle() {
 	go func() { defer close(p.settled); p.d.acker(p.acks) }()
+	p.kept.stop, p.kept.done = make(chan struct{}), make(chan struct{})
+	go func() { defer close(p.kept.done); p.keep() }()
 }
 
 func (p *pipeline) stopSettle() {
 	close(p.acks)
 	<-p.settled
+	close(p.kept.stop)
+	<-p.kept.done
 }
 
 // startEnqueue starts the enqueue stage: Concurrency workers.
@@ -299,7 +310,7 @@ func (p *pipeline) startEnqueue() {
 			ec := enqueueContext{timeout: p.d.opts.EnqueueTimeout}
 			defer ec.stop()
 			for it := range p.queue {
-				it.run.settled(it.index, p.d.dispatch(ec.get(), it.c, it.redisNow, it.claimedAt), p.acks)
+				p.dispatch(ec.get(), it)
 				// The claim stage waits for half the room free at most:
 				// wake it only then, not for every job done.
 				if out, lim := int(p.out.Add(-1)), p.limit(); lim-out >= p.half(lim) {
@@ -311,6 +322,15 @@ func (p *pipeline) startEnqueue() {
 			}
 		}()
 	}
+}
+
+// dispatch dispatches queued claim it, by its batch's lease as the keeper
+// last renewed it, and counts its outcome into the batch.
+func (p *pipeline) dispatch(ctx context.Context, it queued) {
+	it.c.LeaseUntil = time.UnixMilli(it.run.until.Load())
+	o := p.d.dispatch(ctx, it.c, it.redisNow, it.claimedAt)
+	p.ended.Add(1)
+	it.run.settled(it.index, o, p.acks)
 }
 
 // limit is how many claims may be out (queued or being enqueued) now: a

@@ -100,8 +100,10 @@ func (p *pipeline) enqueueClaims(ctx context.Context, res claimResult) {
 		return
 	}
 	claimedAt := time.Now()
-	run := &batchRun{end: batchEnd{lease: res.lease}}
+	run := &batchRun{end: batchEnd{lease: res.lease}, renewed: claimedAt, mark: p.ended.Load()}
 	run.left.Store(int64(res.lease.n))
+	run.until.Store(res.until)
+	p.keeping(run)
 	for _, bad := range res.corrupt {
 		d.dead.Add(1)
 		d.log.LogAttrs(ctx, slog.LevelError, "zclaim: job record is corrupt; moved to the dead set",

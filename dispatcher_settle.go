@@ -1,7 +1,8 @@
 package zclaim
 
 // The dispatcher's batches: each claim's jobs followed through the
-// enqueueing workers, and their settling, gathered into one round trip.
+// enqueueing workers, their leases kept while the enqueues go on, and
+// their settling, gathered into one round trip.
 
 import (
 	"context"
@@ -20,8 +21,14 @@ const ackLinger = 5 * time.Millisecond
 type batchRun struct {
 	left   atomic.Int64 // jobs not yet dispatched
 	noType atomic.Int64 // jobs dead for want of a task type
+	until  atomic.Int64 // the lease's deadline, Unix ms by Redis' clock; 0 once it was found lost
+	closed atomic.Bool  // the acker is done with it
 	mu     sync.Mutex
 	end    batchEnd
+
+	// The keeper's alone, once the batch is kept:
+	renewed time.Time // when its lease was claimed or last renewed
+	mark    int64     // the pipeline's dispatches ended by then
 }
 
 // outcome is how one job's dispatch ended: done (the zero value), back to
@@ -62,12 +69,13 @@ func (r *batchRun) settled(index int, o outcome, acks chan<- *batchRun) {
 // acker settles finished batches from in, gathered over ackLinger, until
 // in is closed.
 func (d *Dispatcher) acker(in <-chan *batchRun) {
+	runs := make([]*batchRun, 0, MaxBatchSize)
 	batch := make([]batchEnd, 0, MaxBatchSize)
 	linger := time.NewTimer(ackLinger)
 	defer linger.Stop()
 	for r := range in {
 		d.logNoType(r)
-		batch = append(batch[:0], r.end)
+		runs, batch = append(runs[:0], r), append(batch[:0], r.end)
 		resetTimer(linger, ackLinger)
 	more:
 		for len(batch) < MaxBatchSize {
@@ -77,7 +85,7 @@ func (d *Dispatcher) acker(in <-chan *batchRun) {
 					break more
 				}
 				d.logNoType(r)
-				batch = append(batch, r.end)
+				runs, batch = append(runs, r), append(batch, r.end)
 			case <-linger.C:
 				break more
 			}
@@ -85,6 +93,9 @@ func (d *Dispatcher) acker(in <-chan *batchRun) {
 		ctx, cancel := context.WithTimeout(context.Background(), d.opts.EnqueueTimeout)
 		lost, err := d.b.finishBatches(ctx, batch...)
 		cancel()
+		for _, r := range runs {
+			r.closed.Store(true) // settled, lost, or left to recovery: the keeper lets it go
+		}
 		switch {
 		case err != nil:
 			// The batches stay in flight; after their lease, recovery puts
@@ -120,4 +131,89 @@ func resetTimer(t *time.Timer, d time.Duration) {
 	default:
 	}
 	t.Reset(d)
+}
+
+// keptBatches are the batches in a pipeline's hands (their jobs being
+// enqueued, or waiting for their settle), for the keeper.
+type keptBatches struct {
+	mu         sync.Mutex
+	runs       []*batchRun
+	stop, done chan struct{} // the keeper's end
+}
+
+// keeping hands batch r to the keeper.
+func (p *pipeline) keeping(r *batchRun) {
+	p.kept.mu.Lock()
+	p.kept.runs = append(p.kept.runs, r)
+	p.kept.mu.Unlock()
+}
+
+// keep renews the lease of each batch in the pipeline's hands once a
+// third of it has passed since its claim or its last renewal. A batch
+// whose jobs are still being enqueued is renewed only if an enqueue of the
+// pipeline ended meanwhile: a dispatcher whose enqueues go on, however
+// slowly, keeps its claims, while one whose asynq hangs lets them run
+// out, and recovery gives their jobs back (as it does a dead
+// dispatcher's). A batch whose every job is dispatched waits for the
+// acker's settle, and is renewed until the acker is done with it.
+func (p *pipeline) keep() {
+	lease := p.d.b.opts.Lease
+	tick := time.NewTicker(max(lease/6, time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.kept.stop:
+			return
+		case <-tick.C:
+			p.renew(lease)
+		}
+	}
+}
+
+// renew renews the leases that keep says are due, in one round trip.
+func (p *pipeline) renew(lease time.Duration) {
+	now, ended := time.Now(), p.ended.Load()
+	var due []*batchRun
+	p.kept.mu.Lock()
+	runs := p.kept.runs[:0]
+	for _, r := range p.kept.runs {
+		if r.closed.Load() || r.until.Load() == 0 { // settled, or lost
+			continue
+		}
+		runs = append(runs, r)
+		if now.Sub(r.renewed) >= lease/3 && (ended > r.mark || r.left.Load() == 0) {
+			due = append(due, r)
+		}
+	}
+	clear(p.kept.runs[len(runs):])
+	p.kept.runs = runs
+	p.kept.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
+	leases := make([]batchLease, len(due))
+	for i, r := range due {
+		leases[i] = r.end.lease
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.d.opts.EnqueueTimeout)
+	deadlines, err := p.d.b.extendBatches(ctx, leases)
+	cancel()
+	if err != nil {
+		p.d.keepWarn.warn(context.Background(), p.d.log, err.Error(),
+			"zclaim: renewing the leases of dispatched batches failed; trying again",
+			slog.Int("batches", len(due)), slog.String("error", err.Error()))
+		return
+	}
+	for i, r := range due {
+		switch {
+		case deadlines[i] != 0:
+			r.until.Store(deadlines[i])
+			r.renewed, r.mark = now, ended
+		case r.left.Load() > 0: // not handed to the acker, so not settled: recovery took it back
+			r.until.Store(0)
+			p.d.log.LogAttrs(context.Background(), slog.LevelWarn, "zclaim: lease of a batch being enqueued was lost; "+
+				"its jobs not enqueued yet are not, and recovery gives them back",
+				slog.Int("jobs", r.end.lease.n), slog.Int64("left", r.left.Load()))
+		}
+	}
 }

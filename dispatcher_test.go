@@ -456,8 +456,9 @@ func TestDispatcherBoundsClaimsWhileAsynqHangs(t *testing.T) {
 }
 
 // A claim whose lease runs out while it waits for a worker (asynq hangs,
-// after enqueues quick enough to let claims queue) is not enqueued:
-// recovery gives the job back and its next claim enqueues it. The only
+// after enqueues quick enough to let claims queue; no enqueue ends, so the
+// dispatcher does not renew the lease) is not enqueued: recovery gives
+// the job back and its next claim enqueues it. The only
 // conflict left is the enqueue that was under way; enqueuing the waiting
 // claims too would have made one for each of them.
 func TestDispatcherSkipsClaimsPastTheirLease(t *testing.T) {
@@ -594,17 +595,7 @@ func pacedToASlowAsynq(t *testing.T, delay time.Duration) (DispatcherStats, int6
 	r := newLeaseRig(t, 2*time.Second)
 	// Four connections made and asynq's script loaded before the delay:
 	// a new connection's handshake would add round trips of its own.
-	var warm sync.WaitGroup
-	for range 4 {
-		warm.Add(1)
-		go func() {
-			defer warm.Done()
-			if _, err := asynq.NewClientFromRedisClient(r.via).Enqueue(asynq.NewTask("t", nil), asynq.Queue(r.q+"-warm")); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	warm.Wait()
+	r.warm(t, 4)
 	slow := &slowCalls{d: 2 * delay}
 	r.via.AddHook(slow)
 	r.px.SetDelay(delay)
@@ -636,6 +627,22 @@ func newLeaseRig(t *testing.T, lease time.Duration) leaseRig {
 	r.b = newBroker(t, BrokerOptions{Key: testKey(t), Lease: lease, MaxAttempts: 100,
 		Backoff: func(int) time.Duration { return 0 }})
 	return r
+}
+
+// warm makes n connections of the rig's asynq client and loads asynq's
+// enqueue script, with an enqueue on each into a queue of their own.
+func (r leaseRig) warm(t *testing.T, n int) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := asynq.NewClientFromRedisClient(r.via).Enqueue(asynq.NewTask("t", nil), asynq.Queue(r.q+"-warm")); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // dispatcher makes a dispatcher of conc workers on the rig's broker and
