@@ -137,7 +137,9 @@ func run(w io.Writer, rdb *redis.Client, ns string, cfg config) (bool, error) {
 
 	key := "zclaim:{" + ns + "}"
 	queue := ns
-	broker, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: key, Lease: time.Second, Logger: quiet})
+	// Default options: a claim is leased for 30 s, and the dispatchers
+	// renew the leases of the claims they are still working on.
+	broker, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: key, Logger: quiet})
 	if err != nil {
 		return false, err
 	}
@@ -229,8 +231,13 @@ func run(w io.Writer, rdb *redis.Client, ns string, cfg config) (bool, error) {
 		return false, err
 	}
 
-	// A worker that crashes: it claims five reminders due now and dies
-	// without acking. Recovery puts them back after their 1 s lease.
+	// A worker that crashes (another process, whose claims are leased for
+	// 1 s): it claims five reminders due now and dies without acking.
+	// Recovery puts them back after their lease.
+	worker, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: key, Lease: time.Second, Logger: quiet})
+	if err != nil {
+		return false, err
+	}
 	var crashed []zclaim.Job
 	for i := range numCrashed {
 		crashed = append(crashed, newJob(queue, cfg.jobs+i, now.Add(-time.Second).Truncate(time.Millisecond)))
@@ -238,7 +245,7 @@ func run(w io.Writer, rdb *redis.Client, ns string, cfg config) (bool, error) {
 	if err := broker.Schedule(ctx, crashed...); err != nil {
 		return false, err
 	}
-	if _, err := broker.Claim(ctx, len(crashed)); err != nil { // ... and never acks
+	if _, err := worker.Claim(ctx, len(crashed)); err != nil { // ... and never acks
 		return false, err
 	}
 
