@@ -33,7 +33,7 @@ type quietRedisLog struct{}
 func (quietRedisLog) Printf(context.Context, string, ...any) {}
 
 func TestMain(m *testing.M) {
-	if runWorkerRole() || runPeriodicRole() {
+	if runWorkerRole() || runPeriodicRole() || runCrashRole() {
 		return
 	}
 	redis.SetLogger(quietRedisLog{})
@@ -57,6 +57,15 @@ func TestMain(m *testing.M) {
 		srv.Close()
 	}
 	os.Exit(code)
+}
+
+// roleMust ends a child process's role (see TestMain) on err, printed to
+// stderr for the parent to show.
+func roleMust(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 }
 
 // redisServer is a redis-server process owned by the tests.

@@ -272,30 +272,30 @@ func TestOccurrenceSurvivesRetries(t *testing.T) {
 }
 
 // The crash test's dispatcher runs in a child process (this test binary,
-// run again with crashHelperEnv set) so that it can be SIGKILLed.
-const crashHelperEnv = "ZCLAIM_CRASH_HELPER"
+// run again with crashRole set to "addr key queue n retention") so that
+// it can be SIGKILLed.
+const crashRole = "ZCLAIM_TEST_CRASH"
 
-// TestCrashHelper is the child: it dispatches the schedule named in its
-// environment and prints "enqueued" once per task. Each enqueueing
-// goroutine then blocks, so no batch is ever settled: the parent kills the
-// process between its enqueues and its settle.
-func TestCrashHelper(t *testing.T) {
-	t.Parallel()
-	cfg := os.Getenv(crashHelperEnv)
+// runCrashRole is the child, taken by TestMain when crashRole is set: it
+// dispatches the schedule named there and prints "enqueued" once per
+// task. Each enqueueing goroutine then blocks, so no batch is ever
+// settled: the parent kills the process between its enqueues and its
+// settle.
+func runCrashRole() bool {
+	cfg := os.Getenv(crashRole)
 	if cfg == "" {
-		t.Skip("the child process of TestDispatcherCrashBeforeSettle")
+		return false
 	}
-	var key, queue string
+	var addr, key, queue string
 	var n, retention int
-	if _, err := fmt.Sscan(cfg, &key, &queue, &n, &retention); err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: testAddr})
+	_, err := fmt.Sscan(cfg, &addr, &key, &queue, &n, &retention)
+	roleMust(err)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	// No recovery here: a claim whose lease ran out before a worker took
 	// it would never be enqueued. The lease outlasts a loaded machine's
 	// wait; the parent recovers the claims after it once this child is dead.
 	b, err := NewBroker(rdb, BrokerOptions{Key: key, Lease: 2 * time.Second})
-	must(t, err)
+	roleMust(err)
 	ac := asynq.NewClientFromRedisClient(rdb)
 	var mu sync.Mutex
 	d, err := NewDispatcher(b, ac, DispatcherOptions{
@@ -310,8 +310,9 @@ func TestCrashHelper(t *testing.T) {
 			select {} // never settle
 		},
 	})
-	must(t, err)
+	roleMust(err)
 	d.Run(context.Background())
+	return true
 }
 
 // A dispatcher SIGKILLed after its enqueues and before it settled their
@@ -350,9 +351,8 @@ func TestDispatcherCrashBeforeSettle(t *testing.T) {
 			}
 			must(t, b.Schedule(ctx, jobs...))
 
-			cmd := exec.Command(os.Args[0], "-test.run=^TestCrashHelper$")
-			cmd.Env = append(os.Environ(), redisEnv+"="+testAddr,
-				fmt.Sprintf("%s=%s %s %d %d", crashHelperEnv, key, q, n, tc.retention))
+			cmd := exec.Command(os.Args[0])
+			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s %d %d", crashRole, testAddr, key, q, n, tc.retention))
 			proc.DieWithParent(cmd)
 			out, err := cmd.StdoutPipe()
 			must(t, err)

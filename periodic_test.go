@@ -188,24 +188,18 @@ func runPeriodicRole() bool {
 	if cfg == "" {
 		return false
 	}
-	fail := func(err error) {
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-	}
 	var addr, key, queue string
 	_, err := fmt.Sscan(cfg, &addr, &key, &queue)
-	fail(err)
+	roleMust(err)
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	// No backoff: a tick claimed by a dispatcher that was killed comes back
 	// after its lease, not up to seconds later (DefaultBackoff doubles with
 	// each attempt), when later ticks are due and it gives way to them.
 	b, err := NewBroker(rdb, BrokerOptions{Key: key, Lease: 200 * time.Millisecond,
 		Backoff: func(int) time.Duration { return 0 }})
-	fail(err)
+	roleMust(err)
 	// Every replica sets the same definitions at start-up.
-	fail(b.SetPeriodic(context.Background(), periodicDefs(queue)...))
+	roleMust(b.SetPeriodic(context.Background(), periodicDefs(queue)...))
 	// The asynq client's enqueues wait at the parent's gate.
 	in := bufio.NewReader(os.Stdin)
 	via := redis.NewClient(&redis.Options{Addr: addr})
@@ -215,7 +209,7 @@ func runPeriodicRole() bool {
 	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
 	d, err := NewDispatcher(b, asynq.NewClientFromRedisClient(via), DispatcherOptions{RecoveryInterval: 20 * time.Millisecond,
 		Logger: log})
-	fail(err)
+	roleMust(err)
 	// A spare: started, it waits for the parent's word to run.
 	fmt.Println("ready")
 	if line, err := in.ReadString('\n'); err == nil && line == "run\n" {
