@@ -247,7 +247,7 @@ type pipeline struct {
 	workers sync.WaitGroup // the enqueue stage
 	settled chan struct{}  // closed when the settle stage has ended
 	ended   atomic.Int64   // dispatches ended: the progress that keeps leases (keep)
-	kept    keptBatches    // the batches whose jobs are being enqueued
+	kept    keptBatches    // the batches in hand, for the keeper
 	mode    claimMode      // whether claims read due times
 	claims  []Claim        // the array of the last claim's claims, for the next
 	timer   *time.Timer    // the claim stage's next look at the schedule
@@ -287,7 +287,7 @@ func (d *Dispatcher) newPipeline(wake <-chan struct{}) *pipeline {
 
 // startSettle starts the settle stage: one goroutine, so that the batches
 // that finish while one settle call is under way go in the next.
-// Beside it, the keeper renews the leases of batches still being enqueued.
+// Beside it, the keeper renews the leases of the batches in hand.
 func (p *pipeline) startSettle() {
 	go func() { defer close(p.settled); p.d.acker(p.acks) }()
 	p.kept.stop, p.kept.done = make(chan struct{}), make(chan struct{})
