@@ -232,8 +232,8 @@ func TestFinishBatchesWrongType(t *testing.T) {
 	}
 }
 
-// extendBatches moves held batch leases to a Lease from now, in one call
-// for several, answers 0 for a lease no longer held (and does not bring it
+// extendBatches moves held batch leases to a Lease from now, in one round
+// trip for several, answers 0 for a lease no longer held (and does not bring it
 // back), and fails with a WrongTypeError on a batches key of another type,
 // changing nothing.
 func TestExtendBatches(t *testing.T) {
@@ -252,9 +252,16 @@ func TestExtendBatches(t *testing.T) {
 	if rec, err := b.Recover(ctx); err != nil || rec.Requeued != 1 {
 		t.Fatalf("recover: %+v, %v", rec, err)
 	}
-	before := redisNow(t, b.rdb)
+	_, err := b.extendBatches(ctx, leases[:1]) // the server learns the script
+	must(t, err)
+	before := redisNow(t, b.rdb).Truncate(time.Millisecond) // the script's clock is in ms
+	var trips atomic.Int64
+	b.rdb.AddHook(roundTrips{&trips})
 	got, err := b.extendBatches(ctx, leases)
 	must(t, err)
+	if n := trips.Load(); n != 1 {
+		t.Errorf("3 leases extended in %d round trips, want 1", n)
+	}
 	for i, l := range leases {
 		score, err := b.rdb.ZScore(ctx, k.batches, l.member()).Result()
 		switch {
