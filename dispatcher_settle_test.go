@@ -3,11 +3,14 @@ package zclaim
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/zclaim/zclaim/internal/logbuf"
 )
 
 // A dispatcher keeps the lease of a batch whose enqueue outlasts it while
@@ -196,5 +199,48 @@ func TestKeeperRenewsOnProgress(t *testing.T) {
 	p.renew(lease)
 	if n := len(p.kept.runs); n != 0 {
 		t.Fatalf("%d batches kept after the acker was done with the last", n)
+	}
+}
+
+// A renewal that fails (the broker's Redis went away) changes nothing:
+// the batch keeps its deadline and is not taken for lost, the failure is
+// logged once per cause per 10 s, and the next pass, with Redis back,
+// renews it.
+func TestKeeperRidesOutARedisAway(t *testing.T) {
+	t.Parallel()
+	const lease = time.Minute
+	px := newProxy(t, testAddr)
+	b, err := NewBroker(clientVia(t, px), BrokerOptions{Key: testKey(t), Lease: lease})
+	must(t, err)
+	var logs logbuf.Buffer
+	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{Concurrency: 1,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	must(t, err)
+	p := d.newPipeline(nil)
+	must(t, b.Schedule(ctx, Job{ID: "away", RunAt: time.Now().Add(-time.Second), Type: "t"}))
+	res, err := b.claimInto(ctx, b.shards[0], 1, leaseBatchIDs, nil)
+	must(t, err)
+	p.enqueueClaims(ctx, res)
+	run := (<-p.queue).run
+	claimed := run.until.Load()
+	run.renewed = run.renewed.Add(-lease / 3)
+	p.ended.Add(1)
+
+	px.SetDown(true)
+	for range 2 {
+		p.renew(lease)
+	}
+	if got := run.until.Load(); got != claimed {
+		t.Fatalf("after failed renewals: deadline %d, want %d as claimed", got, claimed)
+	}
+	if n := strings.Count(logs.String(), "renewing the leases of dispatched batches failed"); n != 1 {
+		t.Fatalf("%d warnings for two failed renewals, want 1:\n%s", n, logs.String())
+	}
+
+	px.SetDown(false)
+	time.Sleep(2 * time.Millisecond) // a later deadline, by Redis' millisecond clock
+	p.renew(lease)
+	if got := run.until.Load(); got <= claimed {
+		t.Fatalf("with Redis back: deadline %d, claimed %d: want it renewed", got, claimed)
 	}
 }
