@@ -178,9 +178,9 @@ func (b *Broker) Kill(ctx context.Context, c Claim, reason string) error {
 // claims) to the Broker's Lease from now, by Redis' clock, in one round
 // trip (one per lease where writes wait for replicas). It returns each
 // lease's new deadline in Unix ms, or 0 for a lease no longer held
-// (recovery took it back; nothing changed for it). After an error some
-// leases may have been extended and others not: extending them all again
-// is harmless.
+// (recovery took it back; nothing changed for it). After an error (and
+// no deadlines) some leases may have been extended and others not:
+// extending them all again is harmless.
 func (b *Broker) extendBatches(ctx context.Context, leases []batchLease) ([]int64, error) {
 	call := func(i int) (*redis.Script, []string, []any) {
 		l := leases[i]
@@ -199,7 +199,7 @@ func (b *Broker) extendBatches(ctx context.Context, leases []batchLease) ([]int6
 	for i, cmd := range cmds {
 		d, err := cmd.Int64()
 		if err != nil {
-			return deadlines, wrap(ctx, "extend", err, b.shards[leases[i].shard].types)
+			return nil, wrap(ctx, "extend", err, b.shards[leases[i].shard].types)
 		}
 		deadlines[i] = d
 	}
