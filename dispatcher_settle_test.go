@@ -122,11 +122,7 @@ func TestKeeperRenewsOnProgress(t *testing.T) {
 	for i := range jobs {
 		jobs[i].Queue = q
 	}
-	must(t, b.Schedule(ctx, jobs...))
-	res, err := b.claimInto(ctx, b.shards[0], 2, leaseBatchIDs, nil)
-	must(t, err)
-	p.enqueueClaims(ctx, res)
-	first := <-p.queue
+	first := claimQueued(t, p, jobs...)[0]
 	run := first.run
 	score := func() int64 {
 		s, err := b.rdb.ZScore(ctx, b.keys.batches, run.end.lease.member()).Result()
@@ -178,12 +174,7 @@ func TestKeeperRenewsOnProgress(t *testing.T) {
 
 	// A batch whose every job is dispatched waits for the acker's settle:
 	// renewed without progress, until the acker is done with it.
-	must(t, b.Schedule(ctx, Job{ID: "keep-last", RunAt: time.Now().Add(-time.Second), Type: "t", Queue: q}))
-	res, err = b.claimInto(ctx, b.shards[0], 1, leaseBatchIDs, nil)
-	must(t, err)
-	p.enqueueClaims(ctx, res)
-	<-p.queue // the lost batch's other job
-	last := (<-p.queue).run
+	last := claimQueued(t, p, Job{ID: "keep-last", RunAt: time.Now().Add(-time.Second), Type: "t", Queue: q})[0].run
 	last.left.Store(0)
 	last.renewed = last.renewed.Add(-lease / 3)
 	claimed = last.until.Load()
@@ -202,6 +193,25 @@ func TestKeeperRenewsOnProgress(t *testing.T) {
 	}
 }
 
+// claimQueued schedules jobs (due already) on p's broker, claims them as
+// one batch into p's queue as the claim stage does, and takes them off it.
+func claimQueued(t *testing.T, p *pipeline, jobs ...Job) []queued {
+	t.Helper()
+	b := p.d.b
+	must(t, b.Schedule(ctx, jobs...))
+	res, err := b.claimInto(ctx, b.shards[0], len(jobs), leaseBatchIDs, nil)
+	must(t, err)
+	if len(res.claims) != len(jobs) {
+		t.Fatalf("claimed %d of %d jobs", len(res.claims), len(jobs))
+	}
+	p.enqueueClaims(ctx, res)
+	qs := make([]queued, len(jobs))
+	for i := range qs {
+		qs[i] = <-p.queue
+	}
+	return qs
+}
+
 // A renewal that fails (the broker's Redis went away) changes nothing:
 // the batch keeps its deadline and is not taken for lost, the failure is
 // logged once per cause per 10 s, and the next pass, with Redis back,
@@ -217,11 +227,7 @@ func TestKeeperRidesOutARedisAway(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	must(t, err)
 	p := d.newPipeline(nil)
-	must(t, b.Schedule(ctx, Job{ID: "away", RunAt: time.Now().Add(-time.Second), Type: "t"}))
-	res, err := b.claimInto(ctx, b.shards[0], 1, leaseBatchIDs, nil)
-	must(t, err)
-	p.enqueueClaims(ctx, res)
-	run := (<-p.queue).run
+	run := claimQueued(t, p, Job{ID: "away", RunAt: time.Now().Add(-time.Second), Type: "t"})[0].run
 	claimed := run.until.Load()
 	run.renewed = run.renewed.Add(-lease / 3)
 	p.ended.Add(1)
