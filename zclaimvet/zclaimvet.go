@@ -17,7 +17,9 @@
 // A removal of one member whose count decides who runs the job (a checked
 // ZREM) is correct but costs a round trip per job: it gets a milder report
 // of its own. A removal after an atomic claim of the id (LPOP or LMOVE from
-// a ready list, SET NX of the id) only cleans up, and is not reported.
+// a ready list, SET NX of the id) only cleans up, and is not reported; a
+// poll under a lock that a SET NX takes before the read is correct while
+// the lock is held, and gets a report of its own.
 // Reports are at the read, and name the removal's position.
 //
 //	go run github.com/zclaim/zclaim/cmd/zclaimvet@latest ./...
@@ -69,6 +71,10 @@ const (
 	CheckedMessage = "checked ZREM at %s after %s on %s: correct (only the worker whose ZREM removed the member " +
 		"runs it), but one round trip per job and every other worker's read wasted; zclaim's Broker.Claim " +
 		"takes a batch in one script"
+	LockedMessage = "poller under a lock: %s reads due members of %s after the %s at %s, and %s at %s removes them: " +
+		"correct while that lock is held, but a lock that expires first (a pause, a slow job) lets a second worker " +
+		"read the same members and the job runs twice, and the workers take turns; zclaim's Broker.Claim takes " +
+		"a batch in one script, without a lock"
 )
 
 // Summary is the fact of a function: the reads and removals of sorted-set
@@ -187,7 +193,7 @@ type event struct {
 	Access
 	node    ast.Node // the call in this function
 	group   any      // non-nil: sent in one MULTI/EXEC with the others of its group
-	claim   bool     // an atomic claim (LPOP, LMOVE, SET NX): what follows it is cleanup
+	claim   bool     // an atomic claim (LPOP, LMOVE, SET NX): what follows it is cleanup; Name is a lock's command
 	callee  *types.Func
 	calleeI int // the index of the access in the callee's summary
 }
@@ -686,11 +692,21 @@ func guarded(evs []event, i int) bool {
 
 // pair reports, in the final pass, each read followed by a removal of the
 // same key (the first such removal); it returns the events it paired.
+// A claim between the read and the removal decided who runs the job: the
+// removal cleans up, unreported. Before the read, a lock (SET NX) makes
+// the poll correct while it is held, which gets a report of its own; any
+// other claim there leaves the removal unreported, as cleanup after it.
 func (st *analysisState) pair(evs []event) map[int]bool {
 	paired := map[int]bool{}
 	for i, rm := range evs {
-		if rm.Read || rm.Score || rm.claim || guarded(evs, i) {
+		if rm.Read || rm.Score || rm.claim {
 			continue
+		}
+		claimed := -1 // the last claim before the removal
+		for k := i - 1; k >= 0 && claimed < 0; k-- {
+			if evs[k].claim {
+				claimed = k
+			}
 		}
 		for j := i - 1; j >= 0; j-- {
 			r := evs[j]
@@ -700,9 +716,15 @@ func (st *analysisState) pair(evs []event) map[int]bool {
 			if r.group != nil && r.group == rm.group {
 				break // one MULTI/EXEC: atomic
 			}
+			var lock *event
+			if claimed >= 0 {
+				if lock = lockBefore(evs[:j]); claimed > j || lock == nil {
+					break
+				}
+			}
 			paired[i], paired[j] = true, true
 			if st.final {
-				st.report(r, rm)
+				st.report(r, rm, lock)
 			}
 			break
 		}
@@ -710,7 +732,17 @@ func (st *analysisState) pair(evs []event) map[int]bool {
 	return paired
 }
 
-func (st *analysisState) report(r, rm event) {
+// lockBefore returns the last lock taken among evs (a SET NX), or nil.
+func lockBefore(evs []event) *event {
+	for k := len(evs) - 1; k >= 0; k-- {
+		if evs[k].claim && evs[k].Name != "" {
+			return &evs[k]
+		}
+	}
+	return nil
+}
+
+func (st *analysisState) report(r, rm event, lock *event) {
 	for _, e := range []event{r, rm} {
 		if e.callee != nil {
 			if st.paired[e.callee] == nil {
@@ -728,9 +760,12 @@ func (st *analysisState) report(r, rm event) {
 		key = display(r.Key)
 	}
 	at := rm.Pos
-	if rm.Checked {
+	switch {
+	case rm.Checked:
 		st.pass.Reportf(r.node.Pos(), CheckedMessage, at, r.Name, key)
-	} else {
+	case lock != nil:
+		st.pass.Reportf(r.node.Pos(), LockedMessage, r.Name, key, lock.Name, lock.Pos, rm.Name, at)
+	default:
 		st.pass.Reportf(r.node.Pos(), RacyMessage, r.Name, key, rm.Name, at)
 	}
 }
@@ -824,8 +859,8 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 				}
 				return true
 			}
-			if isClaim(pass, x) {
-				evs = append(evs, event{node: x, claim: true})
+			if claim, lock := claimOf(pass, x); claim {
+				evs = append(evs, event{node: x, claim: true, Access: Access{Name: lock, Pos: pos(pass, x)}})
 				return true
 			}
 			evs = append(evs, st.viaCallee(s, x, g)...)
@@ -902,14 +937,18 @@ var (
 		"BRPopLPush": true, "BLPop": true, "BRPop": true, "SetNX": true, "HSetNX": true, "LMPop": true, "BLMPop": true}
 	claimCmds = map[string]bool{"LPOP": true, "RPOP": true, "RPOPLPUSH": true, "LMOVE": true, "BLMOVE": true,
 		"BRPOPLPUSH": true, "BLPOP": true, "BRPOP": true, "SETNX": true, "HSETNX": true, "LMPOP": true, "BLMPOP": true}
+	// lockNames are the claims that take a lock, by the upper-case
+	// command or method name.
+	lockNames = map[string]string{"SETNX": "SETNX", "HSETNX": "HSETNX"}
 )
 
-// isClaim reports a command that hands an id to one caller only: a pop or
-// move from a list, a SET NX.
-func isClaim(pass *analysis.Pass, call *ast.CallExpr) bool {
+// claimOf tells whether a command hands an id to one caller only (claim):
+// a pop or move from a list, or a SET NX, which is also a lock: the name
+// it is reported by, "" for any other claim.
+func claimOf(pass *analysis.Pass, call *ast.CallExpr) (claim bool, lock string) {
 	if fn, name := goRedisMethod(pass, call); fn != nil {
 		if claimMethod[name] {
-			return true
+			return true, lockNames[strings.ToUpper(name)]
 		}
 		if name == "SetArgs" {
 			for _, a := range call.Args {
@@ -917,7 +956,7 @@ func isClaim(pass *analysis.Pass, call *ast.CallExpr) bool {
 					for _, el := range lit.Elts {
 						if kv, ok := el.(*ast.KeyValueExpr); ok {
 							if v, ok := stringConst(pass, kv.Value); ok && strings.EqualFold(v, "NX") {
-								return true
+								return true, "SET NX"
 							}
 						}
 					}
@@ -927,37 +966,39 @@ func isClaim(pass *analysis.Pass, call *ast.CallExpr) bool {
 		if name == "Do" {
 			return doClaim(pass, call.Args[min(keyIndex(fn), len(call.Args)):])
 		}
-		return false
+		return false, ""
 	}
 	if cmd, ok := redigoCmd(pass, call); ok {
 		if claimCmds[cmd] {
-			return true
+			return true, lockNames[cmd]
 		}
-		return cmd == "SET" && doClaim(pass, call.Args)
+		if cmd == "SET" {
+			return doClaim(pass, call.Args)
+		}
 	}
-	return false
+	return false, ""
 }
 
-func doClaim(pass *analysis.Pass, args []ast.Expr) bool {
+func doClaim(pass *analysis.Pass, args []ast.Expr) (claim bool, lock string) {
 	if len(args) == 0 {
-		return false
+		return false, ""
 	}
 	cmd, ok := stringConst(pass, args[0])
 	if !ok {
-		return false
+		return false, ""
 	}
 	cmd = strings.ToUpper(cmd)
 	if claimCmds[cmd] {
-		return true
+		return true, lockNames[cmd]
 	}
 	if cmd == "SET" {
 		for _, a := range args[1:] {
 			if v, ok := stringConst(pass, a); ok && strings.EqualFold(v, "NX") {
-				return true
+				return true, "SET NX"
 			}
 		}
 	}
-	return false
+	return false, ""
 }
 
 // redigoCmd returns the command of a redigo Do or Send.
@@ -1367,7 +1408,7 @@ func (st *analysisState) pairFields() {
 				if rm.a.Read || rm.a.Score || rm.fn == r.fn {
 					continue
 				}
-				st.report(event{Access: r.a, node: r.node}, event{Access: rm.a, node: rm.node})
+				st.report(event{Access: r.a, node: r.node}, event{Access: rm.a, node: rm.node}, nil)
 				break
 			}
 		}

@@ -214,6 +214,44 @@ func readyList(rdb *redis.Client) { // want readyList:`read "processing"`
 	_ = expired
 }
 
+// Shape 6b: a poll under a lock that a SET NX takes before the read:
+// correct while the lock is held, and reported as such; a checked ZREM
+// under it as checked. A pop before the read claims none of the poll's
+// members, but the removal may clean up after it: not reported.
+func lockedPoll(rdb *redis.Client, key string) {
+	if !rdb.SetNX(ctx, "poller-lock", 1, 10*time.Second).Val() {
+		return
+	}
+	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() // want `poller under a lock: ZRANGEBYSCORE reads due members of key after the SETNX at shapes\.go:\d+, and ZREM at shapes\.go:\d+ removes them`
+	for _, id := range ids {
+		run(id)
+	}
+	rdb.ZRem(ctx, key, ids)
+}
+
+func lockedPollDo(rdb *redis.Client) {
+	if _, err := rdb.Do(ctx, "SET", "poller-lock", 1, "NX", "PX", 10000).Result(); err != nil {
+		return
+	}
+	rdb.ZRangeByScore(ctx, "delay:jobs", &redis.ZRangeBy{Max: "+inf"}) // want `poller under a lock: .* after the SET NX at shapes\.go:\d+, and ZREMRANGEBYSCORE`
+	rdb.ZRemRangeByScore(ctx, "delay:jobs", "-inf", "+inf")
+}
+
+func lockedChecked(rdb *redis.Client) {
+	rdb.SetArgs(ctx, "poller-lock", 1, redis.SetArgs{Mode: "NX"})
+	for _, id := range rdb.ZRangeByScore(ctx, "delay:jobs", &redis.ZRangeBy{Max: "+inf"}).Val() { // want `checked ZREM`
+		if rdb.ZRem(ctx, "delay:jobs", id).Val() == 1 {
+			run(id)
+		}
+	}
+}
+
+func popThenPoll(rdb *redis.Client) {
+	id := rdb.LPop(ctx, "ready").Val()
+	rdb.ZRangeByScore(ctx, "processing", &redis.ZRangeBy{Max: "+inf"})
+	rdb.ZRem(ctx, "processing", id)
+}
+
 func noGuard(rdb *redis.Client) {
 	expired := rdb.ZRangeByScore(ctx, "processing", &redis.ZRangeBy{Max: "+inf"}).Val() // want `racy poller`
 	rdb.ZRem(ctx, "processing", expired)
