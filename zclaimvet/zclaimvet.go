@@ -19,7 +19,8 @@
 // of its own. A removal after an atomic claim of the id (LPOP or LMOVE from
 // a ready list, SET NX of the id) only cleans up, and is not reported; a
 // poll under a lock that a SET NX takes before the read is correct while
-// the lock is held, and gets a report of its own.
+// the lock is held, and gets a report of its own. A read whose members
+// are thrown away (the first value to _, or only its Err) is no poll.
 // Reports are at the read, and name the removal's position.
 //
 //	go run github.com/zclaim/zclaim/cmd/zclaimvet@latest ./...
@@ -41,6 +42,7 @@ import (
 	"strings"
 
 	"golang.org/x/tools/go/analysis"
+	"golang.org/x/tools/go/types/typeutil"
 )
 
 // Analyzer reports racy read-then-remove sorted-set pollers.
@@ -208,6 +210,7 @@ type analysisState struct {
 	reported  map[ast.Node]bool
 	paired    map[*types.Func]map[int]bool // callee accesses paired at a call site
 	origin    map[*types.Func][]ast.Node   // node of each access of this package's summaries
+	discarded map[*ast.CallExpr]bool       // calls whose replies are thrown away (discard)
 }
 
 func run(pass *analysis.Pass) (any, error) {
@@ -216,7 +219,7 @@ func run(pass *analysis.Pass) (any, error) {
 	}
 	st := &analysisState{pass: pass, ok: okLines(pass), summaries: map[*types.Func]*Summary{},
 		decls: map[*types.Func]*ast.FuncDecl{}, watched: map[ast.Node]bool{}, reported: map[ast.Node]bool{},
-		paired: map[*types.Func]map[int]bool{}, origin: map[*types.Func][]ast.Node{}}
+		paired: map[*types.Func]map[int]bool{}, origin: map[*types.Func][]ast.Node{}, discarded: map[*ast.CallExpr]bool{}}
 	var funcs []*ast.FuncDecl
 	var files []*ast.File
 	for _, f := range pass.Files {
@@ -238,6 +241,7 @@ func run(pass *analysis.Pass) (any, error) {
 	// function passed to Watch may be declared in a later file.
 	for _, f := range files {
 		st.findWatched(f)
+		st.discard(f)
 	}
 	// Summaries of this package's functions: wrappers of wrappers need a
 	// few rounds, until no summary changes (at most six).
@@ -848,6 +852,9 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 				g = txg
 			}
 			if ev, ok := st.classify(s, x); ok {
+				if ev.Read && st.discarded[x] {
+					return true // no members read: nothing polled
+				}
 				ev.group = g
 				evs = append(evs, ev)
 				return true
@@ -999,6 +1006,47 @@ func doClaim(pass *analysis.Pass, args []ast.Expr) (claim bool, lock string) {
 		}
 	}
 	return false, ""
+}
+
+// discard marks the calls of f whose replies the code throws away: the
+// first value assigned to _ (of Val, Result, a redigo Do or a redigo reply
+// helper of it), or only the error asked for (Err). A read of due members
+// whose members no one gets polls nothing: it checks that the key can be
+// read, before a removal of what has expired, say.
+func (st *analysisState) discard(f *ast.File) {
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch x := n.(type) {
+		case *ast.AssignStmt:
+			if len(x.Rhs) != 1 || len(x.Lhs) == 0 {
+				break
+			}
+			if id, ok := x.Lhs[0].(*ast.Ident); !ok || id.Name != "_" {
+				break
+			}
+			call, ok := ast.Unparen(x.Rhs[0]).(*ast.CallExpr)
+			if !ok {
+				break
+			}
+			st.discarded[call] = true
+			if sel, ok := call.Fun.(*ast.SelectorExpr); ok && len(call.Args) == 0 && (sel.Sel.Name == "Val" || sel.Sel.Name == "Result") {
+				if inner, ok := ast.Unparen(sel.X).(*ast.CallExpr); ok {
+					st.discarded[inner] = true
+				}
+			}
+			if fn := typeutil.StaticCallee(st.pass.TypesInfo, call); fn != nil && fn.Pkg() != nil && isRedigo(fn.Pkg().Path()) && len(call.Args) == 1 {
+				if inner, ok := ast.Unparen(call.Args[0]).(*ast.CallExpr); ok {
+					st.discarded[inner] = true
+				}
+			}
+		case *ast.SelectorExpr:
+			if x.Sel.Name == "Err" {
+				if call, ok := ast.Unparen(x.X).(*ast.CallExpr); ok {
+					st.discarded[call] = true
+				}
+			}
+		}
+		return true
+	})
 }
 
 // redigoCmd returns the command of a redigo Do or Send.

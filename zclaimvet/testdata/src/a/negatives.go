@@ -71,3 +71,34 @@ func watchedRedigo(c redigo.Conn, key string) {
 	}
 	c.Do("EXEC")
 }
+
+// A read whose reply is thrown away (its members to _, or only its error
+// asked for) reads no members: nothing is polled, whatever is removed
+// next. Its twin keeps the members and is racy.
+func discardedRead(rdb *redis.Client, c redigo.Conn, key string) error { // want discardedRead:`rm ⟨p2⟩`
+	if _, err := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Result(); err != nil {
+		return err
+	}
+	if err := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Err(); err != nil {
+		return err
+	}
+	_ = rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val()
+	if _, err := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", "100")); err != nil {
+		return err
+	}
+	if _, err := c.Do("ZRANGEBYSCORE", key, "-inf", "100"); err != nil {
+		return err
+	}
+	rdb.ZRemRangeByScore(ctx, key, "-inf", "100")
+	return nil
+}
+
+func keptRead(rdb *redis.Client, key string) error {
+	ids, err := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Result() // want `racy poller`
+	if err != nil {
+		return err
+	}
+	run(ids[0])
+	rdb.ZRemRangeByScore(ctx, key, "-inf", "100")
+	return nil
+}

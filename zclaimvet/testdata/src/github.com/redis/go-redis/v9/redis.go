@@ -31,6 +31,7 @@ type StringSliceCmd struct{}
 
 func (StringSliceCmd) Result() ([]string, error) { return nil, nil }
 func (StringSliceCmd) Val() []string             { return nil }
+func (StringSliceCmd) Err() error                { return nil }
 
 type IntCmd struct{}
 
