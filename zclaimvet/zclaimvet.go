@@ -1205,13 +1205,18 @@ func (st *analysisState) removal(s *fnScope, ev *event, call *ast.CallExpr, zrem
 	ev.Checked = single && st.countTested(s, call)
 }
 
+// isSlice reports a slice or array of members; a []byte (a payload kept
+// as the member, say) is one member, as both clients send it.
 func isSlice(pass *analysis.Pass, e ast.Expr) bool {
 	t := pass.TypesInfo.TypeOf(e)
 	if t == nil {
 		return false
 	}
-	switch t.Underlying().(type) {
-	case *types.Slice, *types.Array:
+	switch u := t.Underlying().(type) {
+	case *types.Slice:
+		b, ok := u.Elem().Underlying().(*types.Basic)
+		return !ok || b.Kind() != types.Byte
+	case *types.Array:
 		return true
 	}
 	return false

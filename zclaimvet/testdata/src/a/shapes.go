@@ -168,6 +168,24 @@ func redigoBoolChecked(c redigo.Conn, key string) {
 	}
 }
 
+// A member kept as bytes (the job's payload, say) is one member: its
+// tested count is a check. A slice of members is a batch.
+func bytesChecked(c redigo.Conn, key string) {
+	values, _ := redigo.ByteSlices(c.Do("ZRANGEBYSCORE", key, "-inf", "+inf", "LIMIT", 0, 1)) // want `checked ZREM`
+	for _, raw := range values {
+		if n, _ := redigo.Int(c.Do("ZREM", key, raw)); n == 1 {
+			run(string(raw))
+		}
+	}
+}
+
+func batchOfIDsCounted(rdb *redis.Client, key string) {
+	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() // want `racy poller`
+	if rdb.ZRem(ctx, key, ids[:1]).Val() == 1 {
+		run(ids[0])
+	}
+}
+
 func errOnly(rdb *redis.Client, key string) {
 	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() { // want `racy poller`
 		if err := rdb.ZRem(ctx, key, id).Err(); err != nil {

@@ -6,6 +6,7 @@ type Conn interface {
 	Send(command string, args ...interface{}) error
 }
 
-func Strings(reply interface{}, err error) ([]string, error) { return nil, nil }
-func Int(reply interface{}, err error) (int, error)          { return 0, nil }
-func Bool(reply interface{}, err error) (bool, error)        { return false, nil }
+func Strings(reply interface{}, err error) ([]string, error)    { return nil, nil }
+func Int(reply interface{}, err error) (int, error)             { return 0, nil }
+func Bool(reply interface{}, err error) (bool, error)           { return false, nil }
+func ByteSlices(reply interface{}, err error) ([][]byte, error) { return nil, nil }
