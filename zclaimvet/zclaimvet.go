@@ -12,7 +12,7 @@
 // client"), through the project's own client wrappers, closures and
 // pipelines. It knows go-redis (v9, v8 and v7 without a context: the typed
 // methods, ZRangeArgs with ByScore, Pipelined, TxPipelined, Watch, and Do)
-// and redigo (Do, Send, MULTI/EXEC, WATCH).
+// and redigo (Do, Send, MULTI/EXEC, WATCH, and arguments built with Args).
 //
 // A removal of one member whose count decides who runs the job (a checked
 // ZREM) is correct but costs a round trip per job: it gets a milder report
@@ -1145,16 +1145,55 @@ func (st *analysisState) doCommand(s *fnScope, call *ast.CallExpr, args []ast.Ex
 	if len(args) < 2 {
 		return event{}, false
 	}
+	spread := call.Ellipsis.IsValid()
+	if len(args) == 2 && spread {
+		if rest, ok := st.argsBuilt(s, args[1]); ok && len(rest) > 0 {
+			args, spread = append([]ast.Expr{args[0]}, rest...), false
+		}
+	}
 	for _, cmd := range st.constStrings(s, args[0]) {
-		if ev, ok := st.doCommandNamed(s, call, strings.ToUpper(cmd), args); ok {
+		if ev, ok := st.doCommandNamed(s, call, strings.ToUpper(cmd), args, spread); ok {
 			return ev, true
 		}
 	}
 	return event{}, false
 }
 
-// doCommandNamed reads command cmd sent with args (args[0] the command).
-func (st *analysisState) doCommandNamed(s *fnScope, call *ast.CallExpr, cmd string, args []ast.Expr) (event, bool) {
+// argsBuilt returns the arguments a redigo redis.Args holds, sent spread
+// (c.Do("ZREM", redis.Args{}.Add(key).Add(id)...)): its literal's elements
+// and those of each Add, through a local assigned once. It reports false
+// for anything else, or an AddFlat (a struct's fields: no key to read).
+func (st *analysisState) argsBuilt(s *fnScope, e ast.Expr) ([]ast.Expr, bool) {
+	pass := st.pass
+	e = ast.Unparen(e)
+	if id, ok := e.(*ast.Ident); ok {
+		d, ok := s.defs[pass.TypesInfo.ObjectOf(id)]
+		if !ok {
+			return nil, false
+		}
+		e = ast.Unparen(d)
+	}
+	named, ok := pass.TypesInfo.TypeOf(e).(*types.Named)
+	if !ok || named.Obj().Name() != "Args" || named.Obj().Pkg() == nil || !isRedigo(named.Obj().Pkg().Path()) {
+		return nil, false
+	}
+	switch x := e.(type) {
+	case *ast.CompositeLit:
+		return slices.Clone(x.Elts), true
+	case *ast.CallExpr:
+		sel, ok := x.Fun.(*ast.SelectorExpr)
+		if !ok || sel.Sel.Name != "Add" || x.Ellipsis.IsValid() {
+			return nil, false
+		}
+		base, ok := st.argsBuilt(s, sel.X)
+		return append(base, x.Args...), ok
+	}
+	return nil, false
+}
+
+// doCommandNamed reads command cmd sent with args (args[0] the command),
+// the last of them spread.
+func (st *analysisState) doCommandNamed(s *fnScope, call *ast.CallExpr, cmd string, args []ast.Expr, spread bool) (event, bool) {
 	pass := st.pass
 	mk := func(name string, read bool) event {
 		return event{Access: Access{Read: read, Name: name, Key: st.norm(s, args[1], 0), Pos: pos(pass, call),
@@ -1183,7 +1222,7 @@ func (st *analysisState) doCommandNamed(s *fnScope, call *ast.CallExpr, cmd stri
 		return ev, true
 	case removeCmds[cmd]:
 		ev := mk(cmd, false)
-		st.removal(s, &ev, call, cmd == "ZREM", args[2:], call.Ellipsis.IsValid())
+		st.removal(s, &ev, call, cmd == "ZREM", args[2:], spread)
 		return ev, true
 	}
 	return event{}, false

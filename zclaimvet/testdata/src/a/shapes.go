@@ -186,6 +186,30 @@ func batchOfIDsCounted(rdb *redis.Client, key string) {
 	}
 }
 
+// redigo's redis.Args builder, sent spread: its first value is the key,
+// through a local too. An AddFlat holds no key to read.
+func argsZRem(c redigo.Conn, key string, ids ...interface{}) { // want argsZRem:`rm ⟨p1⟩`
+	for _, id := range ids {
+		c.Do("ZREM", redigo.Args{}.Add(key).Add(id)...)
+	}
+}
+
+func argsRead(c redigo.Conn, key string, max int64) []string { // want argsRead:`read ⟨p1⟩`
+	args := redigo.Args{key, "-inf"}.Add(max).Add("LIMIT", 0, 10)
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", args...))
+	return ids
+}
+
+func argsPoller(c redigo.Conn) {
+	ids := argsRead(c, "delay", 100) // want `racy poller: ZRANGEBYSCORE \(in argsRead\) reads due members of "delay" here, and ZREM \(in argsZRem\)`
+	argsZRem(c, "delay", ids[0])
+}
+
+func argsFlat(c redigo.Conn, q struct{ Key string }) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", redigo.Args{}.AddFlat(q)...))
+	c.Do("ZREM", redigo.Args{}.AddFlat(q).Add(ids[0])...)
+}
+
 func errOnly(rdb *redis.Client, key string) {
 	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() { // want `racy poller`
 		if err := rdb.ZRem(ctx, key, id).Err(); err != nil {

@@ -10,3 +10,8 @@ func Strings(reply interface{}, err error) ([]string, error)    { return nil, ni
 func Int(reply interface{}, err error) (int, error)             { return 0, nil }
 func Bool(reply interface{}, err error) (bool, error)           { return false, nil }
 func ByteSlices(reply interface{}, err error) ([][]byte, error) { return nil, nil }
+
+type Args []interface{}
+
+func (args Args) Add(value ...interface{}) Args { return append(args, value...) }
+func (args Args) AddFlat(v interface{}) Args    { return args }
