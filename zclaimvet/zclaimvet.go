@@ -11,8 +11,10 @@
 // members of its receiver's field key", "this package uses a Redis
 // client"), through the project's own client wrappers, closures and
 // pipelines. It knows go-redis (v9, v8 and v7 without a context: the typed
-// methods, ZRangeArgs with ByScore, Pipelined, TxPipelined, Watch, and Do)
-// and redigo (Do, Send, MULTI/EXEC, WATCH, and arguments built with Args).
+// methods, ZRangeArgs with ByScore, Pipelined, TxPipelined, Watch, and Do),
+// redigo (Do, Send, MULTI/EXEC, WATCH, and arguments built with Args), and
+// rueidis and valkey-go (commands from the client's builder, sent with Do,
+// DoCache or DoMulti; MULTI/EXEC within a DoMulti).
 //
 // A removal of one member whose count decides who runs the job (a checked
 // ZREM) is correct but costs a round trip per job: it gets a milder report
@@ -851,6 +853,14 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 			if txg := st.txPipe(s, x); txg != nil {
 				g = txg
 			}
+			if revs, ok := st.rueidisEvents(s, x, g); ok {
+				for _, ev := range revs {
+					if !ev.Read || !st.discarded[x] {
+						evs = append(evs, ev)
+					}
+				}
+				return true
+			}
 			if ev, ok := st.classify(s, x); ok {
 				if ev.Read && st.discarded[x] {
 					return true // no members read: nothing polled
@@ -1009,8 +1019,9 @@ func doClaim(pass *analysis.Pass, args []ast.Expr) (claim bool, lock string) {
 }
 
 // discard marks the calls of f whose replies the code throws away: the
-// first value assigned to _ (of Val, Result, a redigo Do or a redigo reply
-// helper of it), or only the error asked for (Err). A read of due members
+// first value assigned to _ (of the reply, of a method of it such as Val,
+// Result or AsStrSlice, or of a redigo reply helper of it), or only the
+// error asked for (Err, or rueidis' Error). A read of due members
 // whose members no one gets polls nothing: it checks that the key can be
 // read, before a removal of what has expired, say.
 func (st *analysisState) discard(f *ast.File) {
@@ -1028,7 +1039,7 @@ func (st *analysisState) discard(f *ast.File) {
 				break
 			}
 			st.discarded[call] = true
-			if sel, ok := call.Fun.(*ast.SelectorExpr); ok && len(call.Args) == 0 && (sel.Sel.Name == "Val" || sel.Sel.Name == "Result") {
+			if sel, ok := call.Fun.(*ast.SelectorExpr); ok && len(call.Args) == 0 {
 				if inner, ok := ast.Unparen(sel.X).(*ast.CallExpr); ok {
 					st.discarded[inner] = true
 				}
@@ -1039,7 +1050,7 @@ func (st *analysisState) discard(f *ast.File) {
 				}
 			}
 		case *ast.SelectorExpr:
-			if x.Sel.Name == "Err" {
+			if x.Sel.Name == "Err" || x.Sel.Name == "Error" {
 				if call, ok := ast.Unparen(x.X).(*ast.CallExpr); ok {
 					st.discarded[call] = true
 				}
@@ -1285,14 +1296,22 @@ func (st *analysisState) countTested(s *fnScope, call *ast.CallExpr) bool {
 	// go-redis: .Val(), .Result(); .Err() tests the error only.
 	if sel, ok := p.(*ast.SelectorExpr); ok && sel.X == value {
 		switch sel.Sel.Name {
-		case "Err":
+		case "Err", "Error":
 			return false
-		case "Val", "Result", "Uint64", "Int64", "Bool":
+		case "Val", "Result", "Uint64", "Int64", "Bool", "AsInt64", "ToInt64", "AsBool", "ToBool":
 			if c, ok := s.parent[sel].(*ast.CallExpr); ok {
 				value, p = c, s.parent[c]
 			}
 		}
 	}
+	return st.valueTested(s, value, p)
+}
+
+// valueTested reports whether value (whose parent is p) is tested by a
+// condition, directly or through the variable it is assigned to; a rueidis
+// reply kept in a variable, through the count read from it.
+func (st *analysisState) valueTested(s *fnScope, value, p ast.Node) bool {
+	pass := st.pass
 	if e, ok := value.(ast.Expr); ok && isError(pass.TypesInfo.TypeOf(e)) {
 		return false // a wrapper that returns only the error
 	}
@@ -1302,10 +1321,37 @@ func (st *analysisState) countTested(s *fnScope, call *ast.CallExpr) bool {
 	if as, ok := p.(*ast.AssignStmt); ok && len(as.Rhs) == 1 && len(as.Lhs) >= 1 {
 		if id, ok := as.Lhs[0].(*ast.Ident); ok && id.Name != "_" {
 			o := pass.TypesInfo.ObjectOf(id)
+			if o != nil && isResult(o.Type()) {
+				return st.resultTested(s, o)
+			}
 			return o != nil && !isError(o.Type()) && varTested(s, o, pass)
 		}
 	}
 	return false
+}
+
+// resultTested reports whether the count read from rueidis reply o (its
+// AsInt64, ToInt64, AsBool or ToBool) is tested.
+func (st *analysisState) resultTested(s *fnScope, o types.Object) bool {
+	tested := false
+	ast.Inspect(s.body, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok || tested {
+			return !tested
+		}
+		sel, ok := call.Fun.(*ast.SelectorExpr)
+		if !ok {
+			return true
+		}
+		switch sel.Sel.Name {
+		case "AsInt64", "ToInt64", "AsBool", "ToBool":
+			if id, ok := sel.X.(*ast.Ident); ok && st.pass.TypesInfo.Uses[id] == o {
+				tested = st.valueTested(s, call, s.parent[call])
+			}
+		}
+		return true
+	})
+	return tested
 }
 
 // isError reports the error type: an error is no count.
@@ -1542,9 +1588,9 @@ func (st *analysisState) zrangeArgs(s *fnScope, e ast.Expr) (key ast.Expr, bySco
 }
 
 // IsClient reports whether path is the import path of a package of a Redis
-// client the analyzer knows (go-redis or redigo). Only a package that
+// client the analyzer knows (go-redis, redigo, rueidis or valkey-go). Only a package that
 // imports one, directly or through other packages, can hold a fact (Uses).
-func IsClient(path string) bool { return isGoRedis(path) || isRedigo(path) }
+func IsClient(path string) bool { return isGoRedis(path) || isRedigo(path) || isRueidis(path) }
 
 func isGoRedis(path string) bool {
 	return strings.HasPrefix(path, "github.com/redis/go-redis/") || strings.HasPrefix(path, "github.com/go-redis/redis")

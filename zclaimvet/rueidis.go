@@ -1,0 +1,179 @@
+package zclaimvet
+
+// rueidis, and valkey-go (its fork): a command is built with the client's
+// builder, client.B().Zrangebyscore().Key(k).Min(a).Max(b).Build(), and
+// sent with Do or DoCache, or with others in DoMulti (a pipeline, in which
+// MULTI ... EXEC is one transaction).
+
+import (
+	"go/ast"
+	"go/types"
+	"strings"
+)
+
+func isRueidis(path string) bool {
+	return strings.HasPrefix(path, "github.com/redis/rueidis") || strings.HasPrefix(path, "github.com/valkey-io/valkey-go")
+}
+
+// built is a command read off a builder chain.
+type built struct {
+	cmd    string                // the command: the builder's method after B(), upper case
+	key    ast.Expr              // the argument of Key, if any
+	opts   map[string][]ast.Expr // the later methods, upper case, with their arguments
+	spread bool                  // an argument of Member is spread
+}
+
+// rueidisEvents returns the accesses and claims that call sends, and
+// whether it is a rueidis Do, DoCache or DoMulti.
+func (st *analysisState) rueidisEvents(s *fnScope, call *ast.CallExpr, group any) ([]event, bool) {
+	pass := st.pass
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok {
+		return nil, false
+	}
+	fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
+	if !ok || fn.Pkg() == nil || !isRueidis(fn.Pkg().Path()) || len(call.Args) < 2 {
+		return nil, false
+	}
+	var cmds []ast.Expr
+	switch sel.Sel.Name {
+	case "Do", "DoCache":
+		cmds = call.Args[1:2]
+	case "DoMulti", "DoMultiCache":
+		if call.Ellipsis.IsValid() {
+			return nil, true // a slice of commands: not read
+		}
+		cmds = call.Args[1:]
+	default:
+		return nil, false
+	}
+	var evs []event
+	var txn any // a MULTI in progress
+	for _, c := range cmds {
+		b, ok := st.builtCmd(s, c)
+		if !ok {
+			continue
+		}
+		switch b.cmd {
+		case "MULTI":
+			txn = c
+			continue
+		case "EXEC", "DISCARD":
+			txn = nil
+			continue
+		}
+		ev, ok := st.builtEvent(s, call, b)
+		if !ok {
+			continue
+		}
+		if len(cmds) > 1 {
+			ev.Checked = false // a count among a pipeline's replies: not followed
+		}
+		ev.group = group
+		if txn != nil {
+			ev.group = txn
+		}
+		evs = append(evs, ev)
+	}
+	return evs, true
+}
+
+// builtCmd reads the builder chain of e, directly or through a local
+// assigned once.
+func (st *analysisState) builtCmd(s *fnScope, e ast.Expr) (built, bool) {
+	pass := st.pass
+	e = ast.Unparen(e)
+	if id, ok := e.(*ast.Ident); ok {
+		d, ok := s.defs[pass.TypesInfo.ObjectOf(id)]
+		if !ok {
+			return built{}, false
+		}
+		e = ast.Unparen(d)
+	}
+	var steps []*ast.CallExpr // outermost first
+	for {
+		call, ok := e.(*ast.CallExpr)
+		if !ok {
+			return built{}, false
+		}
+		sel, ok := call.Fun.(*ast.SelectorExpr)
+		if !ok {
+			return built{}, false
+		}
+		if sel.Sel.Name == "B" && len(call.Args) == 0 {
+			fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
+			if !ok || fn.Pkg() == nil || !isRueidis(fn.Pkg().Path()) || len(steps) == 0 {
+				return built{}, false
+			}
+			break
+		}
+		steps = append(steps, call)
+		e = ast.Unparen(sel.X)
+	}
+	name := func(c *ast.CallExpr) string { return strings.ToUpper(c.Fun.(*ast.SelectorExpr).Sel.Name) }
+	b := built{cmd: name(steps[len(steps)-1]), opts: map[string][]ast.Expr{}}
+	for i := len(steps) - 2; i >= 0; i-- {
+		c := steps[i]
+		n := name(c)
+		if n == "KEY" && b.key == nil && len(c.Args) > 0 {
+			b.key = c.Args[0]
+		}
+		if n == "MEMBER" && c.Ellipsis.IsValid() {
+			b.spread = true
+		}
+		b.opts[n] = append(b.opts[n], c.Args...)
+		if b.opts[n] == nil {
+			b.opts[n] = []ast.Expr{} // a flag: present, with no arguments
+		}
+	}
+	return b, true
+}
+
+// builtEvent is the access or claim that command b, sent by call, makes.
+func (st *analysisState) builtEvent(s *fnScope, call *ast.CallExpr, b built) (event, bool) {
+	pass := st.pass
+	if claimCmds[b.cmd] || b.cmd == "SET" && b.opts["NX"] != nil {
+		lock := lockNames[b.cmd]
+		if b.cmd == "SET" {
+			lock = "SET NX"
+		}
+		return event{node: call, claim: true, Access: Access{Name: lock, Pos: pos(pass, call)}}, true
+	}
+	if b.key == nil {
+		return event{}, false
+	}
+	mk := func(name string, read bool) event {
+		return event{Access: Access{Read: read, Name: name, Key: st.norm(s, b.key, 0), Pos: pos(pass, call),
+			Shown: render(pass, b.key)}, node: call}
+	}
+	switch b.cmd {
+	case "ZRANGEBYSCORE", "ZREVRANGEBYSCORE":
+		return mk(b.cmd, true), true
+	case "ZRANGE", "ZREVRANGE":
+		switch {
+		case b.opts["BYSCORE"] != nil:
+			return mk("ZRANGE BYSCORE", true), true
+		case b.opts["WITHSCORES"] != nil:
+			return mk("ZRANGE WITHSCORES", true), true
+		}
+		ev := mk(b.cmd, true)
+		ev.Rank = true
+		return ev, true
+	case "ZSCORE":
+		ev := mk(b.cmd, false)
+		ev.Score = true
+		return ev, true
+	case "ZREM", "ZREMRANGEBYSCORE", "ZREMRANGEBYRANK":
+		ev := mk(b.cmd, false)
+		st.removal(s, &ev, call, b.cmd == "ZREM", b.opts["MEMBER"], b.spread)
+		return ev, true
+	}
+	return event{}, false
+}
+
+// isResult reports rueidis' reply type, whose As and To methods give the
+// value and Error its error.
+func isResult(t types.Type) bool {
+	named, ok := t.(*types.Named)
+	return ok && named.Obj().Pkg() != nil && isRueidis(named.Obj().Pkg().Path()) && strings.HasSuffix(named.Obj().Name(), "Result")
+}

@@ -1,0 +1,95 @@
+// Package ru polls through rueidis: commands from the client's builder, sent with Do and DoMulti. // want package:"uses github.com/redis/rueidis"
+package ru
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/redis/rueidis"
+)
+
+var ctx = context.Background()
+
+func run(string) {}
+
+// A read, then a ZREM whose error alone is tested: racy.
+func dequeue(c rueidis.Client, key string, now int64) (string, error) {
+	ids, err := c.Do(ctx, c.B().Zrangebyscore().Key(key).Min("0").Max(strconv.FormatInt(now, 10)).Limit(0, 1).Build()).AsStrSlice() // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at ru\.go:\d+`
+	if err != nil || len(ids) == 0 {
+		return "", err
+	}
+	if err := c.Do(ctx, c.B().Zrem().Key(key).Member(ids[0]).Build()).Error(); err != nil {
+		return "", err
+	}
+	return ids[0], nil
+}
+
+// The command built into a local first; the ZREM's reply kept, its error
+// tested, then its count: a check.
+func dequeueChecked(c rueidis.Client, key string) (string, error) {
+	rangeCmd := c.B().Zrangebyscore().Key(key).Min("-inf").Max("100").Limit(0, 1).Build()
+	items, err := c.Do(ctx, rangeCmd).AsStrSlice() // want `checked ZREM`
+	if err != nil || len(items) == 0 {
+		return "", err
+	}
+	remResp := c.Do(ctx, c.B().Zrem().Key(key).Member(items[0]).Build())
+	if remResp.Error() != nil {
+		return "", remResp.Error()
+	}
+	n, err := remResp.AsInt64()
+	if err != nil || n == 0 {
+		return "", err
+	}
+	return items[0], nil
+}
+
+// Its twin tests the reply's error only: racy.
+func dequeueErrorOnly(c rueidis.Client, key string) (string, error) {
+	items, err := c.Do(ctx, c.B().Zrangebyscore().Key(key).Min("-inf").Max("100").Limit(0, 1).Build()).AsStrSlice() // want `racy poller`
+	if err != nil || len(items) == 0 {
+		return "", err
+	}
+	remResp := c.Do(ctx, c.B().Zrem().Key(key).Member(items[0]).Build())
+	if remResp.Error() != nil {
+		return "", remResp.Error()
+	}
+	return items[0], nil
+}
+
+// ZRANGE BYSCORE, then a ZREMRANGEBYSCORE in a pipeline: racy.
+func pipelined(c rueidis.Client) {
+	items, _ := c.Do(ctx, c.B().Zrange().Key("delay").Min("-inf").Max("100").Byscore().Build()).AsStrSlice() // want `racy poller: ZRANGE BYSCORE reads due members of "delay"`
+	for _, it := range items {
+		run(it)
+	}
+	c.DoMulti(ctx, c.B().Zremrangebyscore().Key("delay").Min("-inf").Max("100").Build(), c.B().Del().Key("x").Build())
+}
+
+// Not reported: the read and the removal in one MULTI/EXEC; a ZREM after
+// a SET NX of the id (its read is summarized for callers); a read whose
+// members are thrown away (its removal is).
+func inMulti(c rueidis.Client) {
+	c.DoMulti(ctx,
+		c.B().Multi().Build(),
+		c.B().Zrangebyscore().Key("delay").Min("-inf").Max("100").Build(),
+		c.B().Zremrangebyscore().Key("delay").Min("-inf").Max("100").Build(),
+		c.B().Exec().Build())
+}
+
+func setNX(c rueidis.Client, key string) { // want setNX:`read ⟨p1⟩`
+	ids, _ := c.Do(ctx, c.B().Zrangebyscore().Key(key).Min("-inf").Max("100").Build()).AsStrSlice()
+	for _, id := range ids {
+		if c.Do(ctx, c.B().Set().Key("lock:"+id).Value("1").Nx().Build()).Error() != nil {
+			continue
+		}
+		run(id)
+		c.Do(ctx, c.B().Zrem().Key(key).Member(id).Build())
+	}
+}
+
+func thrownAway(c rueidis.Client, key string) error { // want thrownAway:`rm ⟨p1⟩`
+	if err := c.Do(ctx, c.B().Zrangebyscore().Key(key).Min("0").Max("100").Build()).Error(); err != nil {
+		return err
+	}
+	return c.Do(ctx, c.B().Zremrangebyscore().Key(key).Min("0").Max("100").Build()).Error()
+}
