@@ -15,6 +15,12 @@ func isRueidis(path string) bool {
 	return strings.HasPrefix(path, "github.com/redis/rueidis") || strings.HasPrefix(path, "github.com/valkey-io/valkey-go")
 }
 
+// isCompat reports the go-redis-like adapters of rueidis and valkey-go
+// (rueidiscompat, valkeycompat): their methods are read as go-redis'.
+func isCompat(path string) bool {
+	return path == "github.com/redis/rueidis/rueidiscompat" || path == "github.com/valkey-io/valkey-go/valkeycompat"
+}
+
 // built is a command read off a builder chain.
 type built struct {
 	cmd    string                // the command: the builder's method after B(), upper case
@@ -32,7 +38,7 @@ func (st *analysisState) rueidisEvents(s *fnScope, call *ast.CallExpr, group any
 		return nil, false
 	}
 	fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
-	if !ok || fn.Pkg() == nil || !isRueidis(fn.Pkg().Path()) || len(call.Args) < 2 {
+	if !ok || fn.Pkg() == nil || !isRueidis(fn.Pkg().Path()) || isCompat(fn.Pkg().Path()) || len(call.Args) < 2 {
 		return nil, false
 	}
 	var cmds []ast.Expr

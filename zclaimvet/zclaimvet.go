@@ -14,7 +14,8 @@
 // methods, ZRangeArgs with ByScore, Pipelined, TxPipelined, Watch, and Do),
 // redigo (Do, Send, MULTI/EXEC, WATCH, and arguments built with Args), and
 // rueidis and valkey-go (commands from the client's builder, sent with Do,
-// DoCache or DoMulti; MULTI/EXEC within a DoMulti).
+// DoCache or DoMulti; MULTI/EXEC within a DoMulti; their go-redis-like
+// adapters rueidiscompat and valkeycompat as go-redis).
 //
 // A removal of one member whose count decides who runs the job (a checked
 // ZREM) is correct but costs a round trip per job: it gets a milder report
@@ -936,7 +937,7 @@ func goRedisMethod(pass *analysis.Pass, call *ast.CallExpr) (*types.Func, string
 		return nil, ""
 	}
 	fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
-	if !ok || fn.Pkg() == nil || !isGoRedis(fn.Pkg().Path()) {
+	if !ok || fn.Pkg() == nil || !isGoRedis(fn.Pkg().Path()) && !isCompat(fn.Pkg().Path()) {
 		return nil, ""
 	}
 	return fn, sel.Sel.Name

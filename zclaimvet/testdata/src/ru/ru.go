@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/rueidiscompat"
 )
 
 var ctx = context.Background()
@@ -92,4 +93,17 @@ func thrownAway(c rueidis.Client, key string) error { // want thrownAway:`rm ⟨
 		return err
 	}
 	return c.Do(ctx, c.B().Zremrangebyscore().Key(key).Min("0").Max("100").Build()).Error()
+}
+
+// rueidiscompat, rueidis' go-redis-like adapter: read as go-redis.
+func compat(c rueidiscompat.Compat) {
+	for _, id := range c.ZRangeByScore(ctx, "delay", rueidiscompat.ZRangeBy{Max: "100"}).Val() { // want `racy poller`
+		run(id)
+		c.ZRem(ctx, "delay", id)
+	}
+}
+
+func compatDo(c rueidiscompat.Compat, ids []string) {
+	c.Do(ctx, "ZRANGEBYSCORE", "delay", "-inf", "100") // want `racy poller`
+	c.Do(ctx, "ZREM", "delay", ids[0])
 }
