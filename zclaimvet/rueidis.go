@@ -3,7 +3,8 @@ package zclaimvet
 // rueidis, and valkey-go (its fork): a command is built with the client's
 // builder, client.B().Zrangebyscore().Key(k).Min(a).Max(b).Build(), and
 // sent with Do or DoCache, or with others in DoMulti (a pipeline, in which
-// MULTI ... EXEC is one transaction).
+// MULTI ... EXEC is one transaction), as its arguments or gathered in a
+// slice first.
 
 import (
 	"go/ast"
@@ -46,10 +47,10 @@ func (st *analysisState) rueidisEvents(s *fnScope, call *ast.CallExpr, group any
 	case "Do", "DoCache":
 		cmds = call.Args[1:2]
 	case "DoMulti", "DoMultiCache":
-		if call.Ellipsis.IsValid() {
-			return nil, true // a slice of commands: not read
-		}
 		cmds = call.Args[1:]
+		if call.Ellipsis.IsValid() {
+			cmds = st.appended(s, call.Args[len(call.Args)-1])
+		}
 	default:
 		return nil, false
 	}
@@ -82,6 +83,32 @@ func (st *analysisState) rueidisEvents(s *fnScope, call *ast.CallExpr, group any
 		evs = append(evs, ev)
 	}
 	return evs, true
+}
+
+// appended returns the commands a local slice of this function is given,
+// in the order of the source: the elements of its literals and the values
+// appended to it (c.DoMulti(ctx, cmds...) after cmds = append(cmds, ...)).
+func (st *analysisState) appended(s *fnScope, e ast.Expr) []ast.Expr {
+	id, ok := ast.Unparen(e).(*ast.Ident)
+	if !ok {
+		return nil
+	}
+	var out []ast.Expr
+	for _, v := range s.values[st.pass.TypesInfo.ObjectOf(id)] {
+		switch x := ast.Unparen(v).(type) {
+		case *ast.CompositeLit:
+			out = append(out, x.Elts...)
+		case *ast.CallExpr:
+			if f, ok := ast.Unparen(x.Fun).(*ast.Ident); ok && f.Name == "append" && len(x.Args) > 1 {
+				elems := x.Args[1:]
+				if x.Ellipsis.IsValid() {
+					elems = elems[:len(elems)-1]
+				}
+				out = append(out, elems...)
+			}
+		}
+	}
+	return out
 }
 
 // builtCmd reads the builder chain of e, directly or through a local

@@ -66,6 +66,26 @@ func pipelined(c rueidis.Client) {
 	c.DoMulti(ctx, c.B().Zremrangebyscore().Key("delay").Min("-inf").Max("100").Build(), c.B().Del().Key("x").Build())
 }
 
+// Commands gathered in a slice, then sent with DoMulti: a pipeline, racy;
+// its twin gathers MULTI, the read, the removal and EXEC: one transaction.
+func sliced(c rueidis.Client, key string) {
+	ids, _ := c.Do(ctx, c.B().Zrangebyscore().Key(key).Min("-inf").Max("100").Build()).AsStrSlice() // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at ru\.go:\d+`
+	cmds := make(rueidis.Commands, 0, len(ids))
+	for _, id := range ids {
+		run(id)
+		cmds = append(cmds, c.B().Zrem().Key(key).Member(id).Build())
+	}
+	c.DoMulti(ctx, cmds...)
+}
+
+func slicedMulti(c rueidis.Client) {
+	cmds := rueidis.Commands{c.B().Multi().Build()}
+	cmds = append(cmds, c.B().Zrangebyscore().Key("delay").Min("-inf").Max("100").Build(),
+		c.B().Zremrangebyscore().Key("delay").Min("-inf").Max("100").Build())
+	cmds = append(cmds, c.B().Exec().Build())
+	c.DoMulti(ctx, cmds...)
+}
+
 // Not reported: the read and the removal in one MULTI/EXEC; a ZREM after
 // a SET NX of the id (its read is summarized for callers); a read whose
 // members are thrown away (its removal is).

@@ -6,6 +6,8 @@ import "context"
 
 type Completed struct{}
 
+type Commands []Completed
+
 type RedisResult struct{}
 
 func (RedisResult) Error() error                  { return nil }
