@@ -1203,8 +1203,8 @@ func (st *analysisState) argsBuilt(s *fnScope, e ast.Expr) ([]ast.Expr, bool) {
 	return nil, false
 }
 
-// doCommandNamed reads command cmd sent with args (args[0] the command),
-// the last of them spread.
+// doCommandNamed reads command cmd sent with args (args[0] the command;
+// spread: the last of them is spread).
 func (st *analysisState) doCommandNamed(s *fnScope, call *ast.CallExpr, cmd string, args []ast.Expr, spread bool) (event, bool) {
 	pass := st.pass
 	mk := func(name string, read bool) event {
@@ -1257,7 +1257,7 @@ func (st *analysisState) removal(s *fnScope, ev *event, call *ast.CallExpr, zrem
 }
 
 // isSlice reports a slice or array of members; a []byte (a payload kept
-// as the member, say) is one member, as both clients send it.
+// as the member, say) is one member, as every client sends it.
 func isSlice(pass *analysis.Pass, e ast.Expr) bool {
 	t := pass.TypesInfo.TypeOf(e)
 	if t == nil {
