@@ -21,8 +21,9 @@
 // ZREM) is correct but costs a round trip per job: it gets a milder report
 // of its own. A removal after an atomic claim of the id (LPOP or LMOVE from
 // a ready list, SET NX of the id) only cleans up, and is not reported; a
-// poll under a lock that a SET NX takes before the read is correct while
-// the lock is held, and gets a report of its own. A read whose members
+// poll under a lock that a SET NX takes before the read, in the same
+// function, is correct while the lock is held, and gets a report of its
+// own. A read whose members
 // are thrown away (the first value to _, or only its Err) is no poll.
 // Reports are at the read, and name the removal's position.
 //
