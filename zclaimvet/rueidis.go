@@ -175,33 +175,8 @@ func (st *analysisState) builtEvent(s *fnScope, call *ast.CallExpr, b built) (ev
 	if b.key == nil {
 		return event{}, false
 	}
-	mk := func(name string, read bool) event {
-		return event{Access: Access{Read: read, Name: name, Key: st.norm(s, b.key, 0), Pos: pos(pass, call),
-			Shown: render(pass, b.key)}, node: call}
-	}
-	switch b.cmd {
-	case "ZRANGEBYSCORE", "ZREVRANGEBYSCORE":
-		return mk(b.cmd, true), true
-	case "ZRANGE", "ZREVRANGE":
-		switch {
-		case b.opts["BYSCORE"] != nil:
-			return mk("ZRANGE BYSCORE", true), true
-		case b.opts["WITHSCORES"] != nil:
-			return mk("ZRANGE WITHSCORES", true), true
-		}
-		ev := mk(b.cmd, true)
-		ev.Rank = true
-		return ev, true
-	case "ZSCORE":
-		ev := mk(b.cmd, false)
-		ev.Score = true
-		return ev, true
-	case "ZREM", "ZREMRANGEBYSCORE", "ZREMRANGEBYRANK":
-		ev := mk(b.cmd, false)
-		st.removal(s, &ev, call, b.cmd == "ZREM", b.opts["MEMBER"], b.spread)
-		return ev, true
-	}
-	return event{}, false
+	has := func(flag string) bool { return b.opts[flag] != nil }
+	return st.zsetCommand(s, call, b.cmd, b.key, has, b.opts["MEMBER"], b.spread)
 }
 
 // isResult reports rueidis' reply type, whose As and To methods give the

@@ -1207,24 +1207,37 @@ func (st *analysisState) argsBuilt(s *fnScope, e ast.Expr) ([]ast.Expr, bool) {
 // doCommandNamed reads command cmd sent with args (args[0] the command;
 // spread: the last of them is spread).
 func (st *analysisState) doCommandNamed(s *fnScope, call *ast.CallExpr, cmd string, args []ast.Expr, spread bool) (event, bool) {
+	has := func(flag string) bool {
+		for _, a := range args[2:] {
+			if v, ok := stringConst(st.pass, a); ok && strings.EqualFold(v, flag) {
+				return true
+			}
+		}
+		return false
+	}
+	return st.zsetCommand(s, call, cmd, args[1], has, args[2:], spread)
+}
+
+// zsetCommand is the access that sorted-set command cmd (upper case) on key
+// makes, sent by call: has tells whether it carries a flag (BYSCORE,
+// WITHSCORES); members are a removal's members (spread: the last of them
+// is spread).
+func (st *analysisState) zsetCommand(s *fnScope, call *ast.CallExpr, cmd string, key ast.Expr, has func(string) bool,
+	members []ast.Expr, spread bool) (event, bool) {
 	pass := st.pass
 	mk := func(name string, read bool) event {
-		return event{Access: Access{Read: read, Name: name, Key: st.norm(s, args[1], 0), Pos: pos(pass, call),
-			Shown: render(pass, args[1])}, node: call}
+		return event{Access: Access{Read: read, Name: name, Key: st.norm(s, key, 0), Pos: pos(pass, call),
+			Shown: render(pass, key)}, node: call}
 	}
 	switch {
 	case cmd == "ZRANGEBYSCORE" || cmd == "ZREVRANGEBYSCORE":
 		return mk(cmd, true), true
 	case cmd == "ZRANGE" || cmd == "ZREVRANGE":
-		for _, a := range args[2:] {
-			if v, ok := stringConst(pass, a); ok && strings.EqualFold(v, "BYSCORE") {
-				return mk("ZRANGE BYSCORE", true), true
-			}
-		}
-		for _, a := range args[2:] {
-			if v, ok := stringConst(pass, a); ok && strings.EqualFold(v, "WITHSCORES") {
-				return mk("ZRANGE WITHSCORES", true), true
-			}
+		switch {
+		case has("BYSCORE"):
+			return mk("ZRANGE BYSCORE", true), true
+		case has("WITHSCORES"):
+			return mk("ZRANGE WITHSCORES", true), true
 		}
 		ev := mk(cmd, true)
 		ev.Rank = true
@@ -1235,7 +1248,7 @@ func (st *analysisState) doCommandNamed(s *fnScope, call *ast.CallExpr, cmd stri
 		return ev, true
 	case removeCmds[cmd]:
 		ev := mk(cmd, false)
-		st.removal(s, &ev, call, cmd == "ZREM", args[2:], spread)
+		st.removal(s, &ev, call, cmd == "ZREM", members, spread)
 		return ev, true
 	}
 	return event{}, false
