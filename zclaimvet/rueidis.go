@@ -30,17 +30,19 @@ type built struct {
 	spread bool                  // an argument of Member is spread
 }
 
-// rueidisEvents returns the accesses and claims that call sends, and
-// whether it is a rueidis Do, DoCache or DoMulti.
-func (st *analysisState) rueidisEvents(s *fnScope, call *ast.CallExpr, group any) ([]event, bool) {
+// rueidisEvents returns the accesses and claims that call sends, whether
+// it sends a WATCH (the function is then a WATCH transaction, as a
+// redigo WATCH makes it), and whether it is a rueidis Do, DoCache or
+// DoMulti.
+func (st *analysisState) rueidisEvents(s *fnScope, call *ast.CallExpr, group any) (evs []event, watch, ok bool) {
 	pass := st.pass
 	sel, ok := call.Fun.(*ast.SelectorExpr)
 	if !ok {
-		return nil, false
+		return nil, false, false
 	}
 	fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
 	if !ok || fn.Pkg() == nil || !isRueidis(fn.Pkg().Path()) || isCompat(fn.Pkg().Path()) || len(call.Args) < 2 {
-		return nil, false
+		return nil, false, false
 	}
 	var cmds []ast.Expr
 	switch sel.Sel.Name {
@@ -52,9 +54,8 @@ func (st *analysisState) rueidisEvents(s *fnScope, call *ast.CallExpr, group any
 			cmds = st.appended(s, call.Args[len(call.Args)-1])
 		}
 	default:
-		return nil, false
+		return nil, false, false
 	}
-	var evs []event
 	var txn any // a MULTI in progress
 	for _, c := range cmds {
 		b, ok := st.builtCmd(s, c)
@@ -62,6 +63,9 @@ func (st *analysisState) rueidisEvents(s *fnScope, call *ast.CallExpr, group any
 			continue
 		}
 		switch b.cmd {
+		case "WATCH":
+			watch = true
+			continue
 		case "MULTI":
 			txn = c
 			continue
@@ -82,7 +86,7 @@ func (st *analysisState) rueidisEvents(s *fnScope, call *ast.CallExpr, group any
 		}
 		evs = append(evs, ev)
 	}
-	return evs, true
+	return evs, watch, true
 }
 
 // appended returns the commands a local slice of this function is given,

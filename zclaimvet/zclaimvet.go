@@ -14,8 +14,8 @@
 // methods, ZRangeArgs with ByScore, Pipelined, TxPipelined, Watch, and Do),
 // redigo (Do, Send, MULTI/EXEC, WATCH, and arguments built with Args), and
 // rueidis and valkey-go (commands from the client's builder, sent with Do,
-// DoCache or DoMulti; MULTI/EXEC within a DoMulti; their go-redis-like
-// adapters rueidiscompat and valkeycompat as go-redis).
+// DoCache or DoMulti; MULTI/EXEC within a DoMulti; WATCH; their
+// go-redis-like adapters rueidiscompat and valkeycompat as go-redis).
 //
 // A removal of one member whose count decides who runs the job (a checked
 // ZREM) is correct but costs a round trip per job: it gets a milder report
@@ -855,7 +855,8 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 			if txg := st.txPipe(s, x); txg != nil {
 				g = txg
 			}
-			if revs, ok := st.rueidisEvents(s, x, g); ok {
+			if revs, watch, ok := st.rueidisEvents(s, x, g); ok {
+				watches = watches || watch
 				for _, ev := range revs {
 					if !ev.Read || !st.discarded[x] {
 						evs = append(evs, ev)

@@ -115,6 +115,32 @@ func thrownAway(c rueidis.Client, key string) error { // want thrownAway:`rm ⟨
 	return c.Do(ctx, c.B().Zremrangebyscore().Key(key).Min("0").Max("100").Build()).Error()
 }
 
+// On a dedicated connection: a poll is racy as anywhere else; its twin
+// WATCHes the key first, and its removal in MULTI/EXEC fails if another
+// worker changed the key since: an optimistic transaction.
+func dedicated(c rueidis.Client, key string) error {
+	return c.Dedicated(func(d rueidis.DedicatedClient) error {
+		ids, err := d.Do(ctx, d.B().Zrangebyscore().Key(key).Min("-inf").Max("100").Build()).AsStrSlice() // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at ru\.go:\d+`
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		d.DoMulti(ctx, d.B().Zrem().Key(key).Member(ids...).Build())
+		return nil
+	})
+}
+
+func dedicatedWatch(c rueidis.Client, key string) error {
+	return c.Dedicated(func(d rueidis.DedicatedClient) error {
+		d.Do(ctx, d.B().Watch().Key(key).Build())
+		ids, err := d.Do(ctx, d.B().Zrangebyscore().Key(key).Min("-inf").Max("100").Build()).AsStrSlice()
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		d.DoMulti(ctx, d.B().Multi().Build(), d.B().Zrem().Key(key).Member(ids...).Build(), d.B().Exec().Build())
+		return nil
+	})
+}
+
 // rueidiscompat, rueidis' go-redis-like adapter: read as go-redis.
 func compat(c rueidiscompat.Compat) {
 	for _, id := range c.ZRangeByScore(ctx, "delay", rueidiscompat.ZRangeBy{Max: "100"}).Val() { // want `racy poller`

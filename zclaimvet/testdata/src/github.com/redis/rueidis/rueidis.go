@@ -1,5 +1,5 @@
 // Package rueidis is the part of rueidis' API the tests use: the client's
-// command builder, Do, DoMulti and the reply.
+// command builder, Do, DoMulti, Dedicated and the reply.
 package rueidis
 
 import "context"
@@ -19,6 +19,14 @@ type Client interface {
 	B() Builder
 	Do(ctx context.Context, cmd Completed) RedisResult
 	DoMulti(ctx context.Context, multi ...Completed) []RedisResult
+	Dedicated(fn func(DedicatedClient) error) error
+}
+
+// DedicatedClient is one connection, for WATCH and the like.
+type DedicatedClient interface {
+	B() Builder
+	Do(ctx context.Context, cmd Completed) RedisResult
+	DoMulti(ctx context.Context, multi ...Completed) []RedisResult
 }
 
 type Builder struct{}
@@ -35,6 +43,7 @@ func (Builder) Lpop() Step             { return Step{} }
 func (Builder) Del() Step              { return Step{} }
 func (Builder) Multi() Step            { return Step{} }
 func (Builder) Exec() Step             { return Step{} }
+func (Builder) Watch() Step            { return Step{} }
 
 func (Step) Key(string) Step         { return Step{} }
 func (Step) Min(string) Step         { return Step{} }
