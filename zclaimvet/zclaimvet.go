@@ -452,6 +452,9 @@ func (st *analysisState) norm(s *fnScope, e ast.Expr, depth int) string {
 		}
 		return st.norm(s, x.X, depth+1) + "." + x.Sel.Name
 	case *ast.CallExpr:
+		if tv, ok := pass.TypesInfo.Types[x.Fun]; ok && tv.IsType() && len(x.Args) == 1 {
+			return st.norm(s, x.Args[0], depth+1) // a conversion: string(key) is key
+		}
 		var b strings.Builder
 		b.WriteString(st.norm(s, x.Fun, depth+1) + "(")
 		for i, a := range x.Args {
@@ -626,7 +629,7 @@ func (st *analysisState) sendsOf(call *ast.CallExpr) *Sends {
 }
 
 func calleeOf(pass *analysis.Pass, call *ast.CallExpr) *types.Func {
-	switch f := ast.Unparen(call.Fun).(type) {
+	switch f := funOf(call).(type) {
 	case *ast.Ident:
 		fn, _ := pass.TypesInfo.Uses[f].(*types.Func)
 		return fn
@@ -635,6 +638,19 @@ func calleeOf(pass *analysis.Pass, call *ast.CallExpr) *types.Func {
 		return fn
 	}
 	return nil
+}
+
+// funOf returns the function call calls, without its type arguments
+// (Due[string](...)).
+func funOf(call *ast.CallExpr) ast.Expr {
+	switch f := ast.Unparen(call.Fun).(type) {
+	case *ast.IndexExpr:
+		return ast.Unparen(f.X)
+	case *ast.IndexListExpr:
+		return ast.Unparen(f.X)
+	default:
+		return f
+	}
 }
 
 // viaSends reads a command sent through a wrapper: Do("ZREM", key, id),
@@ -1420,7 +1436,7 @@ func (st *analysisState) viaCallee(s *fnScope, call *ast.CallExpr, group any) []
 	pass := st.pass
 	var fn *types.Func
 	var recv ast.Expr
-	switch f := ast.Unparen(call.Fun).(type) {
+	switch f := funOf(call).(type) {
 	case *ast.Ident:
 		fn, _ = pass.TypesInfo.Uses[f].(*types.Func)
 	case *ast.SelectorExpr:

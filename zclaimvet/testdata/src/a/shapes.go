@@ -418,3 +418,45 @@ func commandInVar(c redigo.Conn, key string, desc bool) { // want commandInVar:`
 		}
 	}
 }
+
+// Shape 1 through a generic function called with its type argument; its
+// twin removes from another key.
+func dueOf[T any](rdb *redis.Client, key string) []string { // want dueOf:`read ⟨p1⟩`
+	return rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val()
+}
+
+func genericLoop(rdb *redis.Client) {
+	for _, m := range dueOf[int](rdb, "delay:generic") { // want `racy poller: ZRANGEBYSCORE \(in dueOf\) reads due members of "delay:generic" here, and ZREM at shapes.go:\d+`
+		rdb.ZRem(ctx, "delay:generic", m)
+	}
+}
+
+func genericLoopTwoKeys(rdb *redis.Client) { // want genericLoopTwoKeys:`read "delay:generic", rm "delay:b"`
+	for _, m := range dueOf[int](rdb, "delay:generic") {
+		rdb.ZRem(ctx, "delay:b", m)
+	}
+}
+
+// A key of a named string type, converted where it is sent, is the
+// caller's key; its twin removes from another key.
+type queueKey string
+
+func dueTyped(rdb *redis.Client, key queueKey) []string { // want dueTyped:`read ⟨p1⟩`
+	return rdb.ZRangeByScore(ctx, string(key), &redis.ZRangeBy{Max: "+inf"}).Val()
+}
+
+func removeTyped(rdb *redis.Client, key queueKey, m string) { // want removeTyped:`rm ⟨p1⟩`
+	rdb.ZRem(ctx, string(key), m)
+}
+
+func typedLoop(rdb *redis.Client, key queueKey) {
+	for _, m := range dueTyped(rdb, key) { // want `racy poller: ZRANGEBYSCORE \(in dueTyped\) reads due members of key here, and ZREM \(in removeTyped\) at shapes.go:\d+`
+		removeTyped(rdb, key, m)
+	}
+}
+
+func typedLoopTwoKeys(rdb *redis.Client, key queueKey) { // want typedLoopTwoKeys:`read ⟨p1⟩, rm ⟨p1⟩ \+ ":done"`
+	for _, m := range dueTyped(rdb, key) {
+		removeTyped(rdb, key+":done", m)
+	}
+}
