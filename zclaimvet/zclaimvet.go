@@ -10,7 +10,8 @@
 // function reads due members of its key argument i", "this method removes
 // members of its receiver's field key", "this package uses a Redis
 // client"), through the project's own client wrappers, closures and
-// pipelines. It knows go-redis (v9, v8 and v7 without a context: the typed
+// pipelines. It knows go-redis (v9 down to v6, and v5 to v2 from
+// gopkg.in/redis.vN, those before v8 without a context: the typed
 // methods, ZRangeArgs with ByScore, Pipelined, TxPipelined, Watch, and Do),
 // redigo (Do, Send, MULTI/EXEC, WATCH, and arguments built with Args), and
 // rueidis and valkey-go (commands from the client's builder, sent with Do,
@@ -1624,8 +1625,10 @@ func (st *analysisState) zrangeArgs(s *fnScope, e ast.Expr) (key ast.Expr, bySco
 // imports one, directly or through other packages, can hold a fact (Uses).
 func IsClient(path string) bool { return isGoRedis(path) || isRedigo(path) || isRueidis(path) }
 
+// isGoRedis reports go-redis: v9 on, v6 to v8, and v2 to v5 (gopkg.in/redis.vN).
 func isGoRedis(path string) bool {
-	return strings.HasPrefix(path, "github.com/redis/go-redis/") || strings.HasPrefix(path, "github.com/go-redis/redis")
+	return strings.HasPrefix(path, "github.com/redis/go-redis/") || strings.HasPrefix(path, "github.com/go-redis/redis") ||
+		strings.HasPrefix(path, "gopkg.in/redis.v")
 }
 
 func isRedigo(path string) bool {
