@@ -13,10 +13,12 @@
 // pipelines. It knows go-redis (v9 down to v6, and v5 to v2 from
 // gopkg.in/redis.vN, those before v8 without a context: the typed
 // methods, ZRangeArgs with ByScore, Pipelined, TxPipelined, Watch, and Do),
-// redigo (Do, Send, MULTI/EXEC, WATCH, and arguments built with Args), and
-// rueidis and valkey-go (commands from the client's builder, sent with Do,
-// DoCache or DoMulti; MULTI/EXEC within a DoMulti; WATCH; their
-// go-redis-like adapters rueidiscompat and valkeycompat as go-redis).
+// redigo (Do, Send, MULTI/EXEC, WATCH, and arguments built with Args),
+// radix v3 and v4 (Cmd and FlatCmd, their replies read into a receiver,
+// and MULTI/EXEC), and rueidis and valkey-go (commands from the client's
+// builder, sent with Do, DoCache or DoMulti; MULTI/EXEC within a DoMulti;
+// WATCH; their go-redis-like adapters rueidiscompat and valkeycompat as
+// go-redis).
 //
 // A removal of one member whose count decides who runs the job (a checked
 // ZREM) is correct but costs a round trip per job: it gets a milder report
@@ -841,7 +843,7 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 			if isWatch(pass, x) {
 				return false
 			}
-			if cmd, ok := redigoCmd(pass, x); ok {
+			if cmd, ok := namedCmd(pass, x); ok {
 				switch cmd {
 				case "WATCH":
 					watches = true
@@ -1005,12 +1007,12 @@ func claimOf(pass *analysis.Pass, call *ast.CallExpr) (claim bool, lock string) 
 		}
 		return false, ""
 	}
-	if cmd, ok := redigoCmd(pass, call); ok {
+	if cmd, ok := namedCmd(pass, call); ok {
 		if claimCmds[cmd] {
 			return true, lockNames[cmd]
 		}
-		if cmd == "SET" {
-			return doClaim(pass, call.Args)
+		if args, _ := namedArgs(pass, call); cmd == "SET" {
+			return doClaim(pass, args)
 		}
 	}
 	return false, ""
@@ -1080,13 +1082,25 @@ func (st *analysisState) discard(f *ast.File) {
 	})
 }
 
-// redigoCmd returns the command of a redigo Do or Send.
-func redigoCmd(pass *analysis.Pass, call *ast.CallExpr) (string, bool) {
-	if !isRedigoSend(pass, call) {
+// namedCmd returns the command of a redigo Do or Send, or of a radix Cmd
+// or FlatCmd.
+func namedCmd(pass *analysis.Pass, call *ast.CallExpr) (string, bool) {
+	args, ok := namedArgs(pass, call)
+	if !ok {
 		return "", false
 	}
-	cmd, ok := stringConst(pass, call.Args[0])
+	cmd, ok := stringConst(pass, args[0])
 	return strings.ToUpper(cmd), ok
+}
+
+// namedArgs returns the arguments, from the command's name on, of a
+// command sent by name: redigo's Do or Send, radix's Cmd or FlatCmd.
+func namedArgs(pass *analysis.Pass, call *ast.CallExpr) ([]ast.Expr, bool) {
+	if isRedigoSend(pass, call) {
+		return call.Args, true
+	}
+	args, _, ok := radixCmd(pass, call)
+	return args, ok
 }
 
 func importsRedigo(p *types.Package) bool {
@@ -1155,7 +1169,7 @@ func (st *analysisState) classify(s *fnScope, call *ast.CallExpr) (event, bool) 
 	if isRedigoSend(pass, call) {
 		return st.doCommand(s, call, call.Args)
 	}
-	return event{}, false
+	return st.radixEvent(s, call)
 }
 
 // isRedigoSend reports a redigo Do or Send, whatever its command; where
@@ -1621,9 +1635,11 @@ func (st *analysisState) zrangeArgs(s *fnScope, e ast.Expr) (key ast.Expr, bySco
 }
 
 // IsClient reports whether path is the import path of a package of a Redis
-// client the analyzer knows (go-redis, redigo, rueidis or valkey-go). Only a package that
+// client the analyzer knows (go-redis, redigo, rueidis, valkey-go or radix). Only a package that
 // imports one, directly or through other packages, can hold a fact (Uses).
-func IsClient(path string) bool { return isGoRedis(path) || isRedigo(path) || isRueidis(path) }
+func IsClient(path string) bool {
+	return isGoRedis(path) || isRedigo(path) || isRueidis(path) || isRadix(path)
+}
 
 // isGoRedis reports go-redis: v9 on, v6 to v8, and v2 to v5 (gopkg.in/redis.vN).
 func isGoRedis(path string) bool {

@@ -12,7 +12,7 @@ import (
 // nothing else is. Package b polls through package wrap's methods, so its
 // reports come from wrap's facts; tnone's test file is skipped.
 func TestAnalyzer(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), zclaimvet.Analyzer, "a", "wrap", "b", "rwrap", "c", "tnone", "ru")
+	analysistest.Run(t, analysistest.TestData(), zclaimvet.Analyzer, "a", "wrap", "b", "rwrap", "c", "tnone", "ru", "rx")
 }
 
 // With -tests, test files are analysed too.
