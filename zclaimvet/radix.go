@@ -12,7 +12,10 @@ import (
 	"golang.org/x/tools/go/analysis"
 )
 
-func isRadix(path string) bool { return strings.HasPrefix(path, "github.com/mediocregopher/radix/") }
+// isRadix reports radix v3 and v4 (v3 also from its path before modules).
+func isRadix(path string) bool {
+	return path == "github.com/mediocregopher/radix" || strings.HasPrefix(path, "github.com/mediocregopher/radix/")
+}
 
 // radixCmd returns the arguments of a radix Cmd or FlatCmd from the
 // command's name on, and the receiver of its reply.

@@ -1,4 +1,4 @@
-// Package rx polls through radix: commands as actions, radix.Cmd and radix.FlatCmd, sent with Do. // want package:"uses github.com/mediocregopher/radix/v3"
+// Package rx polls through radix: commands as actions, radix.Cmd and radix.FlatCmd, sent with Do. // want package:"uses github.com/mediocregopher/radix"
 package rx
 
 import "github.com/mediocregopher/radix/v3"
