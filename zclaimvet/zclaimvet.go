@@ -1548,6 +1548,20 @@ var placeholder = regexp.MustCompile(`⟨p\d+(\[0\])?⟩|⟨r⟩`)
 // pairFields reports what a type's methods leave unpaired: a read of a
 // receiver's field key in one method and a removal of it in another (the
 // batch handed on between them), unless a call site already paired them.
+// recvNamed returns the named type of fn's receiver, or nil.
+func recvNamed(fn *types.Func) *types.Named {
+	recv := fn.Type().(*types.Signature).Recv()
+	if recv == nil {
+		return nil
+	}
+	t := recv.Type()
+	if p, ok := t.(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	named, _ := t.(*types.Named)
+	return named
+}
+
 func (st *analysisState) pairFields() {
 	type acc struct {
 		fn   *types.Func
@@ -1558,21 +1572,20 @@ func (st *analysisState) pairFields() {
 	byKey := map[string][]acc{}
 	var keys []string
 	for fn, s := range st.summaries {
-		recv := fn.Type().(*types.Signature).Recv()
-		if recv == nil {
-			continue
-		}
-		t := recv.Type()
-		if p, ok := t.(*types.Pointer); ok {
-			t = p.Elem()
-		}
-		named, ok := t.(*types.Named)
-		if !ok {
+		named := recvNamed(fn)
+		if named == nil {
 			continue
 		}
 		for i, a := range s.Accesses {
 			if !strings.HasPrefix(a.Key, "⟨r⟩.") || st.paired[fn][i] || i >= len(st.origin[fn]) {
 				continue
+			}
+			// An access that a method holds from another method of the
+			// type it calls (Start calls poll) is that one's, already here.
+			if call, ok := st.origin[fn][i].(*ast.CallExpr); ok {
+				if c := calleeOf(st.pass, call); c != nil && c != fn && st.summaries[c] != nil && recvNamed(c) == named {
+					continue
+				}
 			}
 			k := named.Obj().Name() + " " + a.Key
 			if byKey[k] == nil {

@@ -460,3 +460,30 @@ func typedLoopTwoKeys(rdb *redis.Client, key queueKey) { // want typedLoopTwoKey
 		removeTyped(rdb, key+":done", m)
 	}
 }
+
+// Shape 1 with a method that starts both (the workers first): one report,
+// at the read; the starter's call of it repeats the same command.
+type feeder struct {
+	rdb *redis.Client
+	key string
+	ch  chan string
+}
+
+func (f *feeder) poll() { // want poll:`read ⟨r⟩.key`
+	for _, id := range f.rdb.ZRangeByScore(ctx, f.key, &redis.ZRangeBy{Max: "+inf"}).Val() { // want `racy poller: ZRANGEBYSCORE reads due members of f.key here, and ZREM at shapes.go:\d+`
+		f.ch <- id
+	}
+}
+
+func (f *feeder) work() { // want work:`rm ⟨r⟩.key`
+	for id := range f.ch {
+		f.rdb.ZRem(ctx, f.key, id)
+	}
+}
+
+func (f *feeder) start() { // want start:`rm ⟨r⟩.key, read ⟨r⟩.key`
+	for i := 0; i < 4; i++ {
+		go f.work()
+	}
+	go f.poll()
+}
