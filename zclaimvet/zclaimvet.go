@@ -1011,7 +1011,8 @@ func claimOf(pass *analysis.Pass, call *ast.CallExpr) (claim bool, lock string) 
 		if claimCmds[cmd] {
 			return true, lockNames[cmd]
 		}
-		if args, _ := namedArgs(pass, call); cmd == "SET" {
+		if cmd == "SET" {
+			args, _ := namedArgs(pass, call)
 			return doClaim(pass, args)
 		}
 	}

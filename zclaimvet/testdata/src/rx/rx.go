@@ -79,3 +79,17 @@ func cleanup(c radix.Client, key string) { // want cleanup:`rm ⟨p1⟩`
 	c.Do(radix.Cmd(nil, "ZRANGEBYSCORE", key, "-inf", "100"))
 	c.Do(radix.Cmd(nil, "ZREMRANGEBYSCORE", key, "-inf", "100"))
 }
+
+// A ZREM after a SET NX of the id only cleans up (poll is its twin).
+func setNX(c radix.Client, key string) { // want setNX:`read ⟨p1⟩`
+	var ids []string
+	c.Do(radix.Cmd(&ids, "ZRANGEBYSCORE", key, "-inf", "100"))
+	for _, id := range ids {
+		var ok string
+		if c.Do(radix.Cmd(&ok, "SET", "lock:"+id, "1", "NX", "EX", "60")); ok != "OK" {
+			continue
+		}
+		run(id)
+		c.Do(radix.Cmd(nil, "ZREM", key, id))
+	}
+}
