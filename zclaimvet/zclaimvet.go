@@ -9,7 +9,8 @@
 // It follows keys across functions and packages (analysis facts: "this
 // function reads due members of its key argument i", "this method removes
 // members of its receiver's field key", "this package uses a Redis
-// client"), through the project's own client wrappers, closures and
+// client"), through the project's own client wrappers, closures,
+// goroutines (a worker started before the read it removes for) and
 // pipelines. It knows go-redis (v9 down to v6, and v5 to v2 from
 // gopkg.in/redis.vN, those before v8 without a context: the typed
 // methods, ZRangeArgs with ByScore, Pipelined, TxPipelined, Watch, and Do),
@@ -182,6 +183,9 @@ type Access struct {
 	Rank  bool
 	Score bool   // a ZSCORE: neither a read of members nor a removal
 	Shown string // the key as the source writes it, for messages
+	// Async: sent by a goroutine the function starts, which may run after
+	// anything that follows the start.
+	Async bool
 }
 
 func (a Access) String() string {
@@ -203,6 +207,7 @@ type event struct {
 	node    ast.Node // the call in this function
 	group   any      // non-nil: sent in one MULTI/EXEC with the others of its group
 	claim   bool     // an atomic claim (LPOP, LMOVE, SET NX): what follows it is cleanup; Name is a lock's command
+	gor     ast.Node // the go statement of this function that sends it, if any (then Async)
 	callee  *types.Func
 	calleeI int // the index of the access in the callee's summary
 }
@@ -755,8 +760,43 @@ func (st *analysisState) pair(evs []event) map[int]bool {
 			}
 			break
 		}
+		if rm.Async && !paired[i] {
+			st.pairLater(evs, i, claimed, paired)
+		}
 	}
 	return paired
+}
+
+// pairLater pairs removal evs[i], sent by a goroutine started before the
+// read (a worker that removes what the poll loop after it hands over),
+// with a later read of its key outside that goroutine. A claim before the
+// removal in the goroutine makes the removal cleanup; a lock before the
+// read, a poll under a lock.
+func (st *analysisState) pairLater(evs []event, i, claimed int, paired map[int]bool) {
+	rm := evs[i]
+	if claimed >= 0 && evs[claimed].Async {
+		return
+	}
+	for j := i + 1; j < len(evs); j++ {
+		r := evs[j]
+		if !r.Read || r.claim || r.gor != nil && r.gor == rm.gor || r.Key != rm.Key || r.Rank && !scoresRead(evs[j+1:], r.Key) {
+			continue
+		}
+		if r.group != nil && r.group == rm.group {
+			return
+		}
+		var lock *event
+		if claimed >= 0 {
+			if lock = lockBefore(evs[:j]); lock == nil {
+				return
+			}
+		}
+		paired[i], paired[j] = true, true
+		if st.final {
+			st.report(r, rm, lock)
+		}
+		return
+	}
 }
 
 // lockBefore returns the last lock taken among evs (a SET NX), or nil.
@@ -835,9 +875,21 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 	var evs []event
 	var multi any // a redigo MULTI in progress
 	watches := false
-	ast.Inspect(body, func(n ast.Node) bool {
+	var visit func(n ast.Node) bool
+	visit = func(n ast.Node) bool {
 		switch x := n.(type) {
 		case *ast.FuncLit:
+			return false
+		case *ast.GoStmt:
+			// A goroutine runs beside what follows it.
+			start := len(evs)
+			ast.Inspect(x.Call, visit)
+			for k := start; k < len(evs); k++ {
+				evs[k].Async = true
+				if evs[k].gor == nil {
+					evs[k].gor = x
+				}
+			}
 			return false
 		case *ast.CallExpr:
 			if isWatch(pass, x) {
@@ -905,7 +957,8 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 			evs = append(evs, st.viaCallee(s, x, g)...)
 		}
 		return true
-	})
+	}
+	ast.Inspect(body, visit)
 	if watches {
 		return nil
 	}
@@ -1490,6 +1543,9 @@ func (st *analysisState) viaCallee(s *fnScope, call *ast.CallExpr, group any) []
 			continue
 		}
 		ev := event{Access: a, node: call, group: group, callee: fn, calleeI: i}
+		if a.Async {
+			ev.gor = call // the callee's goroutines: their order is the callee's to pair
+		}
 		ev.Key = key
 		ev.Pos = pos(pass, call)
 		if !strings.Contains(ev.Name, " (in ") {

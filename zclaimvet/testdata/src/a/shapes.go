@@ -461,8 +461,8 @@ func typedLoopTwoKeys(rdb *redis.Client, key queueKey) { // want typedLoopTwoKey
 	}
 }
 
-// Shape 1 with a method that starts both (the workers first): one report,
-// at the read; the starter's call of it repeats the same command.
+// Shape 1 with a third method that calls the reading one: one report, at
+// the read; the caller's copy of the access is the same command.
 type feeder struct {
 	rdb *redis.Client
 	key string
@@ -481,9 +481,81 @@ func (f *feeder) work() { // want work:`rm ⟨r⟩.key`
 	}
 }
 
-func (f *feeder) start() { // want start:`rm ⟨r⟩.key, read ⟨r⟩.key`
+func (f *feeder) refresh() { // want refresh:`read ⟨r⟩.key`
+	f.poll()
+}
+
+// Workers started before the poll loop that feeds them remove what it
+// read: racy, in a literal or a function. Twins: workers that remove
+// from another key; workers that claim each id first (cleanup).
+func workersFirst(rdb *redis.Client, key string) {
+	ch := make(chan string)
 	for i := 0; i < 4; i++ {
-		go f.work()
+		go func() {
+			for id := range ch {
+				run(id)
+				rdb.ZRem(ctx, key, id)
+			}
+		}()
 	}
-	go f.poll()
+	for {
+		for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() { // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at shapes.go:\d+`
+			ch <- id
+		}
+	}
+}
+
+func remover(rdb *redis.Client, key string, ch chan string) { // want remover:`rm ⟨p1⟩`
+	for id := range ch {
+		rdb.ZRem(ctx, key, id)
+	}
+}
+
+func workerFuncFirst(rdb *redis.Client, key string) {
+	ch := make(chan string)
+	go remover(rdb, key, ch)
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() { // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM \(in remover\) at shapes.go:\d+`
+		ch <- id
+	}
+}
+
+func workersOtherKey(rdb *redis.Client, key string) { // want workersOtherKey:`rm ⟨p1⟩ \+ ":done", read ⟨p1⟩`
+	ch := make(chan string)
+	go remover(rdb, key+":done", ch)
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() {
+		ch <- id
+	}
+}
+
+func workersClaim(rdb *redis.Client, key string) {
+	ch := make(chan string)
+	go func() {
+		for id := range ch {
+			if !rdb.SetNX(ctx, "lock:"+id, 1, time.Minute).Val() {
+				continue
+			}
+			rdb.ZRem(ctx, key, id)
+		}
+	}()
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() {
+		ch <- id
+	}
+}
+
+// Within one goroutine order counts, as in a function: a trim, then a
+// read of what is left, is no poll.
+func trimThenList(rdb *redis.Client, key string) { // want trimThenList:`rm ⟨p1⟩, read ⟨p1⟩`
+	go func() {
+		for {
+			rdb.ZRemRangeByScore(ctx, key, "-inf", "100")
+			for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "100", Max: "+inf"}).Val() {
+				run(id)
+			}
+		}
+	}()
+}
+
+// The same trim and list called from elsewhere: still no poll.
+func callsTrimThenList(rdb *redis.Client) { // want callsTrimThenList:`rm "delay:trim", read "delay:trim"`
+	trimThenList(rdb, "delay:trim")
 }
