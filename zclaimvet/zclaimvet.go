@@ -509,6 +509,7 @@ func (st *analysisState) summarize(fd *ast.FuncDecl) *Summary {
 			if lit, _ := pipelined(st.pass, x); lit != nil {
 				inline[lit] = true
 			}
+
 		case *ast.FuncLit:
 			if !inline[x] && !st.watched[x.Body] {
 				st.pair(st.events(s, x.Body, nil))
@@ -905,6 +906,22 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 					multi = nil
 				}
 			}
+			// A literal handed to a runner (errgroup's and WaitGroup's
+			// Go, a pool's Submit, time.AfterFunc) runs beside what
+			// follows, as a goroutine does.
+			if lits := runLiterals(x); lits != nil {
+				for _, lit := range lits {
+					start := len(evs)
+					evs = append(evs, st.events(s, lit.Body, group)...)
+					for k := start; k < len(evs); k++ {
+						evs[k].Async = true
+						if evs[k].gor == nil {
+							evs[k].gor = lit
+						}
+					}
+				}
+				return false
+			}
 			// A literal called where it stands (go func(){...}(),
 			// defer func(){...}()) runs as part of this function.
 			if lit, ok := ast.Unparen(x.Fun).(*ast.FuncLit); ok {
@@ -963,6 +980,31 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 		return nil
 	}
 	return evs
+}
+
+// runLiterals returns the function literals that call hands to a runner
+// to run on a goroutine: errgroup's and WaitGroup's Go and TryGo, a
+// worker pool's Submit, time.AfterFunc.
+func runLiterals(call *ast.CallExpr) []*ast.FuncLit {
+	var name string
+	switch f := ast.Unparen(call.Fun).(type) {
+	case *ast.SelectorExpr:
+		name = f.Sel.Name
+	case *ast.Ident:
+		name = f.Name
+	}
+	switch name {
+	case "Go", "TryGo", "Submit", "AfterFunc":
+	default:
+		return nil
+	}
+	var lits []*ast.FuncLit
+	for _, a := range call.Args {
+		if lit, ok := ast.Unparen(a).(*ast.FuncLit); ok {
+			lits = append(lits, lit)
+		}
+	}
+	return lits
 }
 
 // pipelined returns the function literal of a go-redis Pipelined or
