@@ -1,0 +1,377 @@
+package zclaimvet
+
+// Commands: which sorted-set command or claim a call sends, for
+// go-redis' typed methods and Do, and commands sent by name (redigo's Do
+// and Send, radix's Cmd and FlatCmd).
+
+import (
+	"go/ast"
+	"go/constant"
+	"go/token"
+	"go/types"
+	"slices"
+	"strings"
+
+	"golang.org/x/tools/go/analysis"
+)
+
+// goRedisMethod returns the go-redis function call calls, and its name.
+func goRedisMethod(pass *analysis.Pass, call *ast.CallExpr) (*types.Func, string) {
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok {
+		return nil, ""
+	}
+	fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
+	if !ok || fn.Pkg() == nil || !isGoRedis(fn.Pkg().Path()) && !isCompat(fn.Pkg().Path()) {
+		return nil, ""
+	}
+	return fn, sel.Sel.Name
+}
+
+var (
+	readMethods = map[string]bool{"ZRangeByScore": true, "ZRangeByScoreWithScores": true, "ZRevRangeByScore": true,
+		"ZRevRangeByScoreWithScores": true}
+	rankReadMethods = map[string]bool{"ZRangeWithScores": true, "ZRevRangeWithScores": true}
+	argsMethods     = map[string]bool{"ZRangeArgs": true, "ZRangeArgsWithScores": true}
+	removeMethods   = map[string]string{"ZRem": "ZREM", "ZRemRangeByScore": "ZREMRANGEBYSCORE",
+		"ZRemRangeByRank": "ZREMRANGEBYRANK"}
+	removeCmds  = map[string]bool{"ZREM": true, "ZREMRANGEBYSCORE": true, "ZREMRANGEBYRANK": true}
+	claimMethod = map[string]bool{"LPop": true, "RPop": true, "RPopLPush": true, "LMove": true, "BLMove": true,
+		"BRPopLPush": true, "BLPop": true, "BRPop": true, "SetNX": true, "HSetNX": true, "LMPop": true, "BLMPop": true}
+	claimCmds = map[string]bool{"LPOP": true, "RPOP": true, "RPOPLPUSH": true, "LMOVE": true, "BLMOVE": true,
+		"BRPOPLPUSH": true, "BLPOP": true, "BRPOP": true, "SETNX": true, "HSETNX": true, "LMPOP": true, "BLMPOP": true}
+	// lockNames are the claims that take a lock, by the upper-case
+	// command or method name.
+	lockNames = map[string]string{"SETNX": "SETNX", "HSETNX": "HSETNX"}
+)
+
+// claimOf tells whether a command hands an id to one caller only (claim):
+// a pop or move from a list, or a SET NX, which is also a lock: the name
+// it is reported by, "" for any other claim.
+func claimOf(pass *analysis.Pass, call *ast.CallExpr) (claim bool, lock string) {
+	if fn, name := goRedisMethod(pass, call); fn != nil {
+		if claimMethod[name] {
+			return true, lockNames[strings.ToUpper(name)]
+		}
+		if name == "SetArgs" {
+			for _, a := range call.Args {
+				if lit, ok := ast.Unparen(a).(*ast.CompositeLit); ok {
+					for _, el := range lit.Elts {
+						if kv, ok := el.(*ast.KeyValueExpr); ok {
+							if v, ok := stringConst(pass, kv.Value); ok && strings.EqualFold(v, "NX") {
+								return true, "SET NX"
+							}
+						}
+					}
+				}
+			}
+		}
+		if name == "Do" {
+			return doClaim(pass, call.Args[min(keyIndex(fn), len(call.Args)):])
+		}
+		return false, ""
+	}
+	if cmd, ok := namedCmd(pass, call); ok {
+		if claimCmds[cmd] {
+			return true, lockNames[cmd]
+		}
+		if cmd == "SET" {
+			args, _ := namedArgs(pass, call)
+			return doClaim(pass, args)
+		}
+	}
+	return false, ""
+}
+
+func doClaim(pass *analysis.Pass, args []ast.Expr) (claim bool, lock string) {
+	if len(args) == 0 {
+		return false, ""
+	}
+	cmd, ok := stringConst(pass, args[0])
+	if !ok {
+		return false, ""
+	}
+	cmd = strings.ToUpper(cmd)
+	if claimCmds[cmd] {
+		return true, lockNames[cmd]
+	}
+	if cmd == "SET" {
+		for _, a := range args[1:] {
+			if v, ok := stringConst(pass, a); ok && strings.EqualFold(v, "NX") {
+				return true, "SET NX"
+			}
+		}
+	}
+	return false, ""
+}
+
+// namedCmd returns the command of a redigo Do or Send, or of a radix Cmd
+// or FlatCmd.
+func namedCmd(pass *analysis.Pass, call *ast.CallExpr) (string, bool) {
+	args, ok := namedArgs(pass, call)
+	if !ok {
+		return "", false
+	}
+	cmd, ok := stringConst(pass, args[0])
+	return strings.ToUpper(cmd), ok
+}
+
+// namedArgs returns the arguments, from the command's name on, of a
+// command sent by name: redigo's Do or Send, radix's Cmd or FlatCmd.
+func namedArgs(pass *analysis.Pass, call *ast.CallExpr) ([]ast.Expr, bool) {
+	if isRedigoSend(pass, call) {
+		return call.Args, true
+	}
+	args, _, ok := radixCmd(pass, call)
+	return args, ok
+}
+
+func importsRedigo(p *types.Package) bool {
+	for _, imp := range p.Imports() {
+		if isRedigo(imp.Path()) {
+			return true
+		}
+	}
+	return false
+}
+
+// keyIndex is where the key is among the arguments of a go-redis method:
+// after the context (v8, v9), or first (v7 and older).
+func keyIndex(fn *types.Func) int {
+	sig := fn.Type().(*types.Signature)
+	if sig.Params().Len() > 0 {
+		if named, ok := sig.Params().At(0).Type().(*types.Named); ok && named.Obj().Name() == "Context" {
+			return 1
+		}
+	}
+	return 0
+}
+
+// classify reads a sorted-set command sent by call itself.
+func (st *analysisState) classify(s *fnScope, call *ast.CallExpr) (event, bool) {
+	pass := st.pass
+	mk := func(name string, key ast.Expr, read bool) event {
+		return event{Access: Access{Read: read, Name: name, Key: st.norm(s, key, 0), Pos: pos(pass, call),
+			Shown: render(pass, key)}, node: call}
+	}
+	if fn, name := goRedisMethod(pass, call); fn != nil {
+		k := keyIndex(fn)
+		if len(call.Args) <= k {
+			return event{}, false
+		}
+		switch {
+		case readMethods[name]:
+			return mk("ZRANGEBYSCORE", call.Args[k], true), true
+		case rankReadMethods[name]:
+			return mk("ZRANGE WITHSCORES", call.Args[k], true), true
+		case name == "ZRange" || name == "ZRevRange":
+			ev := mk(strings.ToUpper(name), call.Args[k], true)
+			ev.Rank = true
+			return ev, true
+		case name == "ZScore":
+			ev := mk("ZSCORE", call.Args[k], false)
+			ev.Score = true
+			return ev, true
+		case argsMethods[name]:
+			if key, byScore := st.zrangeArgs(s, call.Args[k]); key != nil && (byScore || name == "ZRangeArgsWithScores") {
+				n := "ZRANGE BYSCORE"
+				if !byScore {
+					n = "ZRANGE WITHSCORES"
+				}
+				return mk(n, key, true), true
+			}
+		case removeMethods[name] != "":
+			ev := mk(removeMethods[name], call.Args[k], false)
+			st.removal(s, &ev, call, name == "ZRem", call.Args[k+1:], call.Ellipsis.IsValid())
+			return ev, true
+		case name == "Do" && len(call.Args) >= k+2:
+			return st.doCommand(s, call, call.Args[k:])
+		}
+		return event{}, false
+	}
+	if isRedigoSend(pass, call) {
+		return st.doCommand(s, call, call.Args)
+	}
+	return st.radixEvent(s, call)
+}
+
+// isRedigoSend reports a redigo Do or Send, whatever its command; where
+// the connection's type did not resolve (the package does not fully
+// type-check), a Do or Send in a package that imports redigo.
+func isRedigoSend(pass *analysis.Pass, call *ast.CallExpr) bool {
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != "Do" && sel.Sel.Name != "Send" || len(call.Args) == 0 {
+		return false
+	}
+	fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
+	return ok && fn.Pkg() != nil && isRedigo(fn.Pkg().Path()) ||
+		pass.TypesInfo.Uses[sel.Sel] == nil && importsRedigo(pass.Pkg)
+}
+
+// doCommand reads a command sent as Do(name, key, args...).
+func (st *analysisState) doCommand(s *fnScope, call *ast.CallExpr, args []ast.Expr) (event, bool) {
+	if len(args) < 2 {
+		return event{}, false
+	}
+	spread := call.Ellipsis.IsValid()
+	if len(args) == 2 && spread {
+		if rest, ok := st.argsBuilt(s, args[1]); ok && len(rest) > 0 {
+			args, spread = append([]ast.Expr{args[0]}, rest...), false
+		}
+	}
+	for _, cmd := range st.constStrings(s, args[0]) {
+		if ev, ok := st.doCommandNamed(s, call, strings.ToUpper(cmd), args, spread); ok {
+			return ev, true
+		}
+	}
+	return event{}, false
+}
+
+// argsBuilt returns the arguments a redigo redis.Args holds, sent spread
+// (c.Do("ZREM", redis.Args{}.Add(key).Add(id)...)): its literal's elements
+// and those of each Add, through a local assigned once. It reports false
+// for anything else, or an AddFlat (a struct's fields: no key to read).
+func (st *analysisState) argsBuilt(s *fnScope, e ast.Expr) ([]ast.Expr, bool) {
+	pass := st.pass
+	e = ast.Unparen(e)
+	if id, ok := e.(*ast.Ident); ok {
+		d, ok := s.defs[pass.TypesInfo.ObjectOf(id)]
+		if !ok {
+			return nil, false
+		}
+		e = ast.Unparen(d)
+	}
+	named, ok := pass.TypesInfo.TypeOf(e).(*types.Named)
+	if !ok || named.Obj().Name() != "Args" || named.Obj().Pkg() == nil || !isRedigo(named.Obj().Pkg().Path()) {
+		return nil, false
+	}
+	switch x := e.(type) {
+	case *ast.CompositeLit:
+		return slices.Clone(x.Elts), true
+	case *ast.CallExpr:
+		sel, ok := x.Fun.(*ast.SelectorExpr)
+		if !ok || sel.Sel.Name != "Add" || x.Ellipsis.IsValid() {
+			return nil, false
+		}
+		base, ok := st.argsBuilt(s, sel.X)
+		return append(base, x.Args...), ok
+	}
+	return nil, false
+}
+
+// doCommandNamed reads command cmd sent with args (args[0] the command;
+// spread: the last of them is spread).
+func (st *analysisState) doCommandNamed(s *fnScope, call *ast.CallExpr, cmd string, args []ast.Expr, spread bool) (event, bool) {
+	has := func(flag string) bool {
+		for _, a := range args[2:] {
+			if v, ok := stringConst(st.pass, a); ok && strings.EqualFold(v, flag) {
+				return true
+			}
+		}
+		return false
+	}
+	return st.zsetCommand(s, call, cmd, args[1], has, args[2:], spread)
+}
+
+// zsetCommand is the access that sorted-set command cmd (upper case) on key
+// makes, sent by call: has tells whether it carries a flag (BYSCORE,
+// WITHSCORES); members are a removal's members (spread: the last of them
+// is spread).
+func (st *analysisState) zsetCommand(s *fnScope, call *ast.CallExpr, cmd string, key ast.Expr, has func(string) bool,
+	members []ast.Expr, spread bool) (event, bool) {
+	pass := st.pass
+	mk := func(name string, read bool) event {
+		return event{Access: Access{Read: read, Name: name, Key: st.norm(s, key, 0), Pos: pos(pass, call),
+			Shown: render(pass, key)}, node: call}
+	}
+	switch {
+	case cmd == "ZRANGEBYSCORE" || cmd == "ZREVRANGEBYSCORE":
+		return mk(cmd, true), true
+	case cmd == "ZRANGE" || cmd == "ZREVRANGE":
+		switch {
+		case has("BYSCORE"):
+			return mk("ZRANGE BYSCORE", true), true
+		case has("WITHSCORES"):
+			return mk("ZRANGE WITHSCORES", true), true
+		}
+		ev := mk(cmd, true)
+		ev.Rank = true
+		return ev, true
+	case cmd == "ZSCORE":
+		ev := mk(cmd, false)
+		ev.Score = true
+		return ev, true
+	case removeCmds[cmd]:
+		ev := mk(cmd, false)
+		st.removal(s, &ev, call, cmd == "ZREM", members, spread)
+		return ev, true
+	}
+	return event{}, false
+}
+
+// removal fills in how many members a removal takes and whether its count
+// is tested.
+func (st *analysisState) removal(s *fnScope, ev *event, call *ast.CallExpr, zrem bool, members []ast.Expr,
+	ellipsis bool) {
+	single := zrem && len(members) == 1 && !ellipsis && !isSlice(st.pass, members[0])
+	if zrem && ellipsis && len(members) == 1 {
+		if id, ok := ast.Unparen(members[0]).(*ast.Ident); ok {
+			if i, ok := s.params[st.pass.TypesInfo.ObjectOf(id)]; ok && i >= 0 {
+				ev.Forward = true
+			}
+		}
+	}
+	ev.Batch = !single && !ev.Forward
+	ev.Checked = single && st.countTested(s, call)
+}
+
+// isSlice reports a slice or array of members; a []byte (a payload kept
+// as the member, say) is one member, as every client sends it.
+func isSlice(pass *analysis.Pass, e ast.Expr) bool {
+	t := pass.TypesInfo.TypeOf(e)
+	if t == nil {
+		return false
+	}
+	switch u := t.Underlying().(type) {
+	case *types.Slice:
+		b, ok := u.Elem().Underlying().(*types.Basic)
+		return !ok || b.Kind() != types.Byte
+	case *types.Array:
+		return true
+	}
+	return false
+}
+
+// zrangeArgs reads the Key of a ZRangeArgs literal (or of the local it is
+// assigned to) and whether it has ByScore set.
+func (st *analysisState) zrangeArgs(s *fnScope, e ast.Expr) (key ast.Expr, byScore bool) {
+	pass := st.pass
+	e = ast.Unparen(e)
+	if id, ok := e.(*ast.Ident); ok {
+		if d, ok := s.defs[pass.TypesInfo.ObjectOf(id)]; ok {
+			e = ast.Unparen(d)
+		}
+	}
+	if u, ok := e.(*ast.UnaryExpr); ok && u.Op == token.AND {
+		e = u.X
+	}
+	lit, ok := e.(*ast.CompositeLit)
+	if !ok {
+		return nil, false
+	}
+	for _, el := range lit.Elts {
+		kv, ok := el.(*ast.KeyValueExpr)
+		if !ok {
+			continue
+		}
+		switch id, _ := kv.Key.(*ast.Ident); {
+		case id == nil:
+		case id.Name == "Key":
+			key = kv.Value
+		case id.Name == "ByScore":
+			tv := pass.TypesInfo.Types[kv.Value]
+			byScore = tv.Value == nil || constant.BoolVal(tv.Value) // a variable may be true
+		}
+	}
+	return key, byScore
+}

@@ -1,0 +1,297 @@
+package zclaimvet
+
+// Events: the sorted-set accesses and claims a function body sends, in
+// source order, through its closures, pipelines, transactions and
+// goroutines.
+
+import (
+	"go/ast"
+	"go/types"
+
+	"golang.org/x/tools/go/analysis"
+	"golang.org/x/tools/go/types/typeutil"
+)
+
+// events returns the accesses body sends, in source order: its own
+// commands, those of the functions it calls (from their summaries), and
+// those of the closures it hands to Pipelined (inline) and TxPipelined (one
+// group); not those of other function literals or of WATCH transactions.
+func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []event {
+	pass := st.pass
+	var evs []event
+	var multi any // a redigo MULTI in progress
+	watches := false
+	var visit func(n ast.Node) bool
+	visit = func(n ast.Node) bool {
+		switch x := n.(type) {
+		case *ast.FuncLit:
+			return false
+		case *ast.GoStmt:
+			// A goroutine runs beside what follows it.
+			start := len(evs)
+			ast.Inspect(x.Call, visit)
+			for k := start; k < len(evs); k++ {
+				evs[k].Async = true
+				if evs[k].gor == nil {
+					evs[k].gor = x
+				}
+			}
+			return false
+		case *ast.CallExpr:
+			if isWatch(pass, x) {
+				return false
+			}
+			if cmd, ok := namedCmd(pass, x); ok {
+				switch cmd {
+				case "WATCH":
+					watches = true
+				case "MULTI":
+					multi = x
+				case "EXEC", "DISCARD":
+					multi = nil
+				}
+			}
+			// A literal handed to a runner (errgroup's and WaitGroup's
+			// Go, a pool's Submit, time.AfterFunc) runs beside what
+			// follows, as a goroutine does.
+			if lits := runLiterals(x); lits != nil {
+				for _, lit := range lits {
+					start := len(evs)
+					evs = append(evs, st.events(s, lit.Body, group)...)
+					for k := start; k < len(evs); k++ {
+						evs[k].Async = true
+						if evs[k].gor == nil {
+							evs[k].gor = lit
+						}
+					}
+				}
+				return false
+			}
+			// A literal called where it stands (go func(){...}(),
+			// defer func(){...}()) runs as part of this function.
+			if lit, ok := ast.Unparen(x.Fun).(*ast.FuncLit); ok {
+				evs = append(evs, st.events(s, lit.Body, group)...)
+				return false
+			}
+			if lit, tx := pipelined(pass, x); lit != nil {
+				g := group
+				if tx {
+					g = lit
+				}
+				evs = append(evs, st.events(s, lit.Body, g)...)
+				return false
+			}
+			g := group
+			if multi != nil {
+				g = multi
+			}
+			if txg := st.txPipe(s, x); txg != nil {
+				g = txg
+			}
+			if revs, watch, ok := st.rueidisEvents(s, x, g); ok {
+				watches = watches || watch
+				for _, ev := range revs {
+					if !ev.Read || !st.discarded[x] {
+						evs = append(evs, ev)
+					}
+				}
+				return true
+			}
+			if ev, ok := st.classify(s, x); ok {
+				if ev.Read && st.discarded[x] {
+					return true // no members read: nothing polled
+				}
+				ev.group = g
+				evs = append(evs, ev)
+				return true
+			}
+			if w := st.sendsOf(x); w != nil {
+				if ev, ok := st.viaSends(s, x, w); ok {
+					ev.group = g
+					evs = append(evs, ev)
+				}
+				return true
+			}
+			if claim, lock := claimOf(pass, x); claim {
+				evs = append(evs, event{node: x, claim: true, Access: Access{Name: lock, Pos: pos(pass, x)}})
+				return true
+			}
+			evs = append(evs, st.viaCallee(s, x, g)...)
+		}
+		return true
+	}
+	ast.Inspect(body, visit)
+	if watches {
+		return nil
+	}
+	return evs
+}
+
+// runLiterals returns the function literals that call hands to a runner
+// to run on a goroutine: errgroup's and WaitGroup's Go and TryGo, a
+// worker pool's Submit, time.AfterFunc.
+func runLiterals(call *ast.CallExpr) []*ast.FuncLit {
+	var name string
+	switch f := ast.Unparen(call.Fun).(type) {
+	case *ast.SelectorExpr:
+		name = f.Sel.Name
+	case *ast.Ident:
+		name = f.Name
+	}
+	switch name {
+	case "Go", "TryGo", "Submit", "AfterFunc":
+	default:
+		return nil
+	}
+	var lits []*ast.FuncLit
+	for _, a := range call.Args {
+		if lit, ok := ast.Unparen(a).(*ast.FuncLit); ok {
+			lits = append(lits, lit)
+		}
+	}
+	return lits
+}
+
+// pipelined returns the function literal of a go-redis Pipelined or
+// TxPipelined call, and whether it is the MULTI/EXEC one.
+func pipelined(pass *analysis.Pass, call *ast.CallExpr) (*ast.FuncLit, bool) {
+	fn, name := goRedisMethod(pass, call)
+	if fn == nil || name != "Pipelined" && name != "TxPipelined" {
+		return nil, false
+	}
+	for _, a := range call.Args {
+		if lit, ok := ast.Unparen(a).(*ast.FuncLit); ok {
+			return lit, name == "TxPipelined"
+		}
+	}
+	return nil, false
+}
+
+// txPipe returns the group of a command sent on a variable that holds a
+// go-redis TxPipeline (MULTI/EXEC), nil otherwise.
+func (st *analysisState) txPipe(s *fnScope, call *ast.CallExpr) any {
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok {
+		return nil
+	}
+	id, ok := ast.Unparen(sel.X).(*ast.Ident)
+	if !ok {
+		return nil
+	}
+	o := st.pass.TypesInfo.ObjectOf(id)
+	d, ok := s.defs[o]
+	if !ok {
+		return nil
+	}
+	if c, ok := ast.Unparen(d).(*ast.CallExpr); ok {
+		if fn, name := goRedisMethod(st.pass, c); fn != nil && name == "TxPipeline" {
+			return o
+		}
+	}
+	return nil
+}
+
+// findWatched marks the functions passed to go-redis' Watch: literals, local
+// variables that hold one, and named functions or methods of the package.
+func (st *analysisState) findWatched(f *ast.File) {
+	pass := st.pass
+	ast.Inspect(f, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok || !isWatch(pass, call) {
+			return true
+		}
+		for _, a := range call.Args {
+			switch x := ast.Unparen(a).(type) {
+			case *ast.FuncLit:
+				st.watched[x.Body] = true
+			case *ast.Ident, *ast.SelectorExpr:
+				var obj types.Object
+				if id, ok := x.(*ast.Ident); ok {
+					obj = pass.TypesInfo.Uses[id]
+				} else {
+					obj = pass.TypesInfo.Uses[x.(*ast.SelectorExpr).Sel]
+				}
+				switch o := obj.(type) {
+				case *types.Func:
+					if fd := st.decls[o]; fd != nil {
+						st.watched[fd.Body] = true
+					}
+				case *types.Var:
+					if lit := litOf(f, pass, o); lit != nil {
+						st.watched[lit.Body] = true
+					}
+				}
+			}
+		}
+		return true
+	})
+}
+
+// litOf finds the function literal a variable is defined as.
+func litOf(f *ast.File, pass *analysis.Pass, v *types.Var) *ast.FuncLit {
+	var lit *ast.FuncLit
+	ast.Inspect(f, func(n ast.Node) bool {
+		as, ok := n.(*ast.AssignStmt)
+		if !ok || len(as.Lhs) != len(as.Rhs) {
+			return lit == nil
+		}
+		for i, l := range as.Lhs {
+			if id, ok := l.(*ast.Ident); ok && pass.TypesInfo.ObjectOf(id) == v {
+				if fl, ok := ast.Unparen(as.Rhs[i]).(*ast.FuncLit); ok {
+					lit = fl
+				}
+			}
+		}
+		return lit == nil
+	})
+	return lit
+}
+
+// isWatch reports a call of go-redis' Watch: its function runs in an
+// optimistic transaction.
+func isWatch(pass *analysis.Pass, call *ast.CallExpr) bool {
+	fn, name := goRedisMethod(pass, call)
+	return fn != nil && name == "Watch"
+}
+
+// discard marks the calls of f whose replies the code throws away: the
+// first value assigned to _ (of the reply, of a method of it such as Val,
+// Result or AsStrSlice, or of a redigo reply helper of it), or only the
+// error asked for (Err, or rueidis' Error). A read of due members
+// whose members no one gets polls nothing: it checks that the key can be
+// read, before a removal of what has expired, say.
+func (st *analysisState) discard(f *ast.File) {
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch x := n.(type) {
+		case *ast.AssignStmt:
+			if len(x.Rhs) != 1 || len(x.Lhs) == 0 {
+				break
+			}
+			if id, ok := x.Lhs[0].(*ast.Ident); !ok || id.Name != "_" {
+				break
+			}
+			call, ok := ast.Unparen(x.Rhs[0]).(*ast.CallExpr)
+			if !ok {
+				break
+			}
+			st.discarded[call] = true
+			if sel, ok := call.Fun.(*ast.SelectorExpr); ok && len(call.Args) == 0 {
+				if inner, ok := ast.Unparen(sel.X).(*ast.CallExpr); ok {
+					st.discarded[inner] = true
+				}
+			}
+			if fn := typeutil.StaticCallee(st.pass.TypesInfo, call); fn != nil && fn.Pkg() != nil && isRedigo(fn.Pkg().Path()) && len(call.Args) == 1 {
+				if inner, ok := ast.Unparen(call.Args[0]).(*ast.CallExpr); ok {
+					st.discarded[inner] = true
+				}
+			}
+		case *ast.SelectorExpr:
+			if x.Sel.Name == "Err" || x.Sel.Name == "Error" {
+				if call, ok := ast.Unparen(x.X).(*ast.CallExpr); ok {
+					st.discarded[call] = true
+				}
+			}
+		}
+		return true
+	})
+}
