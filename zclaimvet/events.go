@@ -30,12 +30,7 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 			// A goroutine runs beside what follows it.
 			start := len(evs)
 			ast.Inspect(x.Call, visit)
-			for k := start; k < len(evs); k++ {
-				evs[k].Async = true
-				if evs[k].gor == nil {
-					evs[k].gor = x
-				}
-			}
+			onGoroutine(evs[start:], x)
 			return false
 		case *ast.CallExpr:
 			if isWatch(pass, x) {
@@ -58,12 +53,7 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 				for _, lit := range lits {
 					start := len(evs)
 					evs = append(evs, st.events(s, lit.Body, group)...)
-					for k := start; k < len(evs); k++ {
-						evs[k].Async = true
-						if evs[k].gor == nil {
-							evs[k].gor = lit
-						}
-					}
+					onGoroutine(evs[start:], lit)
 				}
 				return false
 			}
@@ -125,6 +115,17 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 		return nil
 	}
 	return evs
+}
+
+// onGoroutine marks evs as sent by goroutine g of the function (those of
+// a goroutine g starts in turn keep theirs).
+func onGoroutine(evs []event, g ast.Node) {
+	for k := range evs {
+		evs[k].Async = true
+		if evs[k].gor == nil {
+			evs[k].gor = g
+		}
+	}
 }
 
 // runLiterals returns the function literals that call hands to a runner

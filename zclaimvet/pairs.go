@@ -147,6 +147,9 @@ func (st *analysisState) report(r, rm event, lock *event) {
 	}
 }
 
+// pairFields reports what a type's methods leave unpaired: a read of a
+// receiver's field key in one method and a removal of it in another (the
+// batch handed on between them), unless a call site already paired them.
 func (st *analysisState) pairFields() {
 	type acc struct {
 		fn   *types.Func
@@ -198,9 +201,6 @@ func (st *analysisState) pairFields() {
 	}
 }
 
-// pairFields reports what a type's methods leave unpaired: a read of a
-// receiver's field key in one method and a removal of it in another (the
-// batch handed on between them), unless a call site already paired them.
 // recvNamed returns the named type of fn's receiver, or nil.
 func recvNamed(fn *types.Func) *types.Named {
 	recv := fn.Type().(*types.Signature).Recv()
