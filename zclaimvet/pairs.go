@@ -71,7 +71,7 @@ func (st *analysisState) pair(evs []event) map[int]bool {
 			break
 		}
 		if rm.Async && !paired[i] {
-			st.pairLater(evs, i, claimed, paired)
+			st.pairLater(evs, i, paired)
 		}
 	}
 	return paired
@@ -80,12 +80,15 @@ func (st *analysisState) pair(evs []event) map[int]bool {
 // pairLater pairs removal evs[i], sent by a goroutine started before the
 // read (a worker that removes what the poll loop after it hands over),
 // with a later read of its key outside that goroutine. A claim before the
-// removal in the goroutine makes the removal cleanup; a lock before the
-// read, a poll under a lock.
-func (st *analysisState) pairLater(evs []event, i, claimed int, paired map[int]bool) {
+// removal in its goroutine makes it cleanup. Other claims before the read
+// are judged as pair judges a claim before a read: a lock makes a poll
+// under a lock, a pop alone no poll.
+func (st *analysisState) pairLater(evs []event, i int, paired map[int]bool) {
 	rm := evs[i]
-	if claimed >= 0 && evs[claimed].Async {
-		return
+	for k := i - 1; k >= 0; k-- {
+		if evs[k].claim && evs[k].gor == rm.gor {
+			return
+		}
 	}
 	for j := i + 1; j < len(evs); j++ {
 		r := evs[j]
@@ -96,8 +99,9 @@ func (st *analysisState) pairLater(evs []event, i, claimed int, paired map[int]b
 			return
 		}
 		var lock *event
-		if claimed >= 0 {
-			if lock = lockBefore(evs[:j]); lock == nil {
+		before := slices.DeleteFunc(slices.Clone(evs[:j]), func(e event) bool { return e.gor != nil && e.gor == rm.gor })
+		if slices.ContainsFunc(before, func(e event) bool { return e.claim }) {
+			if lock = lockBefore(before); lock == nil {
 				return
 			}
 		}

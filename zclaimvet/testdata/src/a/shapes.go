@@ -559,3 +559,16 @@ func trimThenList(rdb *redis.Client, key string) { // want trimThenList:`rm ⟨p
 func callsTrimThenList(rdb *redis.Client) { // want callsTrimThenList:`rm "delay:trim", read "delay:trim"`
 	trimThenList(rdb, "delay:trim")
 }
+
+// Workers started first, then a lock, then the poll: a poll under a lock
+// (workersFirst is its twin without the lock).
+func workersThenLock(rdb *redis.Client, key string) {
+	ch := make(chan string)
+	go remover(rdb, key, ch)
+	if !rdb.SetNX(ctx, "poll-lock", 1, time.Second).Val() {
+		return
+	}
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() { // want `poller under a lock: ZRANGEBYSCORE reads due members of key after the SETNX at shapes.go:\d+`
+		ch <- id
+	}
+}
