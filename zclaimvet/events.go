@@ -13,9 +13,11 @@ import (
 )
 
 // events returns the accesses body sends, in source order: its own
-// commands, those of the functions it calls (from their summaries), and
-// those of the closures it hands to Pipelined (inline) and TxPipelined (one
-// group); not those of other function literals or of WATCH transactions.
+// commands, those of the functions it calls (from their summaries), those
+// of the closures it hands to Pipelined (inline) and TxPipelined (one
+// group), and those of the goroutines it starts (go statements, runners:
+// marked Async); not those of other function literals or of WATCH
+// transactions.
 func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []event {
 	pass := st.pass
 	var evs []event
