@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 )
 
 // Defaults of a Dispatcher.
@@ -99,6 +100,20 @@ type DispatcherOptions struct {
 	// Setting it makes claims read the jobs' due times (see TaskOptions).
 	// Default: nil.
 	OnDispatch func(job JobInfo, lag time.Duration, err error)
+	// AsynqRedis, when set, is the Redis client that the asynq Client
+	// given to NewDispatcher writes to (the one it was made from with
+	// asynq.NewClientFromRedisClient, or one to the same server). The
+	// dispatcher then writes the tasks of the claims an enqueue worker
+	// holds at one moment (up to 32) in one script per queue, each as
+	// asynq v0.26's Client.Enqueue writes it (its task hash, pending list
+	// and message), instead of one Enqueue a task: Redis and the
+	// dispatcher spend a fraction of the CPU a task (docs/performance.md).
+	// A task with an option asynq writes elsewhere (Unique, ProcessAt,
+	// ProcessIn, Group) and a periodic job's tick still go through the
+	// Client. Under an asynq other than v0.26.x, every task goes through
+	// the Client, and NewDispatcher logs why at Warn.
+	// Default: nil (every task through the Client).
+	AsynqRedis redis.UniversalClient
 	// Logger receives the dispatcher's logs. Default: the Broker's logger.
 	Logger *slog.Logger
 }
@@ -144,6 +159,7 @@ type DispatcherStats struct {
 type Dispatcher struct {
 	b    *Broker
 	c    *asynq.Client
+	bulk *bulk // nil: every task through c
 	opts DispatcherOptions
 	log  *slog.Logger
 
@@ -179,7 +195,15 @@ func NewDispatcher(b *Broker, c *asynq.Client, opts DispatcherOptions) (*Dispatc
 		return nil, fmt.Errorf("%w: TaskRetention must be at least %v (asynq keeps whole seconds), or negative for "+
 			"none, not %v", ErrInvalidOptions, minRetention, opts.TaskRetention)
 	}
-	return &Dispatcher{b: b, c: c, opts: opts, log: opts.Logger}, nil
+	d := &Dispatcher{b: b, c: c, opts: opts, log: opts.Logger}
+	if opts.AsynqRedis != nil {
+		var why string
+		if d.bulk, why = newBulk(opts.AsynqRedis, asynqVersion()); d.bulk == nil {
+			d.log.LogAttrs(context.Background(), slog.LevelWarn,
+				"zclaim: AsynqRedis is set, but every task goes through the asynq client: "+why)
+		}
+	}
+	return d, nil
 }
 
 // Stats returns the dispatcher's counts.
@@ -309,11 +333,23 @@ func (p *pipeline) startEnqueue() {
 			defer p.workers.Done()
 			ec := enqueueContext{timeout: p.d.opts.EnqueueTimeout}
 			defer ec.stop()
+			var w *bulkWrite
+			var its []queued
+			if p.d.bulk != nil {
+				w, its = &bulkWrite{}, make([]queued, 0, bulkMax)
+			}
 			for it := range p.queue {
-				p.dispatch(ec.get(), it)
+				n := 1
+				if w == nil {
+					p.dispatch(ec.get(), it)
+				} else {
+					its = p.take(append(its[:0], it))
+					p.dispatchBulk(ec.get(), its, w)
+					n = len(its)
+				}
 				// The claim stage waits for half the room free at most:
 				// wake it only then, not for every job done.
-				if out, lim := int(p.out.Add(-1)), p.limit(); lim-out >= p.half(lim) {
+				if out, lim := int(p.out.Add(int64(-n))), p.limit(); lim-out >= p.half(lim) {
 					select {
 					case p.freed <- struct{}{}:
 					default:
@@ -328,9 +364,54 @@ func (p *pipeline) startEnqueue() {
 // last renewed it, and counts its outcome into the batch.
 func (p *pipeline) dispatch(ctx context.Context, it queued) {
 	it.c.LeaseUntil = time.UnixMilli(it.run.until.Load())
-	o := p.d.dispatch(ctx, it.c, it.redisNow, it.claimedAt)
+	o, _ := p.d.dispatch(ctx, it.c, it.redisNow, it.claimedAt, nil)
 	p.ended.Add(1)
 	it.run.settled(it.index, o, p.acks)
+}
+
+// take adds to its the claims queued now, without waiting for more, up to
+// bulkMax in all.
+func (p *pipeline) take(its []queued) []queued {
+	for len(its) < bulkMax {
+		select {
+		case it, ok := <-p.queue:
+			if !ok {
+				return its
+			}
+			its = append(its, it)
+		default:
+			return its
+		}
+	}
+	return its
+}
+
+// dispatchBulk dispatches queued claims its as dispatch does each, but
+// writes the tasks that asynq's Enqueue would write alike together, in w
+// (bulk.write).
+func (p *pipeline) dispatchBulk(ctx context.Context, its []queued, w *bulkWrite) {
+	w.tasks = w.tasks[:0]
+	for i, it := range its {
+		it.c.LeaseUntil = time.UnixMilli(it.run.until.Load())
+		w.cur = i
+		if o, later := p.d.dispatch(ctx, it.c, it.redisNow, it.claimedAt, w); !later {
+			p.ended.Add(1)
+			it.run.settled(it.index, o, p.acks)
+		}
+	}
+	if len(w.tasks) == 0 {
+		return
+	}
+	start := time.Now()
+	p.d.bulk.write(ctx, w)
+	p.d.enqueueTime.observe(time.Since(start))
+	for i := range w.tasks {
+		t := &w.tasks[i]
+		o := p.d.afterEnqueue(ctx, t.c, t.redisNow, t.claimedAt, t.err, nil)
+		p.ended.Add(1)
+		it := its[t.tag]
+		it.run.settled(it.index, o, p.acks)
+	}
 }
 
 // limit is how many claims may be out (queued or being enqueued) now: a

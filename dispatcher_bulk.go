@@ -1,0 +1,265 @@
+package zclaim
+
+// Tasks written into asynq's Redis many to a call
+// (DispatcherOptions.AsynqRedis): for each task, what asynq v0.26's
+// Client.Enqueue writes.
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"reflect"
+	"runtime"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+var (
+	//go:embed lua/enqueue.lua
+	enqueueLua    string
+	enqueueScript = redis.NewScript(enqueueLua)
+)
+
+// bulkAsynq is the asynq release line whose Enqueue bulk writes as it
+// does: its task hash, pending list and message encoding.
+const bulkAsynq = "v0.26."
+
+// bulkMax is how many claims an enqueue worker takes at once when it
+// writes in bulk.
+const bulkMax = 32
+
+// asynqVersion is the version of asynq built into the program, "" when
+// the build does not say (asynq vendored, or replaced by a directory).
+func asynqVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, m := range bi.Deps {
+			if m.Path == "github.com/hibiken/asynq" {
+				if m.Replace != nil {
+					return m.Replace.Version
+				}
+				return m.Version
+			}
+		}
+	}
+	// A test binary lists no modules; the file asynq's code was compiled
+	// from names its version (.../github.com/hibiken/asynq@v0.26.0/client.go).
+	pc := reflect.ValueOf(asynq.NewClient).Pointer()
+	file, _ := runtime.FuncForPC(pc).FileLine(pc)
+	if _, after, ok := strings.Cut(file, "github.com/hibiken/asynq@"); ok {
+		v, _, _ := strings.Cut(after, "/")
+		return v
+	}
+	return ""
+}
+
+// bulk writes tasks into asynq's Redis.
+type bulk struct {
+	rdb       redis.UniversalClient
+	published sync.Map // queues added to asynq's set of queues, as asynq's client remembers them
+}
+
+// newBulk returns the bulk writer of a dispatcher whose AsynqRedis is rdb
+// under asynq version v, or nil and why not.
+func newBulk(rdb redis.UniversalClient, v string) (*bulk, string) {
+	if !strings.HasPrefix(v, bulkAsynq) {
+		if v == "" {
+			v = "of no known version"
+		}
+		return nil, fmt.Sprintf("asynq is %s, not %sx, whose Enqueue the dispatcher knows how to write", v, bulkAsynq)
+	}
+	return &bulk{rdb: rdb}, ""
+}
+
+// bulkWrite gathers the tasks of the claims an enqueue worker holds, to
+// write them in one call per queue.
+type bulkWrite struct {
+	cur   int // the tag of the claim being dispatched
+	tasks []bulkTask
+}
+
+// bulkTask is one task of a bulkWrite and the claim it is for.
+type bulkTask struct {
+	tag                 int
+	c                   Claim
+	redisNow, claimedAt time.Time
+	m                   asynqMessage
+	err                 error
+}
+
+// add adds task m of claim c to w.
+func (w *bulkWrite) add(c Claim, redisNow, claimedAt time.Time, m asynqMessage) {
+	w.tasks = append(w.tasks, bulkTask{tag: w.cur, c: c, redisNow: redisNow, claimedAt: claimedAt, m: m})
+}
+
+// write writes w's tasks, one call per queue, and sets each task's err:
+// nil when written, asynq.ErrTaskIDConflict when asynq holds a task of its
+// id, or the call's error.
+func (b *bulk) write(ctx context.Context, w *bulkWrite) {
+	for i := 0; i < len(w.tasks); {
+		q := w.tasks[i].m.queue
+		j := i + 1
+		for j < len(w.tasks) && w.tasks[j].m.queue == q {
+			j++
+		}
+		b.writeQueue(ctx, q, w.tasks[i:j])
+		i = j
+	}
+}
+
+// writeQueue writes tasks of queue q in one call.
+func (b *bulk) writeQueue(ctx context.Context, q string, tasks []bulkTask) {
+	fail := func(err error) {
+		for i := range tasks {
+			tasks[i].err = err
+		}
+	}
+	if _, ok := b.published.Load(q); !ok {
+		if err := b.rdb.SAdd(ctx, "asynq:queues", q).Err(); err != nil {
+			fail(err)
+			return
+		}
+		b.published.Store(q, true)
+	}
+	prefix := "asynq:{" + q + "}:"
+	keys := make([]string, len(tasks)+1)
+	args := make([]any, 1, 1+2*len(tasks))
+	args[0] = time.Now().UnixNano()
+	for i, t := range tasks {
+		keys[i] = prefix + "t:" + t.m.id
+		args = append(args, t.m.msg, t.m.id)
+	}
+	keys[len(tasks)] = prefix + "pending"
+	res, err := enqueueScript.Run(ctx, b.rdb, keys, args...).Int64Slice()
+	if err == nil && len(res) != len(tasks) {
+		err = fmt.Errorf("zclaim: enqueue.lua answered %d values for %d tasks", len(res), len(tasks))
+	}
+	if err != nil {
+		fail(err)
+		return
+	}
+	for i, n := range res {
+		if n == 0 {
+			tasks[i].err = fmt.Errorf("%w", asynq.ErrTaskIDConflict)
+		}
+	}
+}
+
+// asynqMessage is a task as asynq stores it: its id, queue and encoded
+// message.
+type asynqMessage struct {
+	id, queue string
+	msg       []byte
+}
+
+// Options asynq's Enqueue applies to the message alone, by their Go type
+// as its composeOptions tells them apart. Any other option (Unique,
+// ProcessAt, ProcessIn, Group, or one of a type asynq does not know) makes
+// asynq write elsewhere or check more: such tasks go through the client.
+var (
+	optRetry     = reflect.TypeOf(asynq.MaxRetry(0))
+	optQueue     = reflect.TypeOf(asynq.Queue(""))
+	optTaskID    = reflect.TypeOf(asynq.TaskID(""))
+	optTimeout   = reflect.TypeOf(asynq.Timeout(0))
+	optDeadline  = reflect.TypeOf(asynq.Deadline(time.Time{}))
+	optRetention = reflect.TypeOf(asynq.Retention(0))
+)
+
+// message encodes task with opts as asynq v0.26's Client.EnqueueContext
+// would store it as a pending task, or returns false where asynq would do
+// more than that (see the options above) or refuse the task (a blank
+// queue or task id, a string that is not UTF-8).
+func message(task *asynq.Task, opts []asynq.Option) (asynqMessage, bool) {
+	retry, queue, id := 25, "default", ""
+	var timeout, retention time.Duration
+	var deadline time.Time
+	for _, o := range opts {
+		if o == nil {
+			continue // asynq ignores it too
+		}
+		switch reflect.TypeOf(o) {
+		case optRetry:
+			retry = o.Value().(int)
+		case optQueue:
+			queue = o.Value().(string)
+		case optTaskID:
+			id = o.Value().(string)
+		case optTimeout:
+			timeout = o.Value().(time.Duration)
+		case optDeadline:
+			deadline = o.Value().(time.Time)
+		case optRetention:
+			retention = o.Value().(time.Duration)
+		default:
+			return asynqMessage{}, false
+		}
+	}
+	typ, h := task.Type(), task.Headers()
+	if blank(id) || blank(queue) || blank(typ) ||
+		!utf8.ValidString(id) || !utf8.ValidString(queue) || !utf8.ValidString(typ) {
+		return asynqMessage{}, false
+	}
+	noDeadline := time.Unix(0, 0)
+	if deadline.IsZero() {
+		deadline = noDeadline
+	}
+	if deadline.Equal(noDeadline) && timeout == 0 {
+		timeout = 30 * time.Minute // asynq's default
+	}
+	// The fields in number order, zero values left out, as proto.Marshal
+	// writes asynq's TaskMessage (internal/proto/asynq.proto).
+	b := make([]byte, 0, 48+len(typ)+len(task.Payload())+len(id)+len(queue))
+	b = appendString(b, 1, typ)
+	b = appendString(b, 2, string(task.Payload()))
+	b = appendString(b, 3, id)
+	b = appendString(b, 4, queue)
+	b = appendInt(b, 5, int64(int32(retry)))
+	b = appendInt(b, 8, int64(timeout.Seconds()))
+	b = appendInt(b, 9, deadline.Unix())
+	b = appendInt(b, 12, int64(retention.Seconds()))
+	if len(h) > 0 {
+		names := make([]string, 0, len(h))
+		for k, v := range h {
+			if !utf8.ValidString(k) || !utf8.ValidString(v) {
+				return asynqMessage{}, false
+			}
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			// A map entry: key (1) and value (2), both written even when
+			// empty.
+			n := protowire.SizeTag(1) + protowire.SizeBytes(len(k)) + protowire.SizeTag(2) + protowire.SizeBytes(len(h[k]))
+			b = protowire.AppendTag(b, 15, protowire.BytesType)
+			b = protowire.AppendVarint(b, uint64(n))
+			b = protowire.AppendTag(b, 1, protowire.BytesType)
+			b = protowire.AppendString(b, k)
+			b = protowire.AppendTag(b, 2, protowire.BytesType)
+			b = protowire.AppendString(b, h[k])
+		}
+	}
+	return asynqMessage{id: id, queue: queue, msg: b}, true
+}
+
+func appendString(b []byte, field protowire.Number, s string) []byte {
+	if s == "" {
+		return b
+	}
+	b = protowire.AppendTag(b, field, protowire.BytesType)
+	return protowire.AppendString(b, s)
+}
+
+func appendInt(b []byte, field protowire.Number, v int64) []byte {
+	if v == 0 {
+		return b
+	}
+	b = protowire.AppendTag(b, field, protowire.VarintType)
+	return protowire.AppendVarint(b, uint64(v))
+}
