@@ -77,7 +77,8 @@ func TestACLDocumentedUser(t *testing.T) {
 	must(t, err)
 	t.Cleanup(func() { idem.Close() })
 	runs := serveRuns(t, rdb, idem)
-	d, err := NewDispatcher(b, asynq.NewClientFromRedisClient(rdb), DispatcherOptions{DefaultType: "order:reminder", RecoveryInterval: 20 * time.Millisecond})
+	d, err := NewDispatcher(b, asynq.NewClientFromRedisClient(rdb), DispatcherOptions{DefaultType: "order:reminder",
+		AsynqRedis: rdb, RecoveryInterval: 20 * time.Millisecond})
 	must(t, err)
 	runDispatcher(t, d)
 
@@ -198,7 +199,10 @@ func TestACLPerRole(t *testing.T) {
 	runs := serveRuns(t, worker, idem)
 	db, err := NewBroker(dispatcher, BrokerOptions{Key: "delay:jobs", Logger: quiet})
 	must(t, err)
-	d, err := NewDispatcher(db, asynq.NewClientFromRedisClient(dispatcher), DispatcherOptions{DefaultType: "t", RecoveryInterval: 20 * time.Millisecond})
+	bulkCalls := &evalCounter{}
+	dispatcher.AddHook(bulkCalls)
+	d, err := NewDispatcher(db, asynq.NewClientFromRedisClient(dispatcher), DispatcherOptions{DefaultType: "t",
+		AsynqRedis: dispatcher, RecoveryInterval: 20 * time.Millisecond})
 	must(t, err)
 	runDispatcher(t, d)
 
@@ -212,6 +216,9 @@ func TestACLPerRole(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "every job run", func() bool { return len(runs.counts()) == 20 })
 	eachOnce(t, runs.counts(), 20, "ran")
+	if bulkCalls.bulk.Load() == 0 {
+		t.Error("the dispatcher wrote no task in bulk")
+	}
 	// Each role is kept to its own keys.
 	if err := producer.Get(ctx, "asynq:queues").Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("the producer may read asynq's keys: %v", err)

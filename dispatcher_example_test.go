@@ -41,8 +41,9 @@ func ExampleDispatcher_Run() {
 	_ = srv.Start(mux)
 	defer srv.Shutdown()
 
-	enq, _ := rdb.AutoPipeline() // the dispatcher's enqueues of one moment share round trips
-	d, _ := zclaim.NewDispatcher(broker, asynq.NewClientFromRedisClient(enq), zclaim.DispatcherOptions{})
+	d, _ := zclaim.NewDispatcher(broker, asynq.NewClientFromRedisClient(rdb), zclaim.DispatcherOptions{
+		AsynqRedis: rdb, // tasks written many to a script, as asynq's Enqueue writes each
+	})
 	go d.Run(ctx)
 
 	_ = broker.Schedule(ctx, zclaim.Job{ID: "order-731:reminder", RunAt: time.Now().Add(50 * time.Millisecond),

@@ -277,8 +277,17 @@ func TestClusterShards(t *testing.T) {
 		jobs = append(jobs, Job{ID: "job-" + strconv.Itoa(i), RunAt: now.Add(300*time.Millisecond + time.Duration(i)*time.Millisecond/2), Type: "t", Queue: q})
 	}
 	must(t, d.Schedule(ctx, jobs...))
-	for range 2 {
-		dsp, err := NewDispatcher(d, asynq.NewClientFromRedisClient(cc), DispatcherOptions{RecoveryInterval: 50 * time.Millisecond})
+	// One dispatcher enqueues through asynq's Client, the other writes
+	// in bulk (AsynqRedis) on a client of its own.
+	bulkCC, bulkCalls := cl.Client(), &evalCounter{}
+	bulkCC.AddHook(bulkCalls)
+	t.Cleanup(func() { bulkCC.Close() })
+	for _, rdb := range []*redis.ClusterClient{cc, bulkCC} {
+		opts := DispatcherOptions{RecoveryInterval: 50 * time.Millisecond}
+		if rdb == bulkCC {
+			opts.AsynqRedis = rdb
+		}
+		dsp, err := NewDispatcher(d, asynq.NewClientFromRedisClient(rdb), opts)
 		must(t, err)
 		runDispatcher(t, dsp)
 	}
@@ -304,6 +313,10 @@ func TestClusterShards(t *testing.T) {
 	if m, _ := cl.MasterOf(slot(busy.schedule)); m != to {
 		t.Fatal("the slot did not move")
 	}
+	if bulkCalls.bulk.Load() == 0 {
+		t.Fatal("the dispatcher with AsynqRedis wrote no task in bulk")
+	}
+	t.Logf("%d bulk writes", bulkCalls.bulk.Load())
 }
 
 // On 3 masters with a replica each and WaitReplicas 1: a master fails over

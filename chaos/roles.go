@@ -127,15 +127,9 @@ func dispatcher(f roleFlags) {
 	if err != nil {
 		panic(err)
 	}
-	// The quick start's asynq client: on an autopipelined client, whose
-	// enqueues of one moment share round trips.
-	enq, err := rdb.(interface {
-		AutoPipeline() (*redis.AutoPipeliner, error)
-	}).AutoPipeline()
-	if err != nil {
-		panic(err)
-	}
-	d, err := zclaim.NewDispatcher(b, asynq.NewClientFromRedisClient(enq), zclaim.DispatcherOptions{
+	// As in the quick start: tasks written into asynq's Redis many to a
+	// script (AsynqRedis).
+	d, err := zclaim.NewDispatcher(b, asynq.NewClientFromRedisClient(rdb), zclaim.DispatcherOptions{AsynqRedis: rdb,
 		RecoveryInterval: 200 * time.Millisecond, EnqueueTimeout: time.Second, MaxWait: 200 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

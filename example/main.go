@@ -249,19 +249,16 @@ func run(w io.Writer, rdb *redis.Client, ns string, cfg config) (bool, error) {
 		return false, err
 	}
 
-	// Two dispatchers, on an autopipelined client: their enqueues of one
-	// moment share round trips.
-	enq, err := rdb.AutoPipeline()
-	if err != nil {
-		return false, err
-	}
-	ac := asynq.NewClientFromRedisClient(enq)
+	// Two dispatchers, writing their tasks into asynq's Redis many to a
+	// script (AsynqRedis).
+	ac := asynq.NewClientFromRedisClient(rdb)
 	recovered := map[string]bool{} // crashed claims run again (under tl.mu)
 	again := 0                     // other claims dispatched again, their lease lapsed first (under tl.mu)
 	dispatchers := make([]*zclaim.Dispatcher, 2)
 	var wg sync.WaitGroup
 	for i := range dispatchers {
 		d, err := zclaim.NewDispatcher(broker, ac, zclaim.DispatcherOptions{
+			AsynqRedis:       rdb,
 			RecoveryInterval: 100 * time.Millisecond,
 			Logger:           quiet,
 			OnDispatch: func(c zclaim.JobInfo, lag time.Duration, err error) {
