@@ -23,10 +23,12 @@ func e2eScenario() {
 	// The ratios compare each contender with the first and the last.
 	contenders := []e2eContender{
 		{name: "asynq alone: the tasks pending in its queue"},
-		{name: "zclaim quick start: Dispatcher (on an autopipelined client) + asynq server + idempotency middleware, jobs due in the schedule",
+		{name: "zclaim quick start: Dispatcher writing in bulk (AsynqRedis) + asynq server + idempotency middleware, jobs due in the schedule",
+			dispatcher: true, bulk: true, middleware: true},
+		{name: "the same, the Dispatcher enqueuing through an asynq client on an autopipelined go-redis client",
 			dispatcher: true, autopipeline: true, middleware: true},
-		{name: "the same, the Dispatcher's asynq client on a plain go-redis client", dispatcher: true, middleware: true},
-		{name: "Dispatcher (on an autopipelined client) + asynq server, no middleware", dispatcher: true, autopipeline: true},
+		{name: "the same, through an asynq client on a plain go-redis client", dispatcher: true, middleware: true},
+		{name: "Dispatcher writing in bulk + asynq server, no middleware", dispatcher: true, bulk: true},
 		{name: "asynq server + idempotency middleware, the tasks pending in its queue", middleware: true},
 		{name: "floor of a feeder: asynq server, the tasks enqueued within the window by plain Enqueue (16 goroutines, an autopipelined client; no schedule, no claim)",
 			enqueueInWindow: true, autopipeline: true},
@@ -59,7 +61,8 @@ func e2eScenario() {
 			"asynq's pending tasks are the strict comparison (no feeder at all); its due scheduled tasks are the like-for-like one "+
 			"(its forwarder moves them to pending as zclaim's dispatcher enqueues its due jobs). "+
 			"Both use default options otherwise (the dispatcher's Concurrency 16, the middleware's Lease 5 s and takeover loop). "+
-			"The quick start gives the Dispatcher an asynq client on (*redis.Client).AutoPipeline, as the README does: its concurrent enqueues share round trips. "+
+			"The quick start's Dispatcher writes its tasks into asynq's Redis in bulk (DispatcherOptions.AsynqRedis), as the README's does; "+
+			"the next two rows enqueue each through an asynq client instead, one on (*redis.Client).AutoPipeline, whose concurrent enqueues share round trips, one on a plain client. "+
 			"The two floor rows have no schedule: 16 goroutines enqueue the tasks (asynq alone's) on such a client once the clock runs, "+
 			"which is what feeding asynq inside the window costs whatever the feeder; the second adds the two plain commands a middleware "+
 			"that records each run's start and finish sends at least (table 3's second floor). "+
@@ -76,6 +79,7 @@ type e2eContender struct {
 	middleware      bool // the handler runs under the idempotency middleware
 	plainMiddleware bool // the handler runs under plainStartFinish
 	processAt       bool // asynq's tasks wait in its scheduled set, due a second ago; else pending
+	bulk            bool // the Dispatcher writes in bulk (DispatcherOptions.AsynqRedis), on a plain client
 }
 
 // e2eRound runs contender c of e2eScenario once: its rate and CPU per job.
@@ -95,6 +99,12 @@ func e2eRound(c e2eContender, n, conc int) (float64, [2]time.Duration) {
 		var closeDC func()
 		dc, closeDC = autopipelinedAsynq(20)
 		defer closeDC()
+	}
+	var dopts zclaim.DispatcherOptions
+	if c.bulk {
+		rdb := newClient(20)
+		defer rdb.Close()
+		dc, dopts.AsynqRedis = asynq.NewClientFromRedisClient(rdb), rdb
 	}
 	var b *zclaim.Broker
 	if c.dispatcher {
@@ -142,7 +152,7 @@ func e2eRound(c e2eContender, n, conc int) (float64, [2]time.Duration) {
 	r0, s0 := cpuMeter(admin)
 	start := time.Now()
 	if c.dispatcher {
-		d, err := zclaim.NewDispatcher(b, dc, zclaim.DispatcherOptions{})
+		d, err := zclaim.NewDispatcher(b, dc, dopts)
 		if err != nil {
 			panic(err)
 		}

@@ -58,7 +58,8 @@ type lagContender struct {
 	oracle        bool          // the floor: plain Enqueue of each task at its due time, by 16 goroutines
 	checkInterval time.Duration // asynq TaskCheckInterval (and DelayedTaskCheckInterval for ProcessAt); 0 = defaults
 	shards        int           // the schedule's BrokerOptions.Shards (zclaim)
-	autopipeline  bool          // the dispatcher's asynq client on (*redis.Client).AutoPipeline, as in the quick start (zclaim)
+	autopipeline  bool          // the dispatcher's asynq client on (*redis.Client).AutoPipeline (zclaim)
+	bulk          bool          // the dispatcher writes in bulk (DispatcherOptions.AsynqRedis) (zclaim)
 }
 
 // dueTimes returns n due times by Redis' clock: all at one instant, or
@@ -124,11 +125,17 @@ func runLag(c lagContender, due []time.Time) lagResult {
 			dc, closeDC = autopipelinedAsynq(32)
 			defer closeDC()
 		}
-		d, err := zclaim.NewDispatcher(b, dc, zclaim.DispatcherOptions{OnDispatch: func(_ zclaim.JobInfo, lag time.Duration, _ error) {
+		opts := zclaim.DispatcherOptions{OnDispatch: func(_ zclaim.JobInfo, lag time.Duration, _ error) {
 			enqMu.Lock()
 			enq = append(enq, lag)
 			enqMu.Unlock()
-		}})
+		}}
+		if c.bulk {
+			rdb := newClient(32)
+			defer rdb.Close()
+			dc, opts.AsynqRedis = asynq.NewClientFromRedisClient(rdb), rdb
+		}
+		d, err := zclaim.NewDispatcher(b, dc, opts)
 		if err != nil {
 			panic(err)
 		}
@@ -189,13 +196,14 @@ func lagScenario() {
 		burstN, streamRate, streamFor = 500, 200, 2*time.Second
 	}
 	contenders := []lagContender{
-		{"zclaim dispatcher, asynq TaskCheckInterval 10 ms", true, false, 10 * time.Millisecond, 0, false},
-		{"zclaim dispatcher on an autopipelined asynq client (the quick start's), asynq TaskCheckInterval 10 ms", true, false, 10 * time.Millisecond, 0, true},
-		{"zclaim dispatcher, schedule in 16 shards, asynq TaskCheckInterval 10 ms", true, false, 10 * time.Millisecond, 16, false},
-		{"zclaim dispatcher, asynq defaults", true, false, 0, 0, false},
-		{"asynq ProcessAt, check intervals 10 ms", false, false, 10 * time.Millisecond, 0, false},
-		{"asynq ProcessAt, defaults", false, false, 0, 0, false},
-		{"floor: plain Enqueue at each due time (no claim at all), asynq TaskCheckInterval 10 ms", false, true, 10 * time.Millisecond, 0, false},
+		{"zclaim dispatcher, asynq TaskCheckInterval 10 ms", true, false, 10 * time.Millisecond, 0, false, false},
+		{"zclaim dispatcher on an autopipelined asynq client, asynq TaskCheckInterval 10 ms", true, false, 10 * time.Millisecond, 0, true, false},
+		{"zclaim dispatcher writing in bulk (AsynqRedis: the quick start's), asynq TaskCheckInterval 10 ms", true, false, 10 * time.Millisecond, 0, false, true},
+		{"zclaim dispatcher, schedule in 16 shards, asynq TaskCheckInterval 10 ms", true, false, 10 * time.Millisecond, 16, false, false},
+		{"zclaim dispatcher, asynq defaults", true, false, 0, 0, false, false},
+		{"asynq ProcessAt, check intervals 10 ms", false, false, 10 * time.Millisecond, 0, false, false},
+		{"asynq ProcessAt, defaults", false, false, 0, 0, false, false},
+		{"floor: plain Enqueue at each due time (no claim at all), asynq TaskCheckInterval 10 ms", false, true, 10 * time.Millisecond, 0, false, false},
 	}
 	loads := []struct {
 		name string
@@ -230,7 +238,7 @@ func lagScenario() {
 	table("2. Dispatch lag by Redis TIME",
 		[]string{"load", "contender", "→ enqueue p50", "p99", "max", "→ handler start p50", "p99", "max", "early starts"}, rows,
 		"Targets: p99 ≤ 10 ms to enqueue and ≤ 25 ms to handler start (asynq TaskCheckInterval 10 ms), zero early starts. "+
-			"The floor row enqueues each task the moment it is due, with no claim at all: no feeder of asynq does better on this machine. "+
+			"The floor row enqueues each task through asynq's client the moment it is due, with no claim at all: no feeder that enqueues through asynq's client does better on this machine; the dispatcher writing in bulk does not go through it. "+
 			"Lag to handler start is negative for an early start; asynq stores ProcessAt in whole seconds, so a task due at x.5 s can start up to 0.5 s early. "+
 			"With its defaults asynq's idle worker loop sleeps up to 1.5 s before looking at a queue, whatever feeds it: set TaskCheckInterval to 10–50 ms.")
 }
@@ -242,14 +250,16 @@ func dispatchThroughput() {
 	if *quick {
 		n = 3000
 	}
-	var plain, same, sameAP, scripts, disp, hooked, sharded, dispAP, again samples
-	var plainCPU, sameCPU, sameAPCPU, scriptsCPU, dispCPU, hookedCPU, shardedCPU, dispAPCPU, againCPU [2]time.Duration // Redis, this process: per job, last round
+	var plain, same, sameAP, scripts, disp, hooked, sharded, dispAP, bulk, bulkSharded, again samples
+	var plainCPU, sameCPU, sameAPCPU, scriptsCPU, dispCPU, hookedCPU, shardedCPU, dispAPCPU, bulkCPU, bulkShardedCPU, againCPU [2]time.Duration // Redis, this process: per job, last round
 	for round := 1; round <= shortRounds(); round++ {
 		admin := newClient(4)
 		key := ns("thru")
 		queue := key
 		ac := asynq.NewClient(asynq.RedisClientOpt{Addr: redisAddr, PoolSize: conc + 4})
-		apc, closeAPC := autopipelinedAsynq(conc + 4) // the quick start's: enqueues of one moment share round trips
+		apc, closeAPC := autopipelinedAsynq(conc + 4) // enqueues of one moment share round trips
+		bulkRedis := newClient(conc + 4)              // for the dispatcher's AsynqRedis, and its asynq client
+		bc := asynq.NewClientFromRedisClient(bulkRedis)
 
 		// timed runs one contender's n jobs: its rate, and the CPU a job
 		// cost Redis and this process.
@@ -340,10 +350,12 @@ func dispatchThroughput() {
 			dropKeys(admin, key)
 		}
 
-		// The dispatcher four times: without hooks, with an OnDispatch
+		// The dispatcher six times: without hooks, with an OnDispatch
 		// hook (which makes its claims read the jobs' due times), on a
-		// schedule of 16 shards, and on the autopipelined client.
-		for _, v := range []struct{ hook, shards, ap bool }{{false, false, false}, {true, false, false}, {false, true, false}, {false, false, true}} {
+		// schedule of 16 shards, on the autopipelined client, and writing
+		// in bulk (AsynqRedis) on one shard and on 16.
+		for _, v := range []struct{ hook, shards, ap, bulk bool }{{false, false, false, false}, {true, false, false, false},
+			{false, true, false, false}, {false, false, true, false}, {false, false, false, true}, {false, true, false, true}} {
 			hook := v.hook
 			b, _ := zclaim.NewBroker(admin, zclaim.BrokerOptions{Key: key, Shards: map[bool]int{true: 16, false: 1}[v.shards]})
 			scheduleDue(b, n, queue)
@@ -355,6 +367,9 @@ func dispatchThroughput() {
 			if v.ap {
 				c = apc
 			}
+			if v.bulk {
+				c, opts.AsynqRedis = bc, bulkRedis
+			}
 			d, _ := zclaim.NewDispatcher(b, c, opts)
 			ctx, cancel := context.WithCancel(context.Background())
 			rate, cpu := timed(func() {
@@ -365,6 +380,10 @@ func dispatchThroughput() {
 			})
 			cancel()
 			switch {
+			case v.bulk && v.shards:
+				bulkSharded, bulkShardedCPU = append(bulkSharded, rate), cpu
+			case v.bulk:
+				bulk, bulkCPU = append(bulk, rate), cpu
 			case v.ap:
 				dispAP, dispAPCPU = append(dispAP, rate), cpu
 			case v.shards:
@@ -378,11 +397,13 @@ func dispatchThroughput() {
 		}
 		rate, cpu = plainEnqueue()
 		again, againCPU = append(again, rate), cpu
-		progress("dispatch throughput round %d/%d: plain Enqueue %s/s (again %s/s), of the same tasks %s/s (autopipelined %s/s), dispatcher %s/s, with OnDispatch %s/s, 16 shards %s/s, autopipelined %s/s",
+		progress("dispatch throughput round %d/%d: plain Enqueue %s/s (again %s/s), of the same tasks %s/s (autopipelined %s/s), dispatcher %s/s, with OnDispatch %s/s, 16 shards %s/s, autopipelined %s/s, in bulk %s/s (16 shards %s/s)",
 			round, shortRounds(), human(plain[len(plain)-1]), human(again[len(again)-1]), human(same[len(same)-1]), human(sameAP[len(sameAP)-1]),
-			human(disp[len(disp)-1]), human(hooked[len(hooked)-1]), human(sharded[len(sharded)-1]), human(dispAP[len(dispAP)-1]))
+			human(disp[len(disp)-1]), human(hooked[len(hooked)-1]), human(sharded[len(sharded)-1]), human(dispAP[len(dispAP)-1]),
+			human(bulk[len(bulk)-1]), human(bulkSharded[len(bulkSharded)-1]))
 		admin.SRem(context.Background(), "asynq:queues", queue)
 		ac.Close()
+		bulkRedis.Close()
 		closeAPC()
 		admin.Close()
 	}
@@ -407,8 +428,12 @@ func dispatchThroughput() {
 				ratio(sharded, plain), ratio(sharded, same), cpuCell(shardedCPU)},
 			{"plain Enqueue of the same tasks, on an autopipelined client", human(sameAP.median()), sameAP.spread(),
 				ratio(sameAP, plain), "1.00×", cpuCell(sameAPCPU)},
-			{"zclaim Dispatcher on an autopipelined client (the quick start's)", human(dispAP.median()), dispAP.spread(),
+			{"zclaim Dispatcher on an autopipelined client", human(dispAP.median()), dispAP.spread(),
 				ratio(dispAP, plain), ratio(dispAP, sameAP), cpuCell(dispAPCPU)},
+			{"zclaim Dispatcher writing in bulk (AsynqRedis: up to 32 tasks a script; the quick start's)", human(bulk.median()), bulk.spread(),
+				ratio(bulk, plain), ratio(bulk, same), cpuCell(bulkCPU)},
+			{"the same on a schedule of 16 shards", human(bulkSharded.median()), bulkSharded.spread(),
+				ratio(bulkSharded, plain), ratio(bulkSharded, same), cpuCell(bulkShardedCPU)},
 			{"plain asynq.Client.Enqueue again, the round's last (the first row's twin: its ratio is the noise of a ratio)",
 				human(again.median()), again.spread(), ratio(again, plain), "", cpuCell(againCPU)},
 		},
@@ -418,7 +443,8 @@ func dispatchThroughput() {
 			"The third adds the dispatcher's Redis work (claim.lua and finish.lua, read from the working tree) on a connection of its own, "+
 			"a batch of the size the dispatcher's claims have here (min(4×Concurrency, BatchSize)) every as many enqueues: what its scripts cost "+
 			"without its goroutines. "+
-			"The last two rows use an asynq client made from (*redis.Client).AutoPipeline, whose concurrent enqueues share round trips; their last ratio compares them with each other. "+
+			"Two rows use an asynq client made from (*redis.Client).AutoPipeline, whose concurrent enqueues share round trips; their last ratio compares them with each other. "+
+			"The two rows writing in bulk give the dispatcher AsynqRedis: an enqueue worker writes the tasks of the claims queued at that moment in one script. "+
 			"Redis and the client share the machine's cores, so the ratio follows the CPU each job costs. "+
 			"The last row runs the first again at the end of each round: how far its ratio is from 1.00× is how far a ratio moves when nothing changes.")
 }

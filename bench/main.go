@@ -141,10 +141,9 @@ func newClient(pool int) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: pool})
 }
 
-// autopipelinedAsynq returns the asynq client the README's quick start
-// gives the Dispatcher: on an autopipelined client of its own (pool
-// connections), whose enqueues of one moment share round trips;
-// closeRedis closes that client.
+// autopipelinedAsynq returns an asynq client on an autopipelined client
+// of its own (pool connections), whose enqueues of one moment share round
+// trips; closeRedis closes that client.
 func autopipelinedAsynq(pool int) (c *asynq.Client, closeRedis func()) {
 	rdb := newClient(pool)
 	ap, err := rdb.AutoPipeline()
