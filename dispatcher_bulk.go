@@ -217,7 +217,10 @@ func message(task *asynq.Task, opts []asynq.Option) (asynqMessage, bool) {
 	// writes asynq's TaskMessage (internal/proto/asynq.proto).
 	b := make([]byte, 0, 48+len(typ)+len(task.Payload())+len(id)+len(queue))
 	b = appendString(b, 1, typ)
-	b = appendString(b, 2, string(task.Payload()))
+	if p := task.Payload(); len(p) > 0 {
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendBytes(b, p)
+	}
 	b = appendString(b, 3, id)
 	b = appendString(b, 4, queue)
 	b = appendInt(b, 5, int64(int32(retry)))
