@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -101,8 +102,9 @@ func (w *bulkWrite) add(c Claim, redisNow, claimedAt time.Time, m asynqMessage) 
 
 // write writes w's tasks, one call per queue, and sets each task's err:
 // nil when written, asynq.ErrTaskIDConflict when asynq holds a task of its
-// id, or the call's error.
+// id, or the call's error. The tasks of a queue keep their order.
 func (b *bulk) write(ctx context.Context, w *bulkWrite) {
+	slices.SortStableFunc(w.tasks, func(x, y bulkTask) int { return strings.Compare(x.m.queue, y.m.queue) })
 	for i := 0; i < len(w.tasks); {
 		q := w.tasks[i].m.queue
 		j := i + 1

@@ -133,6 +133,40 @@ func TestBulkConflicts(t *testing.T) {
 	}
 }
 
+// Tasks of two queues, interleaved: one call per queue, each queue's tasks
+// in the order given (asynq works a pending list off from its far end).
+func TestBulkQueues(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	calls := &evalCounter{}
+	rdb.AddHook(calls)
+	bk, _ := newBulk(rdb, bulkAsynq+"0")
+	q1, q2 := testQueue(t), testQueue(t)
+	w := &bulkWrite{}
+	for _, x := range [][2]string{{q1, "a"}, {q2, "b"}, {q1, "c"}, {q2, "d"}, {q1, "e"}} {
+		m, _ := message(asynq.NewTask("t", nil), []asynq.Option{asynq.TaskID(x[1]), asynq.Queue(x[0])})
+		w.cur = len(w.tasks)
+		w.add(Claim{}, time.Time{}, time.Time{}, m)
+	}
+	bk.write(ctx, w)
+	for _, task := range w.tasks {
+		must(t, task.err)
+	}
+	if n := calls.bulk.Load(); n != 2 {
+		t.Errorf("%d calls for two queues", n)
+	}
+	for q, want := range map[string]string{q1: "[e c a]", q2: "[d b]"} {
+		if list := rdb.LRange(ctx, "asynq:{"+q+"}:pending", 0, -1).Val(); fmt.Sprint(list) != want {
+			t.Errorf("pending %q, want %s", list, want)
+		}
+	}
+	for _, task := range w.tasks { // each still names its claim
+		if want := map[string]int{"a": 0, "b": 1, "c": 2, "d": 3, "e": 4}[task.m.id]; task.tag != want {
+			t.Errorf("task %s: tag %d, want %d", task.m.id, task.tag, want)
+		}
+	}
+}
+
 // Several headers: proto.Marshal writes a map in no set order, so the
 // message is compared as asynq reads it back.
 func TestBulkHeadersAsAsynqReadsThem(t *testing.T) {
