@@ -369,51 +369,6 @@ func (p *pipeline) dispatch(ctx context.Context, it queued) {
 	it.run.settled(it.index, o, p.acks)
 }
 
-// take adds to its the claims queued now, without waiting for more, up to
-// bulkMax in all.
-func (p *pipeline) take(its []queued) []queued {
-	for len(its) < bulkMax {
-		select {
-		case it, ok := <-p.queue:
-			if !ok {
-				return its
-			}
-			its = append(its, it)
-		default:
-			return its
-		}
-	}
-	return its
-}
-
-// dispatchBulk dispatches queued claims its as dispatch does each, but
-// writes the tasks that asynq's Enqueue would write alike together, in w
-// (bulk.write).
-func (p *pipeline) dispatchBulk(ctx context.Context, its []queued, w *bulkWrite) {
-	w.tasks = w.tasks[:0]
-	for i, it := range its {
-		it.c.LeaseUntil = time.UnixMilli(it.run.until.Load())
-		w.cur = i
-		if o, later := p.d.dispatch(ctx, it.c, it.redisNow, it.claimedAt, w); !later {
-			p.ended.Add(1)
-			it.run.settled(it.index, o, p.acks)
-		}
-	}
-	if len(w.tasks) == 0 {
-		return
-	}
-	start := time.Now()
-	p.d.bulk.write(ctx, w)
-	p.d.enqueueTime.observe(time.Since(start))
-	for i := range w.tasks {
-		t := &w.tasks[i]
-		o := p.d.afterEnqueue(ctx, t.c, t.redisNow, t.claimedAt, t.err, nil)
-		p.ended.Add(1)
-		it := its[t.tag]
-		it.run.settled(it.index, o, p.acks)
-	}
-}
-
 // limit is how many claims may be out (queued or being enqueued) now: a
 // claim per worker, and as many more as the workers enqueue in a quarter
 // of the lease at the pace of the recent enqueues (all the queue while

@@ -61,6 +61,51 @@ func asynqVersion() string {
 	return ""
 }
 
+// take adds to its the claims queued now, without waiting for more, up to
+// bulkMax in all.
+func (p *pipeline) take(its []queued) []queued {
+	for len(its) < bulkMax {
+		select {
+		case it, ok := <-p.queue:
+			if !ok {
+				return its
+			}
+			its = append(its, it)
+		default:
+			return its
+		}
+	}
+	return its
+}
+
+// dispatchBulk dispatches queued claims its as dispatch does each, but
+// writes the tasks that asynq's Enqueue would write alike together, in w
+// (bulk.write).
+func (p *pipeline) dispatchBulk(ctx context.Context, its []queued, w *bulkWrite) {
+	w.tasks = w.tasks[:0]
+	for i, it := range its {
+		it.c.LeaseUntil = time.UnixMilli(it.run.until.Load())
+		w.cur = i
+		if o, later := p.d.dispatch(ctx, it.c, it.redisNow, it.claimedAt, w); !later {
+			p.ended.Add(1)
+			it.run.settled(it.index, o, p.acks)
+		}
+	}
+	if len(w.tasks) == 0 {
+		return
+	}
+	start := time.Now()
+	p.d.bulk.write(ctx, w)
+	p.d.enqueueTime.observe(time.Since(start))
+	for i := range w.tasks {
+		t := &w.tasks[i]
+		o := p.d.afterEnqueue(ctx, t.c, t.redisNow, t.claimedAt, t.err, nil)
+		p.ended.Add(1)
+		it := its[t.tag]
+		it.run.settled(it.index, o, p.acks)
+	}
+}
+
 // bulk writes tasks into asynq's Redis.
 type bulk struct {
 	rdb       redis.UniversalClient
