@@ -85,8 +85,9 @@ func (p *pipeline) dispatchBulk(ctx context.Context, its []queued, w *bulkWrite)
 	w.tasks = w.tasks[:0]
 	for i, it := range its {
 		it.c.LeaseUntil = time.UnixMilli(it.run.until.Load())
-		w.cur = i
-		if o, later := p.d.dispatch(ctx, it.c, it.redisNow, it.claimedAt, w); !later {
+		if o, later := p.d.dispatch(ctx, it.c, it.redisNow, it.claimedAt, w); later {
+			w.tasks[len(w.tasks)-1].tag = i
+		} else {
 			p.ended.Add(1)
 			it.run.settled(it.index, o, p.acks)
 		}
@@ -126,14 +127,11 @@ func newBulk(rdb redis.UniversalClient, v string) (*bulk, string) {
 
 // bulkWrite gathers the tasks of the claims an enqueue worker holds, to
 // write them in one call per queue.
-type bulkWrite struct {
-	cur   int // the tag of the claim being dispatched
-	tasks []bulkTask
-}
+type bulkWrite struct{ tasks []bulkTask }
 
 // bulkTask is one task of a bulkWrite and the claim it is for.
 type bulkTask struct {
-	tag                 int
+	tag                 int // the claim's place among the worker's (dispatchBulk)
 	c                   Claim
 	redisNow, claimedAt time.Time
 	m                   asynqMessage
@@ -142,7 +140,7 @@ type bulkTask struct {
 
 // add adds task m of claim c to w.
 func (w *bulkWrite) add(c Claim, redisNow, claimedAt time.Time, m asynqMessage) {
-	w.tasks = append(w.tasks, bulkTask{tag: w.cur, c: c, redisNow: redisNow, claimedAt: claimedAt, m: m})
+	w.tasks = append(w.tasks, bulkTask{c: c, redisNow: redisNow, claimedAt: claimedAt, m: m})
 }
 
 // write writes w's tasks, one call per queue, and sets each task's err:

@@ -145,8 +145,8 @@ func TestBulkQueues(t *testing.T) {
 	w := &bulkWrite{}
 	for _, x := range [][2]string{{q1, "a"}, {q2, "b"}, {q1, "c"}, {q2, "d"}, {q1, "e"}} {
 		m, _ := message(asynq.NewTask("t", nil), []asynq.Option{asynq.TaskID(x[1]), asynq.Queue(x[0])})
-		w.cur = len(w.tasks)
 		w.add(Claim{}, time.Time{}, time.Time{}, m)
+		w.tasks[len(w.tasks)-1].tag = len(w.tasks) - 1
 	}
 	bk.write(ctx, w)
 	for _, task := range w.tasks {
@@ -329,6 +329,8 @@ func TestDispatcherBulkFailure(t *testing.T) {
 	q := testQueue(t)
 	px := newProxy(t, testAddr)
 	rdb := clientVia(t, px)
+	calls := &evalCounter{}
+	rdb.AddHook(calls)
 	px.SetDown(true)
 	const n = 200
 	scheduleDueJobs(t, b, n, q)
@@ -360,6 +362,9 @@ func TestDispatcherBulkFailure(t *testing.T) {
 	must(t, err)
 	if qi.Pending != n {
 		t.Fatalf("asynq holds %d pending tasks, want %d", qi.Pending, n)
+	}
+	if calls.bulk.Load() == 0 || calls.other.Load() != 0 {
+		t.Fatalf("%d bulk calls, %d through the Client: want bulk only", calls.bulk.Load(), calls.other.Load())
 	}
 	if st, _ := b.Stats(ctx); st.Dead != 0 {
 		t.Fatalf("dead: %+v", st)
