@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -280,7 +279,7 @@ func message(task *asynq.Task, opts []asynq.Option) (asynqMessage, bool) {
 			}
 			names = append(names, k)
 		}
-		sort.Strings(names)
+		slices.Sort(names)
 		for _, k := range names {
 			// A map entry: key (1) and value (2), both written even when
 			// empty.
