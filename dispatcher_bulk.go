@@ -125,7 +125,7 @@ func newBulk(rdb redis.UniversalClient, v string) (*bulk, string) {
 }
 
 // bulkWrite gathers the tasks of the claims an enqueue worker holds, to
-// write them in one call per queue.
+// write them in one script call per queue, in one round trip.
 type bulkWrite struct{ tasks []bulkTask }
 
 // bulkTask is one task of a bulkWrite and the claim it is for.
@@ -142,57 +142,87 @@ func (w *bulkWrite) add(c Claim, redisNow, claimedAt time.Time, m asynqMessage) 
 	w.tasks = append(w.tasks, bulkTask{c: c, redisNow: redisNow, claimedAt: claimedAt, m: m})
 }
 
-// write writes w's tasks, one call per queue, and sets each task's err:
-// nil when written, asynq.ErrTaskIDConflict when asynq holds a task of its
-// id, or the call's error. The tasks of a queue keep their order.
+// write writes w's tasks, one script call per queue, all in one round
+// trip, and sets each task's err: nil when written,
+// asynq.ErrTaskIDConflict when asynq holds a task of its id, or the call's
+// error. The tasks of a queue keep their order.
 func (b *bulk) write(ctx context.Context, w *bulkWrite) {
 	slices.SortStableFunc(w.tasks, func(x, y bulkTask) int { return strings.Compare(x.m.queue, y.m.queue) })
+	var queues [][]bulkTask // the tasks of each queue
 	for i := 0; i < len(w.tasks); {
-		q := w.tasks[i].m.queue
 		j := i + 1
-		for j < len(w.tasks) && w.tasks[j].m.queue == q {
+		for j < len(w.tasks) && w.tasks[j].m.queue == w.tasks[i].m.queue {
 			j++
 		}
-		b.writeQueue(ctx, q, w.tasks[i:j])
+		queues = append(queues, w.tasks[i:j])
 		i = j
+	}
+	if err := b.publish(ctx, queues); err != nil {
+		setErr(w.tasks, err)
+		return
+	}
+	call := func(i int) (*redis.Script, []string, []any) {
+		tasks := queues[i]
+		prefix := "asynq:{" + tasks[0].m.queue + "}:"
+		keys := make([]string, len(tasks)+1)
+		args := make([]any, 1, 1+2*len(tasks))
+		args[0] = time.Now().UnixNano()
+		for i, t := range tasks {
+			keys[i] = prefix + "t:" + t.m.id
+			args = append(args, t.m.msg, t.m.id)
+		}
+		keys[len(tasks)] = prefix + "pending"
+		return enqueueScript, keys, args
+	}
+	var cmds []*redis.Cmd
+	if len(queues) == 1 {
+		s, keys, args := call(0)
+		cmds = []*redis.Cmd{s.Run(ctx, b.rdb, keys, args...)}
+	} else {
+		cmds = pipelinedScripts(ctx, b.rdb, len(queues), call)
+	}
+	for i, tasks := range queues {
+		res, err := cmds[i].Int64Slice()
+		if err == nil && len(res) != len(tasks) {
+			err = fmt.Errorf("zclaim: enqueue.lua answered %d values for %d tasks", len(res), len(tasks))
+		}
+		if err != nil {
+			setErr(tasks, err)
+			continue
+		}
+		for j, n := range res {
+			if n == 0 {
+				tasks[j].err = fmt.Errorf("%w", asynq.ErrTaskIDConflict)
+			}
+		}
 	}
 }
 
-// writeQueue writes tasks of queue q in one call.
-func (b *bulk) writeQueue(ctx context.Context, q string, tasks []bulkTask) {
-	fail := func(err error) {
-		for i := range tasks {
-			tasks[i].err = err
+// publish adds the queues that this dispatcher has not yet added to
+// asynq's set of queues, as asynq's client does before a queue's first task.
+func (b *bulk) publish(ctx context.Context, queues [][]bulkTask) error {
+	var add []any
+	for _, tasks := range queues {
+		if _, ok := b.published.Load(tasks[0].m.queue); !ok {
+			add = append(add, tasks[0].m.queue)
 		}
 	}
-	if _, ok := b.published.Load(q); !ok {
-		if err := b.rdb.SAdd(ctx, "asynq:queues", q).Err(); err != nil {
-			fail(err)
-			return
-		}
+	if len(add) == 0 {
+		return nil
+	}
+	if err := b.rdb.SAdd(ctx, "asynq:queues", add...).Err(); err != nil {
+		return err
+	}
+	for _, q := range add {
 		b.published.Store(q, true)
 	}
-	prefix := "asynq:{" + q + "}:"
-	keys := make([]string, len(tasks)+1)
-	args := make([]any, 1, 1+2*len(tasks))
-	args[0] = time.Now().UnixNano()
-	for i, t := range tasks {
-		keys[i] = prefix + "t:" + t.m.id
-		args = append(args, t.m.msg, t.m.id)
-	}
-	keys[len(tasks)] = prefix + "pending"
-	res, err := enqueueScript.Run(ctx, b.rdb, keys, args...).Int64Slice()
-	if err == nil && len(res) != len(tasks) {
-		err = fmt.Errorf("zclaim: enqueue.lua answered %d values for %d tasks", len(res), len(tasks))
-	}
-	if err != nil {
-		fail(err)
-		return
-	}
-	for i, n := range res {
-		if n == 0 {
-			tasks[i].err = fmt.Errorf("%w", asynq.ErrTaskIDConflict)
-		}
+	return nil
+}
+
+// setErr sets the err of each of tasks.
+func setErr(tasks []bulkTask, err error) {
+	for i := range tasks {
+		tasks[i].err = err
 	}
 }
 

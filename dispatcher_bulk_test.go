@@ -133,11 +133,13 @@ func TestBulkConflicts(t *testing.T) {
 	}
 }
 
-// Tasks of two queues, interleaved: one call per queue, each queue's tasks
+// Tasks of two queues, interleaved: one call per queue, both in one round
+// trip, each queue's tasks
 // in the order given (asynq works a pending list off from its far end).
 func TestBulkQueues(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
+	must(t, enqueueScript.Load(ctx, rdb).Err()) // a server that knows the script: one round trip
 	calls := &evalCounter{}
 	rdb.AddHook(calls)
 	bk, _ := newBulk(rdb, bulkAsynq+"0")
@@ -152,8 +154,8 @@ func TestBulkQueues(t *testing.T) {
 	for _, task := range w.tasks {
 		must(t, task.err)
 	}
-	if n := calls.bulk.Load(); n != 2 {
-		t.Errorf("%d calls for two queues", n)
+	if n, trips := calls.bulk.Load(), calls.bulkTrips.Load(); n != 2 || trips != 1 {
+		t.Errorf("%d calls in %d round trips for two queues, want 2 in 1", n, trips)
 	}
 	for q, want := range map[string]string{q1: "[e c a]", q2: "[d b]"} {
 		if list := rdb.LRange(ctx, "asynq:{"+q+"}:pending", 0, -1).Val(); fmt.Sprint(list) != want {
@@ -225,27 +227,49 @@ func (ownOption) String() string         { return "own" }
 func (ownOption) Type() asynq.OptionType { return asynq.QueueOpt }
 func (ownOption) Value() any             { return "elsewhere" }
 
-// evalCounter counts the scripts a client ran: bulk's (by enqueue.lua's
-// hash) and asynq's. An EVALSHA that met NOSCRIPT (and went again as an
-// EVAL) is not counted.
-type evalCounter struct{ bulk, other atomic.Int64 }
+// evalCounter counts the scripts a client ran, alone or in pipelines:
+// bulk's (by enqueue.lua's hash) and asynq's, and the round trips that
+// carried bulk's. An EVALSHA that met NOSCRIPT (and went again as an EVAL)
+// is not counted.
+type evalCounter struct{ bulk, other, bulkTrips atomic.Int64 }
+
+// count counts cmds, sent in one round trip, each with its error
+// (errs[i]; a pipeline's commands hold theirs).
+func (h *evalCounter) count(cmds []redis.Cmder, errs []error) {
+	var bulk int64
+	for i, cmd := range cmds {
+		err := cmd.Err()
+		if errs != nil {
+			err = errs[i]
+		}
+		if (cmd.Name() == "evalsha" || cmd.Name() == "eval") && !redis.HasErrorPrefix(err, "NOSCRIPT") {
+			if a := cmd.Args(); a[1] == enqueueScript.Hash() || a[1] == enqueueLua {
+				bulk++
+			} else {
+				h.other.Add(1)
+			}
+		}
+	}
+	if bulk > 0 {
+		h.bulk.Add(bulk)
+		h.bulkTrips.Add(1)
+	}
+}
 
 func (h *evalCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *evalCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if (cmd.Name() == "evalsha" || cmd.Name() == "eval") && !redis.HasErrorPrefix(err, "NOSCRIPT") {
-			if a := cmd.Args(); a[1] == enqueueScript.Hash() || a[1] == enqueueLua {
-				h.bulk.Add(1)
-			} else {
-				h.other.Add(1)
-			}
-		}
+		h.count([]redis.Cmder{cmd}, []error{err})
 		return err
 	}
 }
 func (h *evalCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.count(cmds, nil)
+		return err
+	}
 }
 
 // Dispatchers writing in bulk, four at once on one schedule, each on
