@@ -309,15 +309,17 @@ func claimedJobs(raw []any, batch bool, max int) (jobs []claimed, err error) {
 		}
 	case len(raw) == 6:
 		due, _ := raw[4].([]any)
-		recs, _ := raw[5].([]any)
-		if len(due) != 2*len(recs) {
+		recs, _ := raw[5].([]any) // empty when no job has a record
+		if len(due)%2 != 0 || len(recs) != 0 && len(due) != 2*len(recs) {
 			return nil, zerr("zclaim: claim: %w: %d ids and scores for %d records", ErrCorrupt, len(due), len(recs))
 		}
-		jobs = make([]claimed, len(recs))
+		jobs = make([]claimed, len(due)/2)
 		for i := range jobs {
 			jobs[i].id, _ = due[2*i].(string)
 			jobs[i].score, _ = due[2*i+1].(string)
-			jobs[i].rec, _ = recs[i].(string) // "" for none: a record is never empty
+			if len(recs) > 0 {
+				jobs[i].rec, _ = recs[i].(string) // "" for none: a record is never empty
+			}
 		}
 	default:
 		return nil, zerr("zclaim: claim: %w: reply of %d values", ErrCorrupt, len(raw))

@@ -11,7 +11,8 @@
 --   "batch-ids" for the same without the jobs' due times (Redis formats
 --   each score it answers, which costs it more than the claim's own work)
 -- Returns {deadline_ms, first_token, now, next, {id1, score1, id2, ...},
---   {record1|false, record2|false, ...}} where tokens run first_token,
+--   {record1|false, record2|false, ...}}, or {} for the records when the
+--   pending records hash is empty, where tokens run first_token,
 --   first_token+1, ... in reply order, now is Redis TIME in score units and
 --   next is the earliest remaining score or false (after a full batch: now,
 --   since more may be due); {0, 0, now, next, inflight} when nothing is
@@ -43,9 +44,8 @@ local now_s = string.format('%.6f', now)
 -- Redis formats every score it answers (snprintf %.17g): a claim that
 -- reads scores, of jobs with records, asks only for those whose record
 -- does not give it (lazy).
-local lazy, due, err = false, nil, nil
+local pending, lazy, due, err = nil, false, nil, nil
 if scored then
-  local pending
   pending, err = read('HLEN', KEYS[4])
   if err then return err end
   lazy = pending > 0
@@ -79,8 +79,18 @@ if err then return err end
 -- refuse before writing anything.
 local base = tonumber(last or '0') or 0
 if not (base < 9007199254740991 - max) then return redis.error_reply('ZCLAIM_CORRUPT ' .. KEYS[3]) end
-recs, err = read('HMGET', KEYS[4], unpack(ids))
-if err then return err end
+-- An empty pending records hash (every job a plain ZADD) is not read
+-- further: no job has a record.
+if not pending then
+  pending, err = read('HLEN', KEYS[4])
+  if err then return err end
+end
+if pending > 0 then
+  recs, err = read('HMGET', KEYS[4], unpack(ids))
+  if err then return err end
+else
+  recs = {}
+end
 
 -- Every claimed run carries its occurrence's due (see lua/prelude.lua): a job
 -- without one in its record (a plain ZADD, or a record of an older version)
