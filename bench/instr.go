@@ -131,6 +131,9 @@ func instructionsScenario() {
 			}},
 		{"the dispatcher's two scripts alone: claim.lua of 100 ids + finish.lua, per job", 10,
 			scheduleN(100*2*n/10 + 100), batchScriptsOp},
+		{"Broker.Claim of 100, per job: jobs written as ids (a plain ZADD)", 10, zaddN(100*2*n/10 + 100), claimOp},
+		{"Broker.Claim of 100, per job: jobs written by Schedule with a type and a queue", 10,
+			scheduleN(100*2*n/10 + 100), claimOp},
 	}
 	var rows [][]string
 	for _, op := range ops {
@@ -160,6 +163,38 @@ func instructionsScenario() {
 		"Counted by `valgrind --tool=callgrind` on a redis-server serving the operations one after another: within about 1% from run to run of the same code, however busy the machine, but for the Dispatcher's rows, whose batches are as large as its pace lets them be (about ±5%); its scripts alone take 100 jobs a batch. "+
 			"The row writing in bulk counts the tasks' writes too (asynq on the counted server), as does the row of asynq's own Enqueue. "+
 			"User-space only: compare versions of one path with it, not paths with different round trips.")
+}
+
+// zaddN adds count due ids to the default schedule, as a producer's plain
+// ZADD does.
+func zaddN(count int) func(ctx context.Context, rdb *redis.Client) error {
+	return func(ctx context.Context, rdb *redis.Client) error {
+		due := float64(time.Now().Add(-time.Second).Unix())
+		zs := make([]redis.Z, count)
+		for j := range zs {
+			zs[j] = redis.Z{Score: due, Member: "j" + strconv.Itoa(j)}
+		}
+		return rdb.ZAdd(ctx, zclaim.DefaultKey, zs...).Err()
+	}
+}
+
+// claimOp takes k/10 claims of 100 due jobs with Broker.Claim, leaving
+// them in flight.
+func claimOp(ctx context.Context, rdb *redis.Client, k int) error {
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Lease: time.Hour})
+	if err != nil {
+		return err
+	}
+	for range k / 10 {
+		cs, err := b.Claim(ctx, 100)
+		if err != nil {
+			return err
+		}
+		if len(cs) != 100 {
+			return fmt.Errorf("a claim of 100 took %d", len(cs))
+		}
+	}
+	return nil
 }
 
 // dispatchOp dispatches 32k jobs (64k for k = 2n) into asynq, with or
