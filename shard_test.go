@@ -263,10 +263,21 @@ func TestClusterShards(t *testing.T) {
 	// The sharded broker's calls, as on one server (TestShardedSchedule).
 	t.Run("calls", func(t *testing.T) { shardedSchedule(t, cc, "zt:{calls}", "zt:plain") })
 
-	// Dispatch, with a slot move in the middle.
-	q := "zt-cluster"
+	// Dispatch, with a slot move in the middle, into two asynq queues on
+	// two masters.
+	qs := []string{"zt-cluster"}
+	first, err := cl.MasterOf(slot("asynq:{" + qs[0] + "}:pending"))
+	must(t, err)
+	for i := 0; len(qs) < 2; i++ {
+		q := "zt-cluster-" + strconv.Itoa(i)
+		if m, err := cl.MasterOf(slot("asynq:{" + q + "}:pending")); err == nil && m != first {
+			qs = append(qs, q)
+		}
+	}
 	runs := &clusterRuns{runs: map[string]int{}}
-	runs.serve(t, cc, q, 0)
+	for _, q := range qs {
+		runs.serve(t, cc, q, 0)
+	}
 	d, err := NewBroker(cc, BrokerOptions{Key: "zt:{dispatch}", Shards: 16, Lease: 2 * time.Second})
 	must(t, err)
 	now, err := cc.Time(ctx).Result()
@@ -274,7 +285,10 @@ func TestClusterShards(t *testing.T) {
 	const n = 3000
 	jobs = jobs[:0]
 	for i := range n {
-		jobs = append(jobs, Job{ID: "job-" + strconv.Itoa(i), RunAt: now.Add(300*time.Millisecond + time.Duration(i)*time.Millisecond/2), Type: "t", Queue: q})
+		// The first 256 due at one instant: claims of both queues in one
+		// enqueue worker's hands.
+		due := now.Add(300*time.Millisecond + time.Duration(max(0, i-256))*time.Millisecond/2)
+		jobs = append(jobs, Job{ID: "job-" + strconv.Itoa(i), RunAt: due, Type: "t", Queue: qs[i%2]})
 	}
 	must(t, d.Schedule(ctx, jobs...))
 	// One dispatcher enqueues through asynq's Client, the other writes
@@ -316,7 +330,10 @@ func TestClusterShards(t *testing.T) {
 	if bulkCalls.bulk.Load() == 0 {
 		t.Fatal("the dispatcher with AsynqRedis wrote no task in bulk")
 	}
-	t.Logf("%d bulk writes", bulkCalls.bulk.Load())
+	t.Logf("%d bulk writes in %d pipelines", bulkCalls.bulk.Load(), bulkCalls.bulkTrips.Load())
+	if bulkCalls.bulk.Load() == bulkCalls.bulkTrips.Load() {
+		t.Fatal("no bulk write sent the tasks of both queues together")
+	}
 }
 
 // On 3 masters with a replica each and WaitReplicas 1: a master fails over
