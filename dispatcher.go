@@ -124,8 +124,13 @@ const minRetention = time.Second
 
 // DispatcherStats count what a Dispatcher did since it was made.
 type DispatcherStats struct {
-	Claimed   int64 // claims taken off the schedule
-	Enqueued  int64 // tasks enqueued into asynq
+	Claimed  int64 // claims taken off the schedule
+	Enqueued int64 // tasks enqueued into asynq
+	// InBulk counts the tasks of Enqueued that were written in bulk
+	// (AsynqRedis); the rest went through the asynq Client. Zero with
+	// AsynqRedis set says the dispatcher does not write in bulk (see its
+	// Warn at NewDispatcher).
+	InBulk    int64
 	Conflicts int64 // claims whose task id asynq already had (settled, not enqueued)
 	// Failed counts enqueues that failed, or were not made because the
 	// claim's lease ran out while it waited; their claims went back with
@@ -163,9 +168,9 @@ type Dispatcher struct {
 	opts DispatcherOptions
 	log  *slog.Logger
 
-	claimed, enqueued, conflicts, failed, dead atomic.Int64
-	lag                                        lagHistogram
-	enqueueTime                                average // of an enqueue, lately: paces the claims (pipeline.limit)
+	claimed, enqueued, inBulk, conflicts, failed, dead atomic.Int64
+	lag                                                lagHistogram
+	enqueueTime                                        average // of an enqueue, lately: paces the claims (pipeline.limit)
 
 	keyspace  atomic.Bool // the server publishes keyspace events for the schedule, and they are subscribed
 	claimWarn rateLog
@@ -208,7 +213,7 @@ func NewDispatcher(b *Broker, c *asynq.Client, opts DispatcherOptions) (*Dispatc
 
 // Stats returns the dispatcher's counts.
 func (d *Dispatcher) Stats() DispatcherStats {
-	return DispatcherStats{Claimed: d.claimed.Load(), Enqueued: d.enqueued.Load(),
+	return DispatcherStats{Claimed: d.claimed.Load(), Enqueued: d.enqueued.Load(), InBulk: d.inBulk.Load(),
 		Conflicts: d.conflicts.Load(), Failed: d.failed.Load(), Dead: d.dead.Load(), Lag: d.lag.snapshot()}
 }
 

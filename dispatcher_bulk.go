@@ -99,6 +99,9 @@ func (p *pipeline) dispatchBulk(ctx context.Context, its []queued, w *bulkWrite)
 	p.d.enqueueTime.observe(time.Since(start))
 	for i := range w.tasks {
 		t := &w.tasks[i]
+		if t.err == nil {
+			p.d.inBulk.Add(1)
+		}
 		o := p.d.afterEnqueue(ctx, t.c, t.redisNow, t.claimedAt, t.err, nil)
 		p.ended.Add(1)
 		it := its[t.tag]

@@ -307,13 +307,13 @@ func TestDispatcherBulk(t *testing.T) {
 	waitProgress(t, 30*time.Second, "jobs handled", len(ids), log.count, nil)
 	time.Sleep(100 * time.Millisecond) // room for a duplicate to show
 	log.check(t, ids)
-	var bulkCalls, clientCalls, enqueued int64
+	var bulkCalls, clientCalls, enqueued, inBulk int64
 	for i, d := range dsps {
 		st := d.Stats()
 		if st.Failed != 0 || st.Dead != 0 || st.Conflicts != 0 {
 			t.Errorf("dispatcher %d: %+v", i, st)
 		}
-		enqueued += st.Enqueued
+		enqueued, inBulk = enqueued+st.Enqueued, inBulk+st.InBulk
 		bulkCalls += counts[i].bulk.Load()
 		clientCalls += counts[i].other.Load()
 	}
@@ -327,6 +327,9 @@ func TestDispatcherBulk(t *testing.T) {
 	if enqueued != int64(len(jobs)) || clientCalls != int64(nUnique) || bulkCalls == 0 || bulkCalls >= int64(len(jobs)-nUnique) {
 		t.Fatalf("%d tasks enqueued of %d: %d bulk calls, %d through the Client (want %d)",
 			enqueued, len(jobs), bulkCalls, clientCalls, nUnique)
+	}
+	if inBulk != enqueued-int64(nUnique) {
+		t.Fatalf("%d tasks counted in bulk, want %d", inBulk, enqueued-int64(nUnique))
 	}
 
 	// The first job again, at the due time it ran for: the same
@@ -389,6 +392,9 @@ func TestDispatcherBulkFailure(t *testing.T) {
 	}
 	if calls.bulk.Load() == 0 || calls.other.Load() != 0 {
 		t.Fatalf("%d bulk calls, %d through the Client: want bulk only", calls.bulk.Load(), calls.other.Load())
+	}
+	if st := d.Stats(); st.InBulk != n {
+		t.Fatalf("%d of %d tasks counted in bulk: %+v", st.InBulk, n, st)
 	}
 	if st, _ := b.Stats(ctx); st.Dead != 0 {
 		t.Fatalf("dead: %+v", st)
