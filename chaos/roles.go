@@ -135,6 +135,14 @@ func dispatcher(f roleFlags) {
 	if err != nil {
 		panic(err)
 	}
+	// Until killed, it reports to the sink how many tasks it wrote in
+	// bulk: the run checks that the bulk path was taken.
+	sink := redis.NewClient(&redis.Options{Addr: f.sink})
+	go func() {
+		for self := strconv.Itoa(os.Getpid()); ctx.Err() == nil; time.Sleep(100 * time.Millisecond) {
+			sink.HSet(ctx, "sink:bulk", self, d.Stats().InBulk)
+		}
+	}()
 	d.Run(ctx)
 }
 
