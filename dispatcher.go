@@ -127,9 +127,9 @@ type DispatcherStats struct {
 	Claimed  int64 // claims taken off the schedule
 	Enqueued int64 // tasks enqueued into asynq
 	// InBulk counts the tasks of Enqueued that were written in bulk
-	// (AsynqRedis); the rest went through the asynq Client. Zero with
-	// AsynqRedis set says the dispatcher does not write in bulk (see its
-	// Warn at NewDispatcher).
+	// (AsynqRedis). The rest went through the asynq Client: tasks with an
+	// option bulk leaves to it, periodic ticks, and every task when the
+	// dispatcher does not know asynq's version (NewDispatcher's Warn).
 	InBulk    int64
 	Conflicts int64 // claims whose task id asynq already had (settled, not enqueued)
 	// Failed counts enqueues that failed, or were not made because the

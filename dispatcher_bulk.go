@@ -170,8 +170,8 @@ func (b *bulk) write(ctx context.Context, w *bulkWrite) {
 		keys := make([]string, len(tasks)+1)
 		args := make([]any, 1, 1+2*len(tasks))
 		args[0] = time.Now().UnixNano()
-		for i, t := range tasks {
-			keys[i] = prefix + "t:" + t.m.id
+		for k, t := range tasks {
+			keys[k] = prefix + "t:" + t.m.id
 			args = append(args, t.m.msg, t.m.id)
 		}
 		keys[len(tasks)] = prefix + "pending"
