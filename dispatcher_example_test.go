@@ -42,7 +42,8 @@ func ExampleDispatcher_Run() {
 	defer srv.Shutdown()
 
 	d, _ := zclaim.NewDispatcher(broker, asynq.NewClientFromRedisClient(rdb), zclaim.DispatcherOptions{
-		AsynqRedis: rdb, // tasks written many to a script, as asynq's Enqueue writes each
+		AsynqRedis:    rdb, // tasks written many to a script, as asynq's Enqueue writes each
+		TaskRetention: -1,  // asynq keeps no finished task: the middleware's records stop a re-dispatch
 	})
 	go d.Run(ctx)
 

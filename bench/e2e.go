@@ -28,7 +28,9 @@ func e2eScenario() {
 		{name: "the same, the Dispatcher enqueuing through an asynq client on an autopipelined go-redis client",
 			dispatcher: true, autopipeline: true, middleware: true},
 		{name: "the same, through an asynq client on a plain go-redis client", dispatcher: true, middleware: true},
-		{name: "Dispatcher writing in bulk + asynq server, no middleware", dispatcher: true, bulk: true},
+		{name: "the quick start with the Dispatcher's default TaskRetention (asynq keeps each finished task 91 s)",
+			dispatcher: true, bulk: true, middleware: true, keepFinished: true},
+		{name: "Dispatcher writing in bulk + asynq server, no middleware (its default TaskRetention)", dispatcher: true, bulk: true, keepFinished: true},
 		{name: "asynq server + idempotency middleware, the tasks pending in its queue", middleware: true},
 		{name: "floor of a feeder: asynq server, the tasks enqueued within the window by plain Enqueue (16 goroutines, an autopipelined client; no schedule, no claim)",
 			enqueueInWindow: true, autopipeline: true},
@@ -61,7 +63,8 @@ func e2eScenario() {
 			"asynq's pending tasks are the strict comparison (no feeder at all); its due scheduled tasks are the like-for-like one "+
 			"(its forwarder moves them to pending as zclaim's dispatcher enqueues its due jobs). "+
 			"Both use default options otherwise (the dispatcher's Concurrency 16, the middleware's Lease 5 s and takeover loop). "+
-			"The quick start's Dispatcher writes its tasks into asynq's Redis in bulk (DispatcherOptions.AsynqRedis), as the README's does; "+
+			"The quick start's Dispatcher writes its tasks into asynq's Redis in bulk (DispatcherOptions.AsynqRedis) and has asynq keep no finished task "+
+			"(TaskRetention -1: the middleware's records skip an occurrence dispatched again), as the README's does; "+
 			"the next two rows enqueue each through an asynq client instead, one on (*redis.Client).AutoPipeline, whose concurrent enqueues share round trips, one on a plain client. "+
 			"The two floor rows have no schedule: 16 goroutines enqueue the tasks (asynq alone's) on such a client once the clock runs, "+
 			"which is what feeding asynq inside the window costs whatever the feeder; the second adds the two plain commands a middleware "+
@@ -80,6 +83,7 @@ type e2eContender struct {
 	plainMiddleware bool // the handler runs under plainStartFinish
 	processAt       bool // asynq's tasks wait in its scheduled set, due a second ago; else pending
 	bulk            bool // the Dispatcher writes in bulk (DispatcherOptions.AsynqRedis), on a plain client
+	keepFinished    bool // the Dispatcher's default TaskRetention; else -1, as the quick start's
 }
 
 // e2eRound runs contender c of e2eScenario once: its rate and CPU per job.
@@ -101,6 +105,9 @@ func e2eRound(c e2eContender, n, conc int) (float64, [2]time.Duration) {
 		defer closeDC()
 	}
 	var dopts zclaim.DispatcherOptions
+	if !c.keepFinished {
+		dopts.TaskRetention = -1
+	}
 	if c.bulk {
 		rdb := newClient(20)
 		defer rdb.Close()

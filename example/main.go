@@ -250,7 +250,9 @@ func run(w io.Writer, rdb *redis.Client, ns string, cfg config) (bool, error) {
 	}
 
 	// Two dispatchers, writing their tasks into asynq's Redis many to a
-	// script (AsynqRedis).
+	// script (AsynqRedis). asynq keeps no finished task (TaskRetention
+	// -1): every handler runs under the middleware, whose records skip an
+	// occurrence dispatched again after it finished.
 	ac := asynq.NewClientFromRedisClient(rdb)
 	recovered := map[string]bool{} // crashed claims run again (under tl.mu)
 	again := 0                     // other claims dispatched again, their lease lapsed first (under tl.mu)
@@ -259,6 +261,7 @@ func run(w io.Writer, rdb *redis.Client, ns string, cfg config) (bool, error) {
 	for i := range dispatchers {
 		d, err := zclaim.NewDispatcher(broker, ac, zclaim.DispatcherOptions{
 			AsynqRedis:       rdb,
+			TaskRetention:    -1,
 			RecoveryInterval: 100 * time.Millisecond,
 			Logger:           quiet,
 			OnDispatch: func(c zclaim.JobInfo, lag time.Duration, err error) {
