@@ -128,8 +128,9 @@ func dispatcher(f roleFlags) {
 		panic(err)
 	}
 	// As in the quick start: tasks written into asynq's Redis many to a
-	// script (AsynqRedis).
-	d, err := zclaim.NewDispatcher(b, asynq.NewClientFromRedisClient(rdb), zclaim.DispatcherOptions{AsynqRedis: rdb,
+	// script (AsynqRedis), and none kept once finished (TaskRetention -1):
+	// the workers' middleware skips an occurrence dispatched again.
+	d, err := zclaim.NewDispatcher(b, asynq.NewClientFromRedisClient(rdb), zclaim.DispatcherOptions{AsynqRedis: rdb, TaskRetention: -1,
 		RecoveryInterval: 200 * time.Millisecond, EnqueueTimeout: time.Second, MaxWait: 200 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
