@@ -75,9 +75,10 @@ type DispatcherOptions struct {
 	// negative sets none. The idempotency middleware's finished records
 	// cover longer windows: where every handler of these tasks runs under
 	// it, they stop a re-dispatched occurrence without asynq's help, and
-	// -1 spares asynq keeping the completed tasks. Default: the re-dispatch
-	// window, the Broker's Lease + RecoveryInterval + MaxWait, plus one
-	// minute.
+	// -1 spares asynq keeping the completed tasks: it deletes each task as
+	// it finishes instead of writing it back (the README's quick start
+	// sets it). Default: the re-dispatch window, the Broker's Lease +
+	// RecoveryInterval + MaxWait, plus one minute.
 	TaskRetention time.Duration
 	// TaskOptions adds asynq options per job (MaxRetry, Timeout, ...).
 	// The dispatcher sets asynq.TaskID to the job's occurrence
