@@ -98,13 +98,14 @@ end
 -- A per-job claim of a job without a record carries it in its in-flight
 -- member instead ("id|token@due"): no run record to write.
 local had, missing, ask, retried = false, {}, {}, {}
+local byte = string.byte
 for i = 1, n do
   local rec = recs[i]
   if rec then
     had = true
     -- A one-digit attempt, "@" and a due (what Schedule writes) is
     -- recognised by two bytes; the pattern is for the rest.
-    local b1, b2, b3 = string.byte(rec, 1, 3)
+    local b1, b2, b3 = byte(rec, 1, 3)
     local dued = b2 == 64 and b3 ~= 58
     if not dued and not string.find(rec, '^%d+@[^:]') then missing[#missing + 1] = i end
     -- A retry keeps the score it was put back at (prelude.lua): first
@@ -222,27 +223,36 @@ end
 -- job without one has its due in the member. Numbers are formatted once a
 -- batch (the deadline) or once in ten jobs (the tokens' leading digits):
 -- Redis would format every number it is given, and string.format costs
--- as much.
-local zadd, hset = {}, {}
+-- as much. The loop counts the last digit itself and appends with a
+-- counter: a call of math.floor, or a table's length (#t, a search), for
+-- each job cost Redis about 5% of the claim.
+local zadd, hset, h = {}, {}, 0
 local dl = string.format('%d', deadline)
-local digits, tens, ten = {'0', '1', '2', '3', '4', '5', '6', '7', '8', '9'}, nil, -1
+local digits = {'0', '1', '2', '3', '4', '5', '6', '7', '8', '9'}
+local ten = math.floor(first / 10)
+local d = first - 10 * ten
+local tens = ten > 0 and string.format('%d', ten) or ''
 for i = 1, n do
-  local t = first + i - 1
-  local hi = math.floor(t / 10)
-  if hi ~= ten then ten, tens = hi, hi > 0 and string.format('%d', hi) or '' end
-  local tok = tens .. digits[t - 10 * hi + 1]
+  if d == 10 then
+    d, ten = 0, ten + 1
+    tens = string.format('%d', ten)
+  end
+  local digit = digits[d + 1]
+  d = d + 1
   zadd[2 * i - 1] = dl
-  if recs[i] then
+  local rec = recs[i]
+  if rec then
+    local tok = tens .. digit
     zadd[2 * i] = ids[i] .. '|' .. tok
-    hset[#hset + 1] = tok
-    hset[#hset + 1] = recs[i]
+    hset[h + 1], hset[h + 2] = tok, rec
+    h = h + 2
   else
     local score
     if lazy then score = scoreof[i] else score = due[2 * i] end
-    zadd[2 * i] = ids[i] .. '|' .. tok .. '@' .. score
+    zadd[2 * i] = ids[i] .. '|' .. tens .. digit .. '@' .. score
   end
 end
 redis.call('ZADD', KEYS[2], unpack(zadd))
-if #hset > 0 then redis.call('HSET', KEYS[5], unpack(hset)) end
+if h > 0 then redis.call('HSET', KEYS[5], unpack(hset)) end
 if lazy then return {deadline, first, now_s, next, ids, recs, asked} end
 return {deadline, first, now_s, next, due, recs}
