@@ -98,6 +98,7 @@ end
 -- A per-job claim of a job without a record carries it in its in-flight
 -- member instead ("id|token@due"): no run record to write.
 local had, missing, ask, retried = false, {}, {}, {}
+local nm, na, nr = 0, 0, 0 -- their lengths (#t is a search)
 local byte = string.byte
 for i = 1, n do
   local rec = recs[i]
@@ -107,16 +108,16 @@ for i = 1, n do
     -- recognised by two bytes; the pattern is for the rest.
     local b1, b2, b3 = byte(rec, 1, 3)
     local dued = b2 == 64 and b3 ~= 58
-    if not dued and not string.find(rec, '^%d+@[^:]') then missing[#missing + 1] = i end
+    if not dued and not string.find(rec, '^%d+@[^:]') then nm = nm + 1; missing[nm] = i end
     -- A retry keeps the score it was put back at (prelude.lua): first
     -- attempts ("0@…") are told apart by their first byte.
-    if b1 ~= 48 and string.find(rec, '^%d+@[^:~]*~') then retried[#retried + 1] = i end
+    if b1 ~= 48 and string.find(rec, '^%d+@[^:~]*~') then nr = nr + 1; retried[nr] = i end
     -- A first attempt's record gives its score (lazy), unless its due
     -- says the job was moved since (prelude.lua's moved).
-    if lazy and not (dued and b1 == 48 and b3 >= 49 and b3 <= 57) then ask[#ask + 1] = i end
+    if lazy and not (dued and b1 == 48 and b3 >= 49 and b3 <= 57) then na = na + 1; ask[na] = i end
   else
-    if batch then missing[#missing + 1] = i end
-    if lazy then ask[#ask + 1] = i end
+    if batch then nm = nm + 1; missing[nm] = i end
+    if lazy then na = na + 1; ask[na] = i end
   end
 end
 -- lazy: the scores asked for, by place (scoreof), and as the reply gives
@@ -124,36 +125,38 @@ end
 local scoreof, asked = {}, {}
 -- zmscore reads the scores of the jobs at places idx, in idx's order;
 -- scores takes them from what the claim read where it read them.
-local function zmscore(idx)
+local function zmscore(idx, k)
   local q = {}
-  for j, i in ipairs(idx) do q[j] = ids[i] end
+  for j = 1, k do q[j] = ids[idx[j]] end
   return redis.call('ZMSCORE', KEYS[1], unpack(q))
 end
-local function scores(idx)
-  if not scored then return zmscore(idx) end
+local function scores(idx, k)
+  if not scored then return zmscore(idx, k) end
   local sc = {}
-  for j, i in ipairs(idx) do
+  for j = 1, k do
+    local i = idx[j]
     if lazy then sc[j] = scoreof[i] else sc[j] = due[2 * i] end
   end
   return sc
 end
-if #ask > 0 then
-  local sc = zmscore(ask)
-  for j, i in ipairs(ask) do
+if na > 0 then
+  local sc = zmscore(ask, na)
+  for j = 1, na do
+    local i = ask[j]
     scoreof[i], asked[2 * j - 1], asked[2 * j] = sc[j], i, sc[j]
   end
 end
-if #missing > 0 then
-  local sc = scores(missing)
-  for j, i in ipairs(missing) do
-    local score = sc[j]
+if nm > 0 then
+  local sc = scores(missing, nm)
+  for j = 1, nm do
+    local i, score = missing[j], sc[j]
     if recs[i] then
       -- A record that cannot be read is left as it is: the claimer
       -- reports it and sends the job to the dead set.
       local a, rest = string.match(recs[i], '^(%d+)@?:(.*)$')
       if a then recs[i] = record(a, score, rest) end
     else
-      recs[i] = record('0', score, '')
+      recs[i] = '0@' .. score .. ':' -- record('0', score, ''), inline
     end
   end
 end
@@ -161,10 +164,10 @@ end
 -- occurrence. One found at another score was added again by a producer
 -- (a plain ZADD only moves a member): new work, a new occurrence due at
 -- that score, which the retry's run of the old one gives way to.
-if #retried > 0 then
-  local sc = scores(retried)
-  for j, i in ipairs(retried) do
-    local score = sc[j]
+if nr > 0 then
+  local sc = scores(retried, nr)
+  for j = 1, nr do
+    local i, score = retried[j], sc[j]
     local a, d, back, rest = string.match(recs[i], '^(%d+)@([^:~]*)~([^:]*):(.*)$')
     if tonumber(score) == tonumber(back) then
       recs[i] = record(a, d, rest)

@@ -131,6 +131,8 @@ func instructionsScenario() {
 			}},
 		{"the dispatcher's two scripts alone: claim.lua of 100 ids + finish.lua, per job", 10,
 			scheduleN(100*2*n/10 + 100), batchScriptsOp},
+		{"the same scripts, of jobs written as ids (a plain ZADD, as a migrated producer writes them)", 10,
+			zaddN(100*2*n/10 + 100), batchScriptsOp},
 		{"Broker.Claim of 100, per job: jobs written as ids (a plain ZADD)", 10, zaddN(100*2*n/10 + 100), claimOp},
 		{"Broker.Claim of 100, per job: jobs written by Schedule with a type and a queue", 10,
 			scheduleN(100*2*n/10 + 100), claimOp},
