@@ -257,27 +257,23 @@ func claimScenario() {
 			res[i] = append(res[i], r)
 		}
 	}
-	med := func(i int) float64 {
-		var s samples
+	rates := make([]samples, len(cls))
+	for i := range cls {
 		for _, r := range res[i] {
-			s = append(s, r.rate)
+			rates[i] = append(rates[i], r.rate)
 		}
-		return s.median()
 	}
-	checked, bareInflight := med(1), med(4)
+	checked, bareInflight := rates[1], rates[4]
 	var rows [][]string
 	for i, cl := range cls {
-		var s samples
-		for _, r := range res[i] {
-			s = append(s, r.rate)
-		}
+		s := rates[i]
 		last := res[i][len(res[i])-1]
 		dup := fmt.Sprintf("%d (%.0f%%)", last.dupJobs, 100*float64(last.dupJobs)/float64(n))
 		if last.lostJobs > 0 {
 			dup += fmt.Sprintf(", %d lost", last.lostJobs)
 		}
 		rows = append(rows, []string{cl.name, human(s.median()), s.spread(), dup,
-			fmt.Sprintf("%.2f", last.trips), fmt.Sprintf("%.1f×", s.median()/checked), fmt.Sprintf("%.2f×", s.median()/bareInflight)})
+			fmt.Sprintf("%.2f", last.trips), fmt.Sprintf("%.1f×", paired(s, checked).median()), fmt.Sprintf("%.2f×", paired(s, bareInflight).median())})
 	}
 	table(fmt.Sprintf("1. Claim throughput: %d workers, %s due jobs", workers, human(float64(n))),
 		[]string{"contender", "jobs/s (median)", "spread", "taken more than once", "round trips / job", "vs checked naive", "vs bare + in-flight"},
@@ -285,5 +281,6 @@ func claimScenario() {
 		"Targets: `Broker.Claim` batch 100 ≥ 20× the checked naive poller and ≥ 0.5× the bare batch-100 script that moves ids into an in-flight ZSet. "+
 			"Broker.Claim also issues a fencing token per job (one counter update per batch), reads payload records (HMGET, when the schedule holds any) and returns the next due time. "+
 			"Every contender but the last takes jobs written as ids only (a plain ZADD); the last takes jobs written by Schedule "+
-			"with a task type and a 64-byte payload, whose records move with their claims.")
+			"with a task type and a 64-byte payload, whose records move with their claims. "+
+			"A ratio is the median over the rounds of the two contenders' rates in one round.")
 }
