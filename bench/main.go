@@ -7,6 +7,11 @@
 //	go run ./bench -quick             # smaller numbers, for a smoke test
 //	go run ./bench -only claim,lag    # some scenarios: claim, lag, zadd, throughput, middleware, e2e, memory, replicas, scale, recovery, takeover, idle, periodic, cluster, instructions
 //	go run ./bench -only middleware -cpuprofile mw.pprof   # and look with go tool pprof (-memprofile: allocations)
+//
+// Exit codes: 0 done, 2 bad flags (an unknown scenario, -rounds below 1,
+// a profile that cannot be written) or no redis-server to start, 3 a
+// Redis named by -redis that cannot be reached or is older than 7. The
+// flags are checked before anything starts.
 package main
 
 import (
@@ -52,33 +57,71 @@ func shortRounds() int {
 	return max(*rounds, 9)
 }
 
+// scenarios are what -only names, in the order they run.
+var scenarios = []struct {
+	name string
+	run  func()
+}{
+	{"claim", claimScenario},
+	{"lag", lagScenario},
+	{"zadd", zaddScenario},
+	{"throughput", dispatchThroughput},
+	{"middleware", middlewareScenario},
+	{"e2e", e2eScenario},
+	{"memory", memoryScenario},
+	{"replicas", replicaScenario},
+	{"scale", scaleScenario},
+	{"recovery", recoveryScenario},
+	{"takeover", takeoverScenario},
+	{"idle", idleScenario},
+	{"periodic", periodicScenario},
+	{"cluster", clusterScenario},
+	{"instructions", instructionsScenario},
+}
+
 func main() {
 	if os.Getenv(workerEnv) != "" {
 		takeoverWorker()
 		return
 	}
 	flag.Parse()
+	redis.SetLogger(quietRedis{}) // its pool's dial errors; the calls return theirs
+	os.Exit(run())
+}
+
+// quietRedis drops go-redis' own log lines.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
+// run checks the flags, then runs the scenarios asked for; it returns the
+// exit code (see the top of this file).
+func run() int {
 	if *quick && *rounds == 3 {
 		*rounds = 1
 	}
-	redisAddr = *addrFlag
-	if redisAddr == "" {
-		srv, err := redisproc.Start()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "bench: %v (install redis-server, or pass -redis host:port)\n", err)
-			os.Exit(2)
-		}
-		defer srv.Close()
-		redisAddr = srv.Addr
+	if *rounds < 1 {
+		fmt.Fprintf(os.Stderr, "bench: -rounds must be at least 1, not %d\n", *rounds)
+		return 2
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
-	info, _ := rdb.Info(context.Background(), "server").Result()
-	rdb.Close()
-	fmt.Printf("# zclaim benchmarks\n\n%s, %d CPUs, %s, Redis %s on loopback; %d round(s) per contender (%d for throughput and middleware)%s.\n",
-		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), infoField(info, "redis_version"),
-		*rounds, shortRounds(), map[bool]string{true: " (-quick: smoke test, not a measurement)", false: ""}[*quick])
-	fmt.Printf("Command: `go run ./bench%s`\n", strings.Join(append([]string{""}, os.Args[1:]...), " "))
-
+	var names []string
+	for _, s := range scenarios {
+		names = append(names, s.name)
+	}
+	var want []string
+	if *only != "" {
+		want = strings.Split(*only, ",")
+		for _, w := range want {
+			if !slices.Contains(names, w) {
+				fmt.Fprintf(os.Stderr, "bench: -only: no scenario %q (scenarios: %s)\n", w, strings.Join(names, ", "))
+				return 2
+			}
+		}
+	}
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "bench: unexpected arguments %q (flags only; -h lists them)\n", flag.Args())
+		return 2
+	}
 	if *cpuProf != "" {
 		f, err := os.Create(*cpuProf)
 		if err == nil {
@@ -86,49 +129,68 @@ func main() {
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: -cpuprofile: %v\n", err)
-			os.Exit(2)
+			return 2
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	if *memProf != "" {
+		f, err := os.Create(*memProf)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: -memprofile: %v\n", err)
+			return 2
+		}
 		defer func() {
-			f, err := os.Create(*memProf)
-			if err == nil {
-				err = pprof.Lookup("allocs").WriteTo(f, 0)
-				f.Close()
-			}
-			if err != nil {
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
 				fmt.Fprintf(os.Stderr, "bench: -memprofile: %v\n", err)
 			}
+			f.Close()
 		}()
 	}
 
-	scenarios := []struct {
-		name string
-		run  func()
-	}{
-		{"claim", claimScenario},
-		{"lag", lagScenario},
-		{"zadd", zaddScenario},
-		{"throughput", dispatchThroughput},
-		{"middleware", middlewareScenario},
-		{"e2e", e2eScenario},
-		{"memory", memoryScenario},
-		{"replicas", replicaScenario},
-		{"scale", scaleScenario},
-		{"recovery", recoveryScenario},
-		{"takeover", takeoverScenario},
-		{"idle", idleScenario},
-		{"periodic", periodicScenario},
-		{"cluster", clusterScenario},
-		{"instructions", instructionsScenario},
-	}
-	for _, s := range scenarios {
-		if *only != "" && !slices.Contains(strings.Split(*only, ","), s.name) {
-			continue
+	redisAddr = *addrFlag
+	if redisAddr == "" {
+		srv, err := redisproc.Start()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v (install redis-server, or pass -redis host:port)\n", err)
+			return 2
 		}
-		s.run()
+		defer srv.Close()
+		redisAddr = srv.Addr
 	}
+	version, err := serverVersion(redisAddr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: Redis at %s: %v\n", redisAddr, err)
+		return 3
+	}
+	fmt.Printf("# zclaim benchmarks\n\n%s, %d CPUs, %s, Redis %s on loopback; %d round(s) per contender (%d for throughput and middleware)%s.\n",
+		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), version,
+		*rounds, shortRounds(), map[bool]string{true: " (-quick: smoke test, not a measurement)", false: ""}[*quick])
+	fmt.Printf("Command: `go run ./bench%s`\n", strings.Join(append([]string{""}, os.Args[1:]...), " "))
+
+	for _, s := range scenarios {
+		if want == nil || slices.Contains(want, s.name) {
+			s.run()
+		}
+	}
+	return 0
+}
+
+// serverVersion asks the Redis at addr for its version (one try, within
+// two seconds): an error for one that cannot be reached or is older than 7.
+func serverVersion(addr string) (string, error) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 2 * time.Second,
+		ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	defer rdb.Close()
+	info, err := rdb.Info(context.Background(), "server").Result()
+	if err != nil {
+		return "", err
+	}
+	v := infoField(info, "redis_version")
+	major, _, _ := strings.Cut(v, ".")
+	if n, err := strconv.Atoi(major); err != nil || n < 7 {
+		return "", fmt.Errorf("version %q: the benchmarks need Redis 7 or later", v)
+	}
+	return v, nil
 }
 
 var infoField = redisinfo.Field

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The tests run the benchmark program as a built binary: its flag checks,
+// and a smoke run of the scenarios whose tables carry counts rather than
+// only timings (jobs taken more than once or lost, round trips a task),
+// against a redis-server it starts itself.
+
+var bin string
+
+func TestMain(m *testing.M) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		fmt.Fprintln(os.Stderr, "the benchmark program's tests need redis-server 7 on PATH (make test finds or fetches one)")
+		os.Exit(2)
+	}
+	dir, err := os.MkdirTemp("", "zclaim-bench-")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "bench")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.Exit(2)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// runBench runs the binary with args and returns its stdout, stderr and
+// exit code.
+func runBench(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = t.TempDir() // where a profile named without a folder would go
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), code
+}
+
+// closedPort returns an address on loopback where nothing listens.
+func closedPort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+func TestBadFlags(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"-only", "claim,nosuch"}, 2, `bench: -only: no scenario "nosuch" (scenarios: claim, lag,`},
+		{[]string{"-rounds", "0"}, 2, "bench: -rounds must be at least 1, not 0"},
+		{[]string{"-quick", "extra"}, 2, `bench: unexpected arguments ["extra"]`},
+		{[]string{"-quick", "-only", "memory", "-cpuprofile", filepath.Join("no", "such", "folder", "p")}, 2, "bench: -cpuprofile: "},
+		{[]string{"-quick", "-only", "memory", "-redis", closedPort(t)}, 3, "bench: Redis at 127.0.0.1:"},
+	} {
+		out, errOut, code := runBench(t, c.args...)
+		if code != c.code || out != "" || !strings.HasPrefix(errOut, c.says) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("bench %s: exit %d, stdout %q, stderr %q; want exit %d, nothing on stdout and one line %q…",
+				strings.Join(c.args, " "), code, out, errOut, c.code, c.says)
+		}
+	}
+}
+
+// row returns the cells of the table row whose first cell is name.
+func row(t *testing.T, out, name string) []string {
+	t.Helper()
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "| "+name+" |") {
+			return strings.Split(strings.Trim(l, "| "), " | ")
+		}
+	}
+	t.Fatalf("no row %q in:\n%s", name, out)
+	return nil
+}
+
+func TestQuickRun(t *testing.T) {
+	t.Parallel()
+	out, errOut, code := runBench(t, "-quick", "-only", "claim,middleware,memory")
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, title := range []string{"## 1. Claim throughput", "## 3. Middleware overhead", "## Idempotency: Redis memory per finished record"} {
+		if !strings.Contains(out, "\n"+title) {
+			t.Errorf("no table %q in:\n%s", title, out)
+		}
+	}
+	if n := strings.Count(out, "\n## "); n != 3 {
+		t.Errorf("%d tables, want the 3 of the scenarios -only named:\n%s", n, out)
+	}
+	// Every claimer but the naive poller takes each job once and loses none.
+	for _, name := range []string{"naive, ZREM result checked", "Lua, one job per call", "Lua batch 100, + in-flight ZADD",
+		"Broker.Claim batch 10", "Broker.Claim batch 100", "Broker.Claim batch 1000", "Broker.Claim batch 100, typed jobs"} {
+		if r := row(t, out, name); r[3] != "0 (0%)" {
+			t.Errorf("claim table, %s: taken more than once %q, want 0 (0%%) and none lost", name, r[3])
+		}
+	}
+	// The middleware's success path: Begin and Complete, at most one
+	// round trip each.
+	r := row(t, out, "asynq + idempotency middleware")
+	if trips, err := strconv.ParseFloat(r[5], 64); err != nil || trips > 2 {
+		t.Errorf("middleware: %q zclaim round trips a task, want at most 2", r[5])
+	}
+}
