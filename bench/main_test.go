@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/zclaim/zclaim/internal/proc"
 )
 
 // The tests run the benchmark program as a built binary: its flag checks,
@@ -24,17 +25,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "the benchmark program's tests need redis-server 7 on PATH (make test finds or fetches one)")
 		os.Exit(2)
 	}
-	dir, err := os.MkdirTemp("", "zclaim-bench-")
-	if err != nil {
-		panic(err)
-	}
-	bin = filepath.Join(dir, "bench")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+	var remove func()
+	var err error
+	if bin, remove, err = proc.Build("bench"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 
@@ -44,15 +42,11 @@ func runBench(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = t.TempDir() // where a profile named without a folder would go
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
+	stdout, stderr, code, err := proc.Output(cmd)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return o.String(), e.String(), code
+	return stdout, stderr, code
 }
 
 // closedPort returns an address on loopback where nothing listens.

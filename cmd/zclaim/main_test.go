@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -18,6 +16,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim"
+	"github.com/zclaim/zclaim/internal/proc"
 	"github.com/zclaim/zclaim/internal/redisproc"
 	"github.com/zclaim/zclaim/internal/wait"
 )
@@ -32,13 +31,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "zclaim-cli-")
-	if err != nil {
-		panic(err)
-	}
-	bin = filepath.Join(dir, "zclaim")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+	var remove func()
+	var err error
+	if bin, remove, err = proc.Build("zclaim"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
 	if srv, err = redisproc.Start("--appendonly", "yes"); err != nil {
@@ -47,7 +43,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	srv.Close()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 
@@ -57,15 +53,11 @@ func runCLI(t *testing.T, s *redisproc.Server, args ...string) (stdout, stderr s
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "REDIS_URL=redis://"+s.Addr+"/0")
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
+	stdout, stderr, code, err := proc.Output(cmd)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return o.String(), e.String(), code
+	return stdout, stderr, code
 }
 
 func want(t *testing.T, what string, got, want int, out, errOut string) {
