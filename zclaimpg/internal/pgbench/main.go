@@ -5,6 +5,9 @@
 // to bench/RESULTS.md.
 //
 //	go run ./internal/pgbench
+//
+// Exit codes: 0 done, 1 a run failed (no PostgreSQL or redis-server to
+// be had, a task that failed), 2 bad flags (checked before anything starts).
 package main
 
 import (
@@ -35,10 +38,31 @@ func main() {
 	conc := flag.Int("c", 16, "handlers at once")
 	rowsN := flag.Int("rows", 100000, "done rows for the size measurement")
 	flag.Parse()
+	if err := checkFlags(*rounds, *per, *conc, *rowsN, flag.Args()); err != nil {
+		fmt.Fprintln(os.Stderr, "pgbench:", err)
+		os.Exit(2)
+	}
 	if err := run(*rounds, *per, *conc, *rowsN); err != nil {
 		fmt.Fprintln(os.Stderr, "pgbench:", err)
 		os.Exit(1)
 	}
+}
+
+// checkFlags refuses, before anything starts, what no run can measure.
+func checkFlags(rounds int, per time.Duration, conc, rowsN int, args []string) error {
+	switch {
+	case len(args) > 0:
+		return fmt.Errorf("unexpected arguments %q (flags only; -h lists them)", args)
+	case rounds < 1:
+		return fmt.Errorf("-rounds must be at least 1, not %d", rounds)
+	case per <= 0:
+		return fmt.Errorf("-for must be positive, not %v", per)
+	case conc < 1:
+		return fmt.Errorf("-c must be at least 1, not %d", conc)
+	case rowsN < 1:
+		return fmt.Errorf("-rows must be at least 1, not %d", rowsN)
+	}
+	return nil
 }
 
 func run(rounds int, per time.Duration, conc, rowsN int) error {
@@ -121,7 +145,10 @@ func run(rounds int, per time.Duration, conc, rowsN int) error {
 			order = []int{1, 0}
 		}
 		for _, i := range order {
-			n := drive(contenders[i].h, conc, per)
+			n, failed, err := drive(contenders[i].h, conc, per)
+			if failed > 0 {
+				return fmt.Errorf("%s: %d of %d tasks failed, the first: %w", contenders[i].name, failed, n+failed, err)
+			}
 			rr[i] = float64(n) / per.Seconds()
 			rates[i] = append(rates[i], rr[i])
 		}
@@ -164,9 +191,10 @@ func run(rounds int, per time.Duration, conc, rowsN int) error {
 }
 
 // drive runs h from conc goroutines for d and returns how many tasks
-// succeeded.
-func drive(h asynq.Handler, conc int, d time.Duration) int64 {
-	var n atomic.Int64
+// succeeded, how many failed, and the first failure.
+func drive(h asynq.Handler, conc int, d time.Duration) (ok, failed int64, first error) {
+	var n, bad atomic.Int64
+	var once sync.Once
 	var wg sync.WaitGroup
 	stop := time.Now().Add(d)
 	for range conc {
@@ -174,14 +202,17 @@ func drive(h asynq.Handler, conc int, d time.Duration) int64 {
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(stop) {
-				if err := h.ProcessTask(context.Background(), asynq.NewTask("reminder", nil)); err == nil {
+				if err := h.ProcessTask(context.Background(), asynq.NewTask("reminder", nil)); err != nil {
+					bad.Add(1)
+					once.Do(func() { first = err })
+				} else {
 					n.Add(1)
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	return n.Load()
+	return n.Load(), bad.Load(), first
 }
 
 func median(xs []float64) float64 {
