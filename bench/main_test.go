@@ -116,6 +116,13 @@ func TestQuickRun(t *testing.T) {
 	}
 	// The middleware's success path: Begin and Complete, at most one
 	// round trip each.
+	// A finished record, where the buckets hold about 100 each (as
+	// DoneBuckets = records / 100 keeps them): at most 64 B of Redis.
+	if r := row(t, out, "200 (records / 100)"); r[3] == "" || !strings.HasSuffix(r[3], " B") {
+		t.Errorf("memory: %q a finished record", r[3])
+	} else if b, err := strconv.Atoi(strings.TrimSuffix(r[3], " B")); err != nil || b > 64 || b < 16 {
+		t.Errorf("memory: %q a finished record, want 16 to 64 B", r[3])
+	}
 	r := row(t, out, "asynq + idempotency middleware")
 	if trips, err := strconv.ParseFloat(r[5], 64); err != nil || trips > 2 {
 		t.Errorf("middleware: %q zclaim round trips a task, want at most 2", r[5])
