@@ -1,10 +1,7 @@
 package main
 
 import (
-	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,33 +17,13 @@ import (
 
 var bin string
 
-func TestMain(m *testing.M) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		fmt.Fprintln(os.Stderr, "the benchmark program's tests need redis-server 7 on PATH (make test finds or fetches one)")
-		os.Exit(2)
-	}
-	var remove func()
-	var err error
-	if bin, remove, err = proc.Build("bench"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	code := m.Run()
-	remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { proc.TestMain("bench", &bin, m.Run) }
 
-// runBench runs the binary with args and returns its stdout, stderr and
-// exit code.
+// runBench runs the binary with args in a folder of the test's own (where
+// a profile named without a folder would go).
 func runBench(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = t.TempDir() // where a profile named without a folder would go
-	stdout, stderr, code, err := proc.Output(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return stdout, stderr, code
+	return proc.Run(t, t.TempDir(), bin, args...)
 }
 
 // closedPort returns an address on loopback where nothing listens.

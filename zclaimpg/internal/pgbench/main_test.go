@@ -1,9 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,29 +15,11 @@ import (
 
 var bin string
 
-func TestMain(m *testing.M) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		fmt.Fprintln(os.Stderr, "pgbench's tests need redis-server 7 on PATH (make test finds or fetches one)")
-		os.Exit(2)
-	}
-	var remove func()
-	var err error
-	if bin, remove, err = proc.Build("pgbench"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	code := m.Run()
-	remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { proc.TestMain("pgbench", &bin, m.Run) }
 
 func runPGBench(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	stdout, stderr, code, err := proc.Output(exec.Command(bin, args...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return stdout, stderr, code
+	return proc.Run(t, "", bin, args...)
 }
 
 func TestBadFlags(t *testing.T) {
