@@ -29,11 +29,15 @@ vet:
 fmt:
 	gofmt -w .
 
-# make bench: every scenario, side by side, into bench/RESULTS.md (several minutes).
+# make bench: every scenario, side by side, into bench/RESULTS.md (several
+# minutes). The tables go to bench/RESULTS.md only once both programs have
+# finished: a run that fails leaves the file as it was.
 .PHONY: bench
 bench:
-	$(GO) run ./bench | tee bench/RESULTS.md
-	cd zclaimpg && $(GO) run ./internal/pgbench | tee -a ../bench/RESULTS.md
+	@set -o pipefail; rm -f bench/RESULTS.md.new; \
+	$(GO) run ./bench | tee bench/RESULTS.md.new && \
+	(cd zclaimpg && $(GO) run ./internal/pgbench) | tee -a bench/RESULTS.md.new && \
+	mv bench/RESULTS.md.new bench/RESULTS.md || { rm -f bench/RESULTS.md.new; exit 1; }
 
 # make chaos: the long fault test (separate processes, SIGKILL/SIGSTOP,
 # Redis crash and restart, both appendfsync modes, a failover, and a Redis
