@@ -1,4 +1,5 @@
-// Package proc holds process helpers shared by the project's programs.
+// Package proc holds process helpers shared by the project's programs and
+// by the tests that run them.
 package proc
 
 import (
