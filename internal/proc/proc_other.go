@@ -1,6 +1,7 @@
 //go:build !linux
 
-// Package proc holds process helpers shared by the project's programs.
+// Package proc holds process helpers shared by the project's programs and
+// by the tests that run them.
 package proc
 
 import "os/exec"
