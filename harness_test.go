@@ -26,17 +26,11 @@ const redisEnv = "ZCLAIM_TEST_REDIS"
 
 var testAddr string
 
-// quietRedisLog drops go-redis' own pool logs: the tests that stop Redis on
-// purpose would fill the output with dial errors.
-type quietRedisLog struct{}
-
-func (quietRedisLog) Printf(context.Context, string, ...any) {}
-
 func TestMain(m *testing.M) {
 	if runWorkerRole() || runPeriodicRole() || runCrashRole() {
 		return
 	}
-	redis.SetLogger(quietRedisLog{})
+	redis.SetLogger(redisproc.QuietRedis{}) // the tests that stop Redis on purpose would fill the output with dial errors
 	testAddr = os.Getenv(redisEnv)
 	var srv *redisServer
 	if testAddr == "" {

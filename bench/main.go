@@ -85,14 +85,9 @@ func main() {
 		return
 	}
 	flag.Parse()
-	redis.SetLogger(quietRedis{}) // its pool's dial errors; the calls return theirs
+	redis.SetLogger(redisproc.QuietRedis{})
 	os.Exit(run())
 }
-
-// quietRedis drops go-redis' own log lines.
-type quietRedis struct{}
-
-func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // run checks the flags, then runs the scenarios asked for; it returns the
 // exit code (see the top of this file).

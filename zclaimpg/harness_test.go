@@ -31,7 +31,7 @@ var (
 var ctx = context.Background()
 
 func TestMain(m *testing.M) {
-	redis.SetLogger(quietRedisLog{})
+	redis.SetLogger(redisproc.QuietRedis{}) // the tests delete records under running handlers on purpose
 	rs, err := redisproc.Start()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "zclaimpg tests need a Redis 7 server: %v (apt-get install redis-server)\n", err)
@@ -58,12 +58,6 @@ func TestMain(m *testing.M) {
 	rs.Close()
 	os.Exit(code)
 }
-
-// quietRedisLog drops go-redis' pool logs (the tests delete records under
-// running handlers on purpose).
-type quietRedisLog struct{}
-
-func (quietRedisLog) Printf(context.Context, string, ...any) {}
 
 // connect opens a pool and waits until the server takes logins.
 func connect(url string, wait time.Duration) (*pgxpool.Pool, error) {

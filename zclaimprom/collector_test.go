@@ -23,7 +23,7 @@ import (
 var addr string
 
 func TestMain(m *testing.M) {
-	redis.SetLogger(quiet{})
+	redis.SetLogger(redisproc.QuietRedis{})
 	addr = os.Getenv("ZCLAIM_TEST_REDIS")
 	var srv *redisproc.Server
 	if addr == "" {
@@ -191,10 +191,6 @@ func TestCollectorRedisDown(t *testing.T) {
 zclaim_up{key="zp:{down}"} 0
 `), "zclaim_up", "zclaim_scheduled_jobs"))
 }
-
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}
 
 func must(t *testing.T, err error) {
 	t.Helper()

@@ -231,6 +231,13 @@ func (s *Server) Close() {
 	os.RemoveAll(s.Dir)
 }
 
+// QuietRedis is a go-redis logger (redis.SetLogger) that drops
+// everything: the pool's dial errors of the tests that stop Redis on
+// purpose, and of the benchmarks; a call still returns its error.
+type QuietRedis struct{}
+
+func (QuietRedis) Printf(context.Context, string, ...any) {}
+
 // QuietAsynq is an asynq.Logger that drops everything: asynq servers in
 // the tests and benchmarks log through it.
 type QuietAsynq struct{}
