@@ -18,6 +18,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -157,8 +158,12 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "bench: Redis at %s: %v\n", redisAddr, err)
 		return 3
 	}
-	fmt.Printf("# zclaim benchmarks\n\n%s, %d CPUs, %s, Redis %s on loopback; %d round(s) per contender (%d for throughput and middleware)%s.\n",
-		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), version,
+	where := "on loopback"
+	if host, _, _ := net.SplitHostPort(redisAddr); host != "localhost" && !net.ParseIP(host).IsLoopback() {
+		where = "at " + redisAddr
+	}
+	fmt.Printf("# zclaim benchmarks\n\n%s, %d CPUs, %s, Redis %s %s; %d round(s) per contender (%d for throughput and middleware)%s.\n",
+		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), version, where,
 		*rounds, shortRounds(), map[bool]string{true: " (-quick: smoke test, not a measurement)", false: ""}[*quick])
 	fmt.Printf("Command: `go run ./bench%s`\n", strings.Join(append([]string{""}, os.Args[1:]...), " "))
 
