@@ -135,6 +135,8 @@ func instructionsScenario() {
 			scheduleN(100*2*n/10 + 100), batchScriptsOp},
 		{"the same scripts, of jobs written as ids (a plain ZADD, as a migrated producer writes them)", 10,
 			zaddN(100*2*n/10 + 100), batchScriptsOp},
+		{"table 1's in-flight script (ZRANGEBYSCORE, ZREM, ZADD to an in-flight ZSet) of 100, per job", 10,
+			zaddN(100*2*n/10 + 100), inflightOp},
 		{"Broker.Claim of 100, per job: jobs written as ids (a plain ZADD)", 10, zaddN(100*2*n/10 + 100), claimOp},
 		{"Broker.Claim of 100, per job: jobs written by Schedule with a type and a queue", 10,
 			scheduleN(100*2*n/10 + 100), claimOp},
@@ -196,6 +198,22 @@ func claimOp(ctx context.Context, rdb *redis.Client, k int) error {
 		}
 		if len(cs) != 100 {
 			return fmt.Errorf("a claim of 100 took %d", len(cs))
+		}
+	}
+	return nil
+}
+
+// inflightOp runs table 1's in-flight script k/10 times on 100 due ids,
+// leaving them in its in-flight ZSet.
+func inflightOp(ctx context.Context, rdb *redis.Client, k int) error {
+	keys := []string{zclaim.DefaultKey, zclaim.DefaultKey + ":inflight"}
+	for range k / 10 {
+		ids, err := inflightLua.Run(ctx, rdb, keys, 100).StringSlice()
+		if err != nil {
+			return err
+		}
+		if len(ids) != 100 {
+			return fmt.Errorf("the in-flight script took %d of 100", len(ids))
 		}
 	}
 	return nil
