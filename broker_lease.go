@@ -66,9 +66,10 @@ func (b *Broker) AckMany(ctx context.Context, cs ...Claim) (lost []Claim, err er
 		byShard[k.shard] = append(byShard[k.shard], c)
 	}
 	cmds := b.writeShards(ctx, ackScript, shards, func(k *keys) ([]string, []any) {
-		args := make([]any, 0, len(byShard[k.shard]))
-		for _, c := range byShard[k.shard] {
-			args = append(args, c.member())
+		cs := byShard[k.shard]
+		args := make([]any, 2*len(cs))
+		for i, c := range cs {
+			args[i], args[len(cs)+i] = c.member(), c.Token
 		}
 		return []string{k.inflight, k.runs}, args
 	})
