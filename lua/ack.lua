@@ -2,8 +2,8 @@
 -- KEYS[1] in-flight ZSet   KEYS[2] run records hash
 -- ARGV k in-flight members (id .. "|" .. token, see claim.lua), then
 --   their k tokens in the same order: the script reads a member's token
---   from here, not by parsing the member (a string.match costs Redis
---   about as much as the rest of an ack)
+--   from here, not by parsing the member (split_member's patterns cost
+--   Redis about as much as the rest of an ack)
 -- Returns one value per member: 1 when acked, 0 when its token is not
 -- current (lease lost; nothing changed for it).
 local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'hash'})
