@@ -82,7 +82,7 @@ func TestBatchFinish(t *testing.T) {
 	if n, _ := b.rdb.HGet(ctx, b.keys.runs, "batched").Int(); n != 0 {
 		t.Fatalf("%d jobs still counted in batch leases", n)
 	}
-	if n, _ := b.rdb.HLen(ctx, b.keys.runs).Result(); n != 1 { // the counter alone
+	if n, _ := b.rdb.HLen(ctx, b.keys.runs).Result(); n != 0 {
 		t.Fatalf("%d run records left", n)
 	}
 }
@@ -284,11 +284,14 @@ func TestExtendBatches(t *testing.T) {
 	}
 }
 
-// Batch claimers on their own connections race each other and per-job
-// claimers for the same jobs, hold their leases for random times, and
+// Batch claimers on their own connections race each other, per-job
+// claimers and Broker.Claim's claimers (whose claims share a lease and
+// are acked one by one, from two connections at once, some after an
+// Extend) for the same jobs, hold their leases for random times, and
 // some die holding them, while recovery runs beside them. Every job is
 // settled exactly once: a batch whose lease was recovered can no longer
-// be settled, and its jobs come back to be claimed again.
+// be settled, its jobs come back to be claimed again, and a job acked
+// from a shared lease does not come back with the rest.
 func TestBatchClaimsRaceRecovery(t *testing.T) {
 	t.Parallel()
 	key := testKey(t)
@@ -336,7 +339,15 @@ func TestBatchClaimsRaceRecovery(t *testing.T) {
 					return
 				default:
 				}
-				res, err := wb.claim(ctx, wb.shards[0], 1+rand.IntN(100), []claimMode{leasePerJob, leaseBatch, leaseBatchIDs, leaseBatch}[w%4])
+				modes := []claimMode{leasePerJob, leaseBatch, leaseBatchIDs, leasedClaim}
+				mode := modes[w%len(modes)]
+				var res claimResult
+				var err error
+				if mode == leasedClaim {
+					res.claims, err = wb.Claim(ctx, 1+rand.IntN(100))
+				} else {
+					res, err = wb.claim(ctx, wb.shards[0], 1+rand.IntN(100), mode)
+				}
 				if err != nil {
 					errs <- err
 					return
@@ -351,7 +362,15 @@ func TestBatchClaimsRaceRecovery(t *testing.T) {
 					continue
 				}
 				var ok []Claim
-				if res.lease.n > 0 {
+				if mode == leasedClaim {
+					if ok, err = ackApart(wb, b, res.claims); err != nil {
+						errs <- err
+						return
+					}
+					if len(ok) < len(res.claims) {
+						lostBatches.Add(1)
+					}
+				} else if res.lease.n > 0 {
 					lost, err := wb.finishBatches(ctx, batchEnd{lease: res.lease})
 					if err != nil {
 						errs <- err
@@ -408,13 +427,47 @@ func TestBatchClaimsRaceRecovery(t *testing.T) {
 	if st.Scheduled != 0 || st.Inflight != 0 || st.Dead != 0 {
 		t.Fatalf("stats %+v", st)
 	}
-	if n, _ := b.rdb.HLen(ctx, b.keys.runs).Result(); n != 1 {
+	if n, _ := b.rdb.HLen(ctx, b.keys.runs).Result(); n != 0 {
 		t.Fatalf("%d run records left", n)
 	}
 	t.Logf("%d batches lost their lease, %d claims dropped by dying holders", lostBatches.Load(), dropped.Load())
 	if lostBatches.Load() == 0 || dropped.Load() == 0 {
 		t.Fatal("no lease was lost: the test did not test recovery")
 	}
+}
+
+// ackApart acks each of cs on its own, the even places through b1 and the
+// odd through b2 at the same time, after an Extend of one of them one time
+// in four, and returns those acked; a lost lease is not an error.
+func ackApart(b1, b2 *Broker, cs []Claim) ([]Claim, error) {
+	if rand.IntN(4) == 0 {
+		if _, err := b1.Extend(ctx, cs[rand.IntN(len(cs))], 30*time.Millisecond); err != nil && !errors.Is(err, ErrLeaseLost) {
+			return nil, err
+		}
+	}
+	var mu sync.Mutex
+	var ok []Claim
+	var firstErr error
+	var wg sync.WaitGroup
+	for k, b := range []*Broker{b1, b2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := k; i < len(cs); i += 2 {
+				err := b.Ack(ctx, cs[i])
+				mu.Lock()
+				switch {
+				case err == nil:
+					ok = append(ok, cs[i])
+				case !errors.Is(err, ErrLeaseLost) && firstErr == nil:
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return ok, firstErr
 }
 
 func slicesWithout(cs, lost []Claim) []Claim {

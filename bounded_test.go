@@ -73,10 +73,13 @@ func TestScriptsBounded(t *testing.T) {
 	if r.Requeued+r.Dead != 100 {
 		t.Fatalf("one pass recovered %+v, want its batch of 100", r)
 	}
-	// The claimed batch is in flight with a fresh lease; the pass took 100
-	// of the expired ones.
-	if infl, _ := rdb.ZCard(ctx, b.keys.inflight).Result(); infl != n+MaxBatchSize-100 {
-		t.Fatalf("%d in flight, want %d", infl, n+MaxBatchSize-100)
+	// The claimed batch is in flight under one fresh lease; the pass took
+	// 100 of the expired members.
+	if infl, _ := rdb.ZCard(ctx, b.keys.inflight).Result(); infl != n-100 {
+		t.Fatalf("%d in-flight members, want %d", infl, n-100)
+	}
+	if st, _ := b.Stats(ctx); st.Inflight != n+MaxBatchSize-100 {
+		t.Fatalf("%d in flight, want %d", st.Inflight, n+MaxBatchSize-100)
 	}
 	t.Logf("over %d members: claim of %d took %v, recovery pass of 100 took %v", n, MaxBatchSize, claimTook, recoverTook)
 	if claimTook > time.Second || recoverTook > time.Second {

@@ -215,12 +215,17 @@ type Claim struct {
 	// member with a ZADD of its own).
 	Due time.Time
 	// LeaseUntil is the lease deadline by Redis' clock. After it, recovery
-	// may take the job back and void Token.
+	// may take the job back and void Token. The claims of one
+	// Broker.Claim call (from one shard) share one lease: Extend of any of
+	// them moves the deadline of those not settled yet.
 	LeaseUntil time.Time
 
-	state string // the schedule's state marker when claimed
-	mdue  string // the occurrence's due score when it rides in the in-flight member
-	shard int    // the shard it was claimed from
+	state string     // the schedule's state marker when claimed
+	mdue  string     // the occurrence's due score when it rides in the in-flight member
+	shard int        // the shard it was claimed from
+	lease batchLease // the lease it shares with the claims of its call; n = 0: its own in-flight member
+	place int        // its place in the lease, from 1
+	at    int        // where its entry starts in the lease's jobs (see prelude.lua), from 1
 }
 
 // member is the claim's entry in the in-flight set (see claim.lua).

@@ -18,28 +18,46 @@ import (
 //
 // Finish each claim with Ack, Retry or Kill, and Extend it while working
 // past its lease. A claim that is never settled comes back through Recover.
+// The claims of one call (from one shard) share one lease, which Extend of
+// any of them moves, and are settled each on its own: recovery of their
+// expired lease takes back only those not settled.
 //
 // With Shards, a call takes jobs from one shard after another, starting
 // from the shard after the one the last call started from, until it has
 // max or has asked every shard once.
 func (b *Broker) Claim(ctx context.Context, max int) ([]Claim, error) {
 	if len(b.shards) == 1 {
-		r, err := b.claim(ctx, b.shards[0], max, leasePerJob)
-		return r.claims, err
+		return b.claimLeased(ctx, b.shards[0], max)
 	}
 	start := int(b.nextShard.Add(1))
 	var out []Claim
 	for i := range b.shards {
-		r, err := b.claim(ctx, b.shards[(start+i)%len(b.shards)], max-len(out), leasePerJob)
+		cs, err := b.claimLeased(ctx, b.shards[(start+i)%len(b.shards)], max-len(out))
 		if err != nil {
 			return out, err
 		}
-		out = append(out, r.claims...)
+		out = append(out, cs...)
 		if len(out) >= max {
 			break
 		}
 	}
 	return out, nil
+}
+
+// claimLeased takes up to max due jobs of shard k under one batch lease,
+// which Ack, Extend, Retry and Kill settle job by job (part.lua): a lease
+// per job would cost Redis an in-flight member and a run record each.
+// A job whose record cannot be decoded goes to the dead set.
+func (b *Broker) claimLeased(ctx context.Context, k *keys, max int) ([]Claim, error) {
+	r, err := b.claim(ctx, k, max, leaseBatch)
+	for i := range r.claims {
+		r.claims[i].lease = r.lease
+	}
+	for _, cc := range r.corrupt {
+		cc.c.lease = r.lease
+		b.buryCorrupt(ctx, cc.c, cc.err)
+	}
+	return r.claims, err
 }
 
 // claimResult is one claim script's answer.
@@ -67,7 +85,9 @@ type corruptClaim struct {
 type claimMode string
 
 const (
-	// leasePerJob gives each claim its own in-flight entry (Broker.Claim).
+	// leasePerJob gives each claim its own in-flight entry. Broker.Claim
+	// shares a batch lease among its claims instead; entries of this form
+	// (an older version's claims) are still settled and recovered.
 	leasePerJob claimMode = ""
 	// leaseBatch gives the claims one lease, settled with finishBatches
 	// (the dispatcher's way: per-job leases cost more than the enqueue
@@ -156,6 +176,7 @@ func (b *Broker) claimInto(ctx context.Context, k *keys, max int, mode claimMode
 		}
 		switch {
 		case err != nil && batch:
+			c.place, c.at = i+1, j.at
 			res.corrupt = append(res.corrupt, corruptClaim{c, i + 1, err})
 			continue
 		case err != nil:
@@ -167,10 +188,11 @@ func (b *Broker) claimInto(ctx context.Context, k *keys, max int, mode claimMode
 		if j.recScore {
 			c.RunAt = b.scoreTime(due)
 		}
-		res.claims = append(res.claims, c)
 		if batch {
+			c.place, c.at = i+1, j.at
 			res.index = append(res.index, i+1)
 		}
+		res.claims = append(res.claims, c)
 	}
 	return res, nil
 }
@@ -263,6 +285,7 @@ func (b *Broker) buryCorrupt(ctx context.Context, c Claim, cause error) {
 type claimed struct {
 	id, score, rec string
 	recScore       bool
+	at             int // a batch claim's: where its entry starts in the jobs, from 1
 }
 
 // claimedJobs reads the jobs of a claim script's reply, in either form.
@@ -273,8 +296,9 @@ func claimedJobs(raw []any, batch bool, max int) (jobs []claimed, err error) {
 		blob, _ := raw[4].(string)
 		scores, scored := raw[5].(string) // false (nil) for leaseBatchIDs
 		jobs = make([]claimed, 0, max)
+		size := len(blob)
 		for blob != "" {
-			var j claimed
+			j := claimed{at: size - len(blob) + 1}
 			if j.id, blob, err = lenPrefixed(blob); err == nil {
 				j.rec, blob, err = lenPrefixed(blob)
 			}

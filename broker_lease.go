@@ -58,12 +58,31 @@ func (b *Broker) AckMany(ctx context.Context, cs ...Claim) (lost []Claim, err er
 	}
 	var shards []*keys
 	byShard := map[int][]Claim{}
+	var leases []batchLease
+	byLease := map[batchLease][]Claim{}
 	for _, c := range cs {
+		if c.lease.n > 0 {
+			if byLease[c.lease] == nil {
+				leases = append(leases, c.lease)
+			}
+			byLease[c.lease] = append(byLease[c.lease], c)
+			continue
+		}
 		k := b.claimKeys(c)
 		if byShard[k.shard] == nil {
 			shards = append(shards, k)
 		}
 		byShard[k.shard] = append(byShard[k.shard], c)
+	}
+	for _, l := range leases {
+		res, err := b.part(ctx, "ack", byLease[l])
+		if err != nil {
+			return lost, err
+		}
+		lost = append(lost, notHeld(res, byLease[l])...)
+	}
+	if len(shards) == 0 {
+		return lost, nil
 	}
 	cmds := b.writeShards(ctx, ackScript, shards, func(k *keys) ([]string, []any) {
 		cs := byShard[k.shard]
@@ -84,7 +103,9 @@ func (b *Broker) AckMany(ctx context.Context, cs ...Claim) (lost []Claim, err er
 }
 
 // Extend moves c's lease deadline to d from now (by Redis' clock) and
-// returns the claim with its new LeaseUntil. It returns ErrLeaseLost when
+// returns the claim with its new LeaseUntil. The lease of a claim of
+// Claim is the one its call's claims share: those not settled yet move
+// with it. It returns ErrLeaseLost when
 // c's token is no longer current. A lease that has passed but has not been
 // recovered yet can still be extended: the token is what counts.
 func (b *Broker) Extend(ctx context.Context, c Claim, d time.Duration) (Claim, error) {
@@ -94,10 +115,20 @@ func (b *Broker) Extend(ctx context.Context, c Claim, d time.Duration) (Claim, e
 	if d <= 0 {
 		return c, zerr("zclaim: extend: %w: duration must be positive, not %v", ErrInvalidArgument, d)
 	}
-	k := b.claimKeys(c)
-	deadline, err := b.repl.run(ctx, b.rdb, extendScript, []string{k.inflight}, c.member(), ms(d)).Int64()
-	if err != nil {
-		return c, wrap(ctx, "extend", err, k.types)
+	var deadline int64
+	if c.lease.n > 0 {
+		res, err := b.part(ctx, "extend", []Claim{c}, ms(d))
+		if err != nil {
+			return c, err
+		}
+		deadline = res[0]
+	} else {
+		k := b.claimKeys(c)
+		var err error
+		deadline, err = b.repl.run(ctx, b.rdb, extendScript, []string{k.inflight}, c.member(), ms(d)).Int64()
+		if err != nil {
+			return c, wrap(ctx, "extend", err, k.types)
+		}
 	}
 	if deadline == 0 {
 		return c, b.leaseLost(ctx, "extend", c)
@@ -126,10 +157,20 @@ func (b *Broker) Retry(ctx context.Context, c Claim, at time.Time) error {
 		when = b.score(at)
 	}
 	k := b.claimKeys(c)
-	n, err := b.repl.run(ctx, b.rdb, retryScript, k.settleKeys(), c.member(),
-		mode, when, b.opts.MaxAttempts, b.ups, b.notice(k)).Int()
-	if err != nil {
-		return wrap(ctx, "retry", err, k.types)
+	var n int64
+	if c.lease.n > 0 {
+		res, err := b.part(ctx, "retry", []Claim{c}, mode, when, b.opts.MaxAttempts)
+		if err != nil {
+			return err
+		}
+		n = res[0]
+	} else {
+		var err error
+		n, err = b.repl.run(ctx, b.rdb, retryScript, k.settleKeys(), c.member(),
+			mode, when, b.opts.MaxAttempts, b.ups, b.notice(k)).Int64()
+		if err != nil {
+			return wrap(ctx, "retry", err, k.types)
+		}
 	}
 	switch n {
 	case 0:
@@ -139,6 +180,36 @@ func (b *Broker) Retry(ctx context.Context, c Claim, at time.Time) error {
 			slog.String("key", k.schedule), slog.String("id", short(c.ID)), slog.Int("attempt", c.Attempt))
 	}
 	return nil
+}
+
+// part settles claims cs, all of one batch lease, one by one (part.lua):
+// op with its arguments (up to three: part.lua's ARGV[3..5]). It returns
+// part.lua's value for each claim, 0 for one not held.
+func (b *Broker) part(ctx context.Context, op string, cs []Claim, opArgs ...any) ([]int64, error) {
+	l := cs[0].lease
+	k := b.shards[0]
+	if l.shard >= 0 && l.shard < len(b.shards) {
+		k = b.shards[l.shard]
+	}
+	args := make([]any, 0, 7+3*len(cs))
+	args = append(args, op, l.member())
+	args = append(args, opArgs...)
+	for len(args) < 5 {
+		args = append(args, "")
+	}
+	args = append(args, b.ups, b.notice(k))
+	for _, c := range cs {
+		args = append(args, c.place, c.at, c.ID)
+	}
+	keys := []string{k.schedule, k.pending, k.runs, k.dead, k.deadInfo, k.batches}
+	res, err := b.repl.run(ctx, b.rdb, partScript, keys, args...).Int64Slice()
+	if err != nil {
+		return nil, wrap(ctx, op, err, k.types)
+	}
+	if len(res) != len(cs) {
+		return nil, zerr("zclaim: %s: %w: %d values for %d claims", op, ErrCorrupt, len(res), len(cs))
+	}
+	return res, nil
 }
 
 func (k *keys) settleKeys() []string {
@@ -163,11 +234,21 @@ func (b *Broker) Kill(ctx context.Context, c Claim, reason string) error {
 	if reason == "" {
 		reason = "killed"
 	}
-	k := b.claimKeys(c)
-	n, err := b.repl.run(ctx, b.rdb, killScript, []string{k.inflight, k.runs, k.dead, k.deadInfo},
-		c.member(), reason).Int()
-	if err != nil {
-		return wrap(ctx, "kill", err, k.types)
+	var n int64
+	if c.lease.n > 0 {
+		res, err := b.part(ctx, "kill", []Claim{c}, reason)
+		if err != nil {
+			return err
+		}
+		n = res[0]
+	} else {
+		k := b.claimKeys(c)
+		var err error
+		n, err = b.repl.run(ctx, b.rdb, killScript, []string{k.inflight, k.runs, k.dead, k.deadInfo},
+			c.member(), reason).Int64()
+		if err != nil {
+			return wrap(ctx, "kill", err, k.types)
+		}
 	}
 	if n == 0 {
 		return b.leaseLost(ctx, "kill", c)

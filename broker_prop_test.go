@@ -3,6 +3,7 @@ package zclaim
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -52,12 +53,21 @@ type mBatch struct {
 	jobs  []mClaim
 }
 
+// mLease is the lease of one Broker.Claim call, whose claims (in m.inflight
+// while current) are settled one by one.
+type mLease struct {
+	lease  batchLease
+	until  time.Time
+	tokens []int64 // in place order
+}
+
 type brokerModel struct {
 	b         *Broker
 	scheduled map[string]mSched
-	inflight  map[int64]mClaim // current claims by token
-	batches   map[int64]mBatch // current batch claims by first token
-	allBatch  []mBatch         // every batch claim, current or stale
+	inflight  map[int64]mClaim  // current claims by token, those of leases too
+	leases    map[int64]*mLease // current leases of Broker.Claim calls by first token
+	batches   map[int64]mBatch  // current batch claims by first token
+	allBatch  []mBatch          // every batch claim, current or stale
 	dead      map[string]mDead
 	all       []Claim // every claim ever handed out, current or stale (batch claims' jobs too: they have no lease of their own)
 	lastToken int64
@@ -88,7 +98,7 @@ func (m *brokerModel) pickClaim(t *rapid.T) (Claim, bool) {
 // settleBack mirrors settle_back: a run that did not finish goes back to
 // the schedule, unless the id is scheduled already or its attempts are spent.
 func (m *brokerModel) settleBack(mc mClaim, due time.Time, reason string, max int) (dead bool) {
-	delete(m.inflight, mc.c.Token)
+	m.settle(mc.c)
 	id := mc.c.ID
 	if _, ok := m.scheduled[id]; ok {
 		m.finished++ // superseded by the newer entry of the same id
@@ -101,6 +111,28 @@ func (m *brokerModel) settleBack(mc mClaim, due time.Time, reason string, max in
 	m.scheduled[id] = mSched{payload: mc.payload, attempts: mc.c.Attempt, due: due, occ: mc.c.Due, rec: true}
 	return false
 }
+
+// settle ends current claim c; the lease it shared goes with its last claim.
+func (m *brokerModel) settle(c Claim) {
+	delete(m.inflight, c.Token)
+	if l := m.leases[c.lease.first]; c.lease.n > 0 && l != nil && len(m.unsettled(l)) == 0 {
+		delete(m.leases, c.lease.first)
+	}
+}
+
+// unsettled returns the current claims of lease l, in place order.
+func (m *brokerModel) unsettled(l *mLease) []mClaim {
+	var out []mClaim
+	for _, tok := range l.tokens {
+		if mc, ok := m.inflight[tok]; ok {
+			out = append(out, mc)
+		}
+	}
+	return out
+}
+
+// leasedClaim is the claim action's mode for Broker.Claim's own claims.
+const leasedClaim claimMode = "leased"
 
 func (m *brokerModel) actions() map[string]func(*rapid.T) {
 	ids := rapid.SampledFrom([]string{"a", "b", "c", "d"})
@@ -189,14 +221,28 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 		},
 		"claim": func(t *rapid.T) {
 			n := rapid.IntRange(1, 5).Draw(t, "max")
-			mode := rapid.SampledFrom([]claimMode{leasePerJob, leaseBatch, leaseBatchIDs}).Draw(t, "mode")
-			batch := mode != leasePerJob
+			mode := rapid.SampledFrom([]claimMode{leasePerJob, leaseBatch, leaseBatchIDs, leasedClaim}).Draw(t, "mode")
+			batch := mode == leaseBatch || mode == leaseBatchIDs
 			before := m.now(t)
-			res, err := m.b.claim(ctx, m.b.shards[0], n, mode)
+			var res claimResult
+			var err error
+			if mode == leasedClaim {
+				res.claims, err = m.b.Claim(ctx, n)
+			} else {
+				res, err = m.b.claim(ctx, m.b.shards[0], n, mode)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
 			cs := res.claims
+			var ml *mLease
+			if mode == leasedClaim && len(cs) > 0 {
+				ml = &mLease{lease: cs[0].lease, until: cs[0].LeaseUntil}
+				if ml.lease.n != len(cs) || ml.lease.first != cs[0].Token {
+					t.Fatalf("lease %+v for %d claims from token %d", ml.lease, len(cs), cs[0].Token)
+				}
+				m.leases[ml.lease.first] = ml
+			}
 			var mb mBatch
 			if batch && len(cs) > 0 {
 				mb = mBatch{lease: res.lease, until: cs[0].LeaseUntil}
@@ -235,9 +281,16 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 					t.Fatalf("claim %+v, model %+v", c, s)
 				}
 				delete(m.scheduled, c.ID)
-				if batch {
+				switch {
+				case batch:
 					mb.jobs = append(mb.jobs, mClaim{c: c, payload: s.payload})
-				} else {
+				case ml != nil:
+					if c.lease != ml.lease || c.Token != ml.lease.first+int64(len(ml.tokens)) {
+						t.Fatalf("claim %+v in lease %+v", c, ml.lease)
+					}
+					ml.tokens = append(ml.tokens, c.Token)
+					m.inflight[c.Token] = mClaim{c: c, payload: s.payload}
+				default:
 					m.inflight[c.Token] = mClaim{c: c, payload: s.payload, rec: s.rec}
 				}
 				m.all = append(m.all, c)
@@ -291,7 +344,7 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 			err := m.b.Ack(ctx, c)
 			m.expect(t, "ack", err, cur)
 			if cur {
-				delete(m.inflight, c.Token)
+				m.settle(c)
 				m.finished++
 			}
 		},
@@ -299,10 +352,19 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 			c, cur := m.pickClaim(t)
 			nc, err := m.b.Extend(ctx, c, propLease)
 			m.expect(t, "extend", err, cur)
-			if cur {
-				mc := m.inflight[c.Token]
-				mc.c.LeaseUntil = nc.LeaseUntil
-				m.inflight[c.Token] = mc
+			if !cur {
+				return
+			}
+			toks := []int64{c.Token}
+			if l := m.leases[c.lease.first]; c.lease.n > 0 {
+				// The lease is the claims': all that are current move.
+				toks, l.until = l.tokens, nc.LeaseUntil
+			}
+			for _, tok := range toks {
+				if mc, ok := m.inflight[tok]; ok {
+					mc.c.LeaseUntil = nc.LeaseUntil
+					m.inflight[tok] = mc
+				}
 			}
 		},
 		"retry": func(t *rapid.T) {
@@ -319,7 +381,7 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 			m.expect(t, "kill", err, cur)
 			if cur {
 				m.dead[c.ID] = mDead{"killed by test", m.inflight[c.Token].payload, c.Due}
-				delete(m.inflight, c.Token)
+				m.settle(c)
 			}
 		},
 		"recover": func(t *rapid.T) {
@@ -331,6 +393,9 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 			after := m.now(t)
 			var gone []mClaim
 			for _, mc := range m.inflight {
+				if mc.c.lease.n > 0 {
+					continue // with its lease, below
+				}
 				dl := mc.c.LeaseUntil
 				switch {
 				case !dl.After(before):
@@ -352,7 +417,11 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 				return a.member() < b.member()
 			})
 			var goneBatches []mBatch
-			for _, mb := range m.batches {
+			all := slices.Collect(maps.Values(m.batches))
+			for _, l := range m.leases {
+				all = append(all, mBatch{lease: l.lease, until: l.until, jobs: m.unsettled(l)})
+			}
+			for _, mb := range all {
 				switch {
 				case !mb.until.After(before):
 					goneBatches = append(goneBatches, mb)
@@ -372,6 +441,7 @@ func (m *brokerModel) actions() map[string]func(*rapid.T) {
 			})
 			for _, mb := range goneBatches {
 				delete(m.batches, mb.lease.first)
+				delete(m.leases, mb.lease.first)
 				for _, mc := range mb.jobs {
 					m.inflight[mc.c.Token] = mc // settleBack takes it from here
 					gone = append(gone, mc)
@@ -446,35 +516,55 @@ func (m *brokerModel) check(t *rapid.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(infl) != len(m.inflight) {
-		t.Fatalf("in flight %v, model %d", infl, len(m.inflight))
-	}
+	perJob := 0
 	for _, mc := range m.inflight {
+		if mc.c.lease.n > 0 {
+			continue
+		}
+		perJob++
 		if _, err := rdb.ZScore(ctx, k.inflight, mc.c.member()).Result(); err != nil {
 			t.Fatalf("claim %s missing from the in-flight set", mc.c.member())
 		}
+	}
+	if len(infl) != perJob {
+		t.Fatalf("in flight %v, model %d", infl, perJob)
 	}
 	runs, err := rdb.HKeys(ctx, k.runs).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	withRecord := len(m.batches) // one record of each batch's jobs
+	withRecord := len(m.batches) + len(m.leases) // one record of each batch's jobs
 	for _, mc := range m.inflight {
-		if mc.rec {
+		if mc.rec && mc.c.lease.n == 0 {
 			withRecord++
 		}
 	}
 	batched := 0
+	members := []string{}
 	for _, mb := range m.batches {
 		batched += len(mb.jobs)
-		if _, err := rdb.ZScore(ctx, k.batches, mb.lease.member()).Result(); err != nil {
-			t.Fatalf("batch lease %s missing", mb.lease.member())
+		members = append(members, mb.lease.member())
+	}
+	for _, l := range m.leases {
+		left := len(m.unsettled(l))
+		batched += left
+		members = append(members, l.lease.member())
+		if left < l.lease.n {
+			withRecord++ // its settled places
+			if !slices.Contains(runs, "s"+strconv.FormatInt(l.lease.first, 10)) {
+				t.Fatalf("lease %s: no settled places in %v", l.lease.member(), runs)
+			}
 		}
 	}
-	if n, _ := rdb.ZCard(ctx, k.batches).Result(); int(n) != len(m.batches) {
-		t.Fatalf("%d batch leases, model %d", n, len(m.batches))
+	for _, mbr := range members {
+		if _, err := rdb.ZScore(ctx, k.batches, mbr).Result(); err != nil {
+			t.Fatalf("batch lease %s missing", mbr)
+		}
 	}
-	if slices.Contains(runs, "batched") {
+	if n, _ := rdb.ZCard(ctx, k.batches).Result(); int(n) != len(members) {
+		t.Fatalf("%d batch leases, model %d", n, len(members))
+	}
+	if batched > 0 {
 		withRecord++
 		if n, _ := rdb.HGet(ctx, k.runs, "batched").Int(); n != batched {
 			t.Fatalf("%d jobs counted in batch leases, model %d", n, batched)
@@ -487,8 +577,8 @@ func (m *brokerModel) check(t *rapid.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Inflight != int64(len(m.inflight)+batched) || st.Scheduled != int64(len(m.scheduled)) {
-		t.Fatalf("stats %+v, model %d in flight, %d scheduled", st, len(m.inflight)+batched, len(m.scheduled))
+	if st.Inflight != int64(perJob+batched) || st.Scheduled != int64(len(m.scheduled)) {
+		t.Fatalf("stats %+v, model %d in flight, %d scheduled", st, perJob+batched, len(m.scheduled))
 	}
 	dead, err := rdb.ZRange(ctx, k.dead, 0, -1).Result()
 	if err != nil {
@@ -514,7 +604,7 @@ func TestBrokerProperties(t *testing.T) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		m := &brokerModel{b: b, scheduled: map[string]mSched{}, inflight: map[int64]mClaim{}, batches: map[int64]mBatch{}, dead: map[string]mDead{}}
+		m := &brokerModel{b: b, scheduled: map[string]mSched{}, inflight: map[int64]mClaim{}, leases: map[int64]*mLease{}, batches: map[int64]mBatch{}, dead: map[string]mDead{}}
 		rt.Repeat(m.actions())
 	})
 }

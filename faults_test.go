@@ -287,13 +287,8 @@ func TestFailoverToReplica(t *testing.T) {
 			must(t, err)
 			lost := 0
 			for _, id := range acked {
-				_, errS := rrdb.ZScore(ctx, "delay:jobs", id).Result()
-				inflight, _ := rrdb.ZRangeByScore(ctx, nb.keys.inflight, &redis.ZRangeBy{Min: "-inf", Max: "+inf"}).Result()
-				found := errS == nil
-				for _, m := range inflight {
-					found = found || strings.HasPrefix(m, id+"|")
-				}
-				if !found {
+				j, err := nb.Job(ctx, id) // scheduled, or in flight (claimed)
+				if err != nil || (j.State != StateScheduled && j.State != StateInFlight) {
 					lost++
 				}
 			}

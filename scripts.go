@@ -20,6 +20,8 @@ var (
 	scheduleLua string
 	//go:embed lua/ack.lua
 	ackLua string
+	//go:embed lua/part.lua
+	partLua string
 	//go:embed lua/extend.lua
 	extendLua string
 	//go:embed lua/retry.lua
@@ -44,6 +46,7 @@ var (
 	claimScript    = newScript(claimLua)
 	scheduleScript = newScript(scheduleLua)
 	ackScript      = newScript(ackLua)
+	partScript     = newScript(partLua)
 	extendScript   = newScript(extendLua)
 	retryScript    = newScript(retryLua)
 	killScript     = newScript(killLua)

@@ -282,7 +282,7 @@ func claimScenario() {
 		[]string{"contender", "jobs/s (median)", "spread", "taken more than once", "round trips / job", "vs checked naive", "vs bare + in-flight"},
 		rows,
 		"Targets: `Broker.Claim` batch 100 ≥ 20× the checked naive poller and ≥ 0.5× the bare batch-100 script that moves ids into an in-flight ZSet (its deadline formatted once a call, as Broker.Claim formats its own). "+
-			"Broker.Claim also issues a fencing token per job (one counter update per batch), reads payload records (HMGET, when the schedule holds any) and returns the next due time. "+
+			"Broker.Claim also issues a fencing token per job (one counter update per batch), reads payload records (HMGET, when the schedule holds any), keeps the call's claims under one lease that settles them one by one, and returns the next due time. "+
 			"Every contender but the last takes jobs written as ids only (a plain ZADD); the last takes jobs written by Schedule "+
 			"with a task type and a 64-byte payload, whose records move with their claims. "+
 			"A ratio is the median over the rounds of the two contenders' rates in one round.")

@@ -35,11 +35,13 @@ local function add(kind, id, score, data, ref)
   out[#out + 1] = ref or ''
 end
 
--- lease_jobs returns the ids and records of batch lease m.
+-- lease_jobs returns the ids and records of batch lease m, and the
+-- places of its jobs already settled (see settled_places).
 local function lease_jobs(m)
-  local first = string.match(m, '^(%d+):')
-  if not first then return {}, {} end
-  return parse_batch(redis.call('HGET', KEYS[4], 'b' .. first) or '')
+  local first, n = string.match(m, '^(%d+):(%d+)$')
+  if not first then return {}, {}, {} end
+  local ids, recs = parse_batch(redis.call('HGET', KEYS[4], 'b' .. first) or '')
+  return ids, recs, settled_places(KEYS[4], first, tonumber(n)) or {}
 end
 
 if ARGV[1] == 'job' then
@@ -58,9 +60,9 @@ if ARGV[1] == 'job' then
   until cur == '0'
   local b = redis.call('ZRANGE', KEYS[5], 0, -1, 'WITHSCORES')
   for i = 1, #b, 2 do
-    local ids, recs = lease_jobs(b[i])
+    local ids, recs, settled = lease_jobs(b[i])
     for j = 1, #ids do
-      if ids[j] == id then add('b', id, b[i + 1], recs[j], b[i] .. '#' .. j) end
+      if ids[j] == id and settled[j] ~= 49 then add('b', id, b[i + 1], recs[j], b[i] .. '#' .. j) end
     end
   end
   local d = redis.call('ZSCORE', KEYS[6], id)
@@ -138,11 +140,13 @@ while n > 0 do
     out[#out + 1] = false
     return out
   end
-  local ids, recs = lease_jobs(l[1])
+  local ids, recs, settled = lease_jobs(l[1])
   local j = skip + 1
   while j <= #ids and n > 0 do
-    add('b', ids[j], l[2], recs[j], l[1] .. '#' .. j)
-    n = n - 1
+    if settled[j] ~= 49 then
+      add('b', ids[j], l[2], recs[j], l[1] .. '#' .. j)
+      n = n - 1
+    end
     j = j + 1
   end
   if n == 0 then

@@ -104,7 +104,7 @@ end
 -- the token of its first job and n the number of jobs; the run records
 -- hash keeps the jobs under "b" .. first, each as
 -- "<len>:<id><len>:<record>" (an empty record for a job that had none),
--- and the count of jobs held in batch leases under "batched".
+-- and the count of jobs held in batch leases under "batched" (while any is).
 
 -- parse_batch splits a batch lease's jobs blob into two arrays, ids and
 -- records. A damaged blob ends the list early; the part that cannot be
@@ -130,21 +130,48 @@ local function parse_batch(blob)
   return ids, recs, nil
 end
 
+-- The claims of one Broker.Claim call share a batch lease and are settled
+-- one by one (part.lua): while any is, the run records hash keeps under
+-- "s" .. first one byte a place, "1" for a job already settled, and
+-- "batched" counts only the jobs not settled. settled_places returns the
+-- bytes of lease first (n jobs) as an array (49 for settled), or nil when
+-- none is settled; places_string turns such an array back into the field.
+local function settled_places(R, first, n)
+  local mask = redis.call('HGET', R, 's' .. first)
+  if mask then return {string.byte(mask, 1, n)} end
+  return nil
+end
+local function places_string(p, n)
+  for j = 1, n do
+    if p[j] ~= 49 then p[j] = 48 end
+  end
+  return string.char(unpack(p, 1, n))
+end
+
 -- take_batch removes batch lease m ("first:n") and its jobs' records, and
 -- returns its jobs as two arrays, ids and records (empty unless jobs is
 -- true); nil when m is not held (its lease was lost). A damaged record
 -- ends the list early: the part that cannot be read comes back third,
 -- with the lease's first token fourth, for the dead set (bury_damaged).
+-- Fifth come the lease's settled places (settled_places; read only with
+-- jobs): jobs that are in the arrays but were settled already.
 local function take_batch(B, R, m, jobs)
   if redis.call('ZREM', B, m) == 0 then return nil end
   local first, n = string.match(m, '^(%d+):(%d+)$')
   if not first then return {}, {}, m, '0' end
   local blob = jobs and redis.call('HGET', R, 'b' .. first) or ''
-  redis.call('HDEL', R, 'b' .. first)
-  redis.call('HINCRBY', R, 'batched', -tonumber(n))
+  n = tonumber(n)
+  local places = jobs and settled_places(R, first, n)
+  redis.call('HDEL', R, 'b' .. first, 's' .. first)
+  local left = n
+  if places then
+    for j = 1, n do
+      if places[j] == 49 then left = left - 1 end
+    end
+  end
+  if redis.call('HINCRBY', R, 'batched', -left) == 0 then redis.call('HDEL', R, 'batched') end
   local ids, recs, damaged = parse_batch(blob)
-  if damaged then return ids, recs, damaged, first end
-  return ids, recs
+  return ids, recs, damaged, damaged and first, places
 end
 
 -- record joins a record's parts (see the top of this file).

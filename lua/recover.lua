@@ -54,8 +54,10 @@ end
 while scanned < batch do
   local m = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now_ms, 'LIMIT', 0, 1)[1]
   if not m then break end
-  local ids, recs, damaged, first = take_batch(KEYS[7], KEYS[4], m, true)
-  for j = 1, #ids do back(ids[j], run_attempt(recs[j])) end
+  local ids, recs, damaged, first, places = take_batch(KEYS[7], KEYS[4], m, true)
+  for j = 1, #ids do
+    if not (places and places[j] == 49) then back(ids[j], run_attempt(recs[j])) end
+  end
   if damaged then
     bury_damaged(KEYS[5], KEYS[6], first, damaged, now_ms)
     dead = dead + 1
