@@ -1,7 +1,8 @@
 package zclaim
 
-// Claims: taking due jobs off the schedule (claim.lua), one lease per job
-// or one per batch, and settling batch leases (finish.lua).
+// Claims: taking due jobs off the schedule (claim.lua), one lease per batch
+// (or, in an older version's form, per job), and settling batch leases as
+// one (finish.lua; Broker.Claim's job by job: part.lua, broker_lease.go).
 
 import (
 	"context"

@@ -45,8 +45,9 @@ func (b *Broker) leaseLost(ctx context.Context, op string, c Claim) error {
 
 // AckMany acks several claims in one round trip. It returns the claims
 // whose tokens were no longer current (nothing changed for those); the
-// others are acked. An error means none was acked (with Shards: none of
-// the shard whose call failed; the others' may have been).
+// others are acked. An error means none was acked (with Shards, or claims
+// of several Claim calls: none of the shard or the call whose script
+// failed; the others' may have been).
 func (b *Broker) AckMany(ctx context.Context, cs ...Claim) (lost []Claim, err error) {
 	if len(cs) == 0 {
 		return nil, nil
@@ -74,17 +75,29 @@ func (b *Broker) AckMany(ctx context.Context, cs ...Claim) (lost []Claim, err er
 		}
 		byShard[k.shard] = append(byShard[k.shard], c)
 	}
-	for _, l := range leases {
-		res, err := b.part(ctx, "ack", byLease[l])
+	// One call a lease; several leases in one pipeline where writes wait
+	// for no replica (as extendBatches).
+	call := func(i int) (*redis.Script, []string, []any) { return b.partCall("ack", byLease[leases[i]]) }
+	var cmds []*redis.Cmd
+	if len(leases) > 1 && b.repl.n == 0 {
+		cmds = pipelinedScripts(ctx, b.rdb, len(leases), call)
+	} else {
+		for i := range leases {
+			s, keys, a := call(i)
+			cmds = append(cmds, b.repl.run(ctx, b.rdb, s, keys, a...))
+		}
+	}
+	for i, cmd := range cmds {
+		res, err := b.partResult(ctx, "ack", cmd, byLease[leases[i]])
 		if err != nil {
 			return lost, err
 		}
-		lost = append(lost, notHeld(res, byLease[l])...)
+		lost = append(lost, notHeld(res, byLease[leases[i]])...)
 	}
 	if len(shards) == 0 {
 		return lost, nil
 	}
-	cmds := b.writeShards(ctx, ackScript, shards, func(k *keys) ([]string, []any) {
+	cmds = b.writeShards(ctx, ackScript, shards, func(k *keys) ([]string, []any) {
 		cs := byShard[k.shard]
 		args := make([]any, 2*len(cs))
 		for i, c := range cs {
@@ -186,13 +199,15 @@ func (b *Broker) Retry(ctx context.Context, c Claim, at time.Time) error {
 // op with its arguments (up to three: part.lua's ARGV[3..5]). It returns
 // part.lua's value for each claim, 0 for one not held.
 func (b *Broker) part(ctx context.Context, op string, cs []Claim, opArgs ...any) ([]int64, error) {
-	l := cs[0].lease
-	k := b.shards[0]
-	if l.shard >= 0 && l.shard < len(b.shards) {
-		k = b.shards[l.shard]
-	}
+	s, keys, args := b.partCall(op, cs, opArgs...)
+	return b.partResult(ctx, op, b.repl.run(ctx, b.rdb, s, keys, args...), cs)
+}
+
+// partCall is part's script call.
+func (b *Broker) partCall(op string, cs []Claim, opArgs ...any) (*redis.Script, []string, []any) {
+	k := b.claimKeys(Claim{shard: cs[0].lease.shard})
 	args := make([]any, 0, 7+3*len(cs))
-	args = append(args, op, l.member())
+	args = append(args, op, cs[0].lease.member())
 	args = append(args, opArgs...)
 	for len(args) < 5 {
 		args = append(args, "")
@@ -201,10 +216,14 @@ func (b *Broker) part(ctx context.Context, op string, cs []Claim, opArgs ...any)
 	for _, c := range cs {
 		args = append(args, c.place, c.at, c.ID)
 	}
-	keys := []string{k.schedule, k.pending, k.runs, k.dead, k.deadInfo, k.batches}
-	res, err := b.repl.run(ctx, b.rdb, partScript, keys, args...).Int64Slice()
+	return partScript, []string{k.schedule, k.pending, k.runs, k.dead, k.deadInfo, k.batches}, args
+}
+
+// partResult reads part.lua's reply for claims cs.
+func (b *Broker) partResult(ctx context.Context, op string, cmd *redis.Cmd, cs []Claim) ([]int64, error) {
+	res, err := cmd.Int64Slice()
 	if err != nil {
-		return nil, wrap(ctx, op, err, k.types)
+		return nil, wrap(ctx, op, err, b.claimKeys(Claim{shard: cs[0].lease.shard}).types)
 	}
 	if len(res) != len(cs) {
 		return nil, zerr("zclaim: %s: %w: %d values for %d claims", op, ErrCorrupt, len(res), len(cs))

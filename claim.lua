@@ -7,7 +7,8 @@
 -- KEYS[6] batches ZSet (batch leases, see lua/prelude.lua)
 -- ARGV[1] max (1..1000)   ARGV[2] lease in ms   ARGV[3] score units per second (1 or 1000)
 -- ARGV[4] "batch" for one lease over the whole batch (a dispatcher's claim,
---   settled with finish.lua) instead of one in-flight member per job;
+--   settled with finish.lua, or Broker.Claim's, settled job by job with
+--   part.lua) instead of one in-flight member per job;
 --   "batch-ids" for the same without the jobs' due times (Redis formats
 --   each score it answers, which costs it more than the claim's own work)
 -- Returns {deadline_ms, first_token, now, next, {id1, score1, id2, ...},

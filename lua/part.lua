@@ -27,7 +27,8 @@ local R = KEYS[3]
 local blob = redis.call('HGET', R, 'b' .. first) or ''
 local places = settled_places(R, first, n) or {}
 local ups = tonumber(ARGV[6])
-local now_ms, now = clock(ups)
+local now_ms, now
+if op ~= 'ack' then now_ms, now = clock(ups) end
 local done, min = 0, nil
 for i = 1, k do
   local j, at, id = tonumber(ARGV[5 + 3 * i]), tonumber(ARGV[6 + 3 * i]), ARGV[7 + 3 * i]

@@ -99,7 +99,8 @@ local function take_run(R, tok, mdue)
   return a, due, rest
 end
 
--- A batch lease (a dispatcher's claim, settled as one) is a member
+-- A batch lease (a dispatcher's claim, settled as one, or Broker.Claim's,
+-- settled job by job: see settled_places below) is a member
 -- "first:n" of the batches ZSet, scored by its deadline, where first is
 -- the token of its first job and n the number of jobs; the run records
 -- hash keeps the jobs under "b" .. first, each as
