@@ -533,3 +533,29 @@ func TestCorruptPendingRecordKept(t *testing.T) {
 		}
 	}
 }
+
+// A claim of a shared lease whose ID was changed names no job there:
+// Retry and Kill, which take the job's record from the lease, refuse it
+// and change nothing.
+func TestLeasedClaimWithAnotherID(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t, BrokerOptions{Lease: time.Minute})
+	must(t, b.Schedule(ctx, jobsDue(2, "job-", time.Now().Add(-time.Second))...))
+	cs, err := b.Claim(ctx, 2)
+	must(t, err)
+	if len(cs) != 2 {
+		t.Fatalf("claimed %d of 2", len(cs))
+	}
+	forged := cs[0]
+	forged.ID = cs[1].ID
+	wantErr(t, b.Retry(ctx, forged, time.Time{}), ErrLeaseLost)
+	wantErr(t, b.Kill(ctx, forged, "forged"), ErrLeaseLost)
+	if st, err := b.Stats(ctx); err != nil || st.Inflight != 2 || st.Scheduled != 0 || st.Dead != 0 {
+		t.Fatalf("stats %+v, %v", st, err)
+	}
+	lost, err := b.AckMany(ctx, cs...)
+	must(t, err)
+	if len(lost) != 0 {
+		t.Fatalf("lost %d of the real claims", len(lost))
+	}
+}

@@ -24,7 +24,11 @@ local first, n = string.match(lease, '^(%d+):(%d+)$')
 if not first then return out end
 n = tonumber(n)
 local R = KEYS[3]
-local blob = redis.call('HGET', R, 'b' .. first) or ''
+-- Ack and Extend need no record: the place alone, which the claim was
+-- answered with, names the job (reading the jobs would copy them all for
+-- each). Retry and Kill read the job's record, and check its id.
+local records = op == 'retry' or op == 'kill'
+local blob = records and redis.call('HGET', R, 'b' .. first) or ''
 local places = settled_places(R, first, n) or {}
 local ups = tonumber(ARGV[6])
 local now_ms, now
@@ -32,21 +36,15 @@ if op ~= 'ack' then now_ms, now = clock(ups) end
 local done, min = 0, nil
 for i = 1, k do
   local j, at, id = tonumber(ARGV[5 + 3 * i]), tonumber(ARGV[6 + 3 * i]), ARGV[7 + 3 * i]
-  -- The job's entry, "<len>:<id><len>:<record>", found where the claim
-  -- said it is, and only if it is this job's.
+  -- The job's entry, found where the claim said it is, and only if it
+  -- is this job's (for Retry and Kill: see above).
   local rec
   if j and at and j >= 1 and j <= n and places[j] ~= 49 then
-    local l1 = string.match(blob, '^(%d+):', at)
-    if l1 then
-      local s1 = at + #l1 + 1
-      local e1 = s1 + tonumber(l1) - 1
-      if string.sub(blob, s1, e1) == id then
-        local l2 = string.match(blob, '^(%d+):', e1 + 1)
-        if l2 then
-          local s2 = e1 + #l2 + 2
-          rec = string.sub(blob, s2, s2 + tonumber(l2) - 1)
-        end
-      end
+    if not records then
+      rec = ''
+    else
+      local eid, erec = batch_entry(blob, at)
+      if eid == id then rec = erec end
     end
   end
   if rec and op == 'extend' then

@@ -107,6 +107,22 @@ end
 -- "<len>:<id><len>:<record>" (an empty record for a job that had none),
 -- and the count of jobs held in batch leases under "batched" (while any is).
 
+-- batch_entry reads the entry of a batch lease's jobs blob that starts at
+-- pos: its id, its record and where the next entry starts; nil when no
+-- whole entry starts there.
+local function batch_entry(blob, pos)
+  local l1 = string.match(blob, '^(%d+):', pos)
+  if not l1 then return nil end
+  local s1 = pos + #l1 + 1
+  local e1 = s1 + tonumber(l1) - 1
+  local l2 = e1 < #blob and string.match(blob, '^(%d+):', e1 + 1)
+  if not l2 then return nil end
+  local s2 = e1 + #l2 + 2
+  local e2 = s2 + tonumber(l2) - 1
+  if e2 > #blob then return nil end
+  return string.sub(blob, s1, e1), string.sub(blob, s2, e2), e2 + 1
+end
+
 -- parse_batch splits a batch lease's jobs blob into two arrays, ids and
 -- records. A damaged blob ends the list early; the part that cannot be
 -- read comes back third (nil when the whole blob was read).
@@ -114,18 +130,9 @@ local function parse_batch(blob)
   local ids, recs = {}, {}
   local pos = 1
   while pos <= #blob do
-    local l1 = string.match(blob, '^(%d+):', pos)
-    if not l1 then break end
-    local s1 = pos + #l1 + 1
-    local e1 = s1 + tonumber(l1) - 1
-    local l2 = e1 < #blob and string.match(blob, '^(%d+):', e1 + 1)
-    if not l2 then break end
-    local s2 = e1 + #l2 + 2
-    local e2 = s2 + tonumber(l2) - 1
-    if e2 > #blob then break end
-    ids[#ids + 1] = string.sub(blob, s1, e1)
-    recs[#recs + 1] = string.sub(blob, s2, e2)
-    pos = e2 + 1
+    local id, rec, nxt = batch_entry(blob, pos)
+    if not id then break end
+    ids[#ids + 1], recs[#recs + 1], pos = id, rec, nxt
   end
   if pos <= #blob then return ids, recs, string.sub(blob, pos) end
   return ids, recs, nil
