@@ -559,3 +559,24 @@ func TestLeasedClaimWithAnotherID(t *testing.T) {
 		t.Fatalf("lost %d of the real claims", len(lost))
 	}
 }
+
+// Retry and Kill of a claim of a shared lease check the keys they write
+// before writing any: a key of another type is ErrWrongType, and the
+// claim stays held.
+func TestLeasedSettleWrongType(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t, BrokerOptions{Lease: time.Minute})
+	must(t, b.Schedule(ctx, jobsDue(1, "job-", time.Now().Add(-time.Second))...))
+	cs, err := b.Claim(ctx, 1)
+	must(t, err)
+	if len(cs) != 1 {
+		t.Fatalf("claimed %d of 1", len(cs))
+	}
+	must(t, b.rdb.Set(ctx, b.keys.dead, "oops", 0).Err())
+	wantErr(t, b.Kill(ctx, cs[0], "killed"), ErrWrongType)
+	must(t, b.rdb.Del(ctx, b.keys.dead).Err())
+	must(t, b.rdb.Set(ctx, b.keys.pending, "oops", 0).Err())
+	wantErr(t, b.Retry(ctx, cs[0], time.Time{}), ErrWrongType)
+	must(t, b.rdb.Del(ctx, b.keys.pending).Err())
+	must(t, b.Ack(ctx, cs[0]))
+}

@@ -8,14 +8,20 @@
 -- ARGV[6] score units per second   ARGV[7] notice channel
 -- ARGV[8..] per job: its place in the lease (from 1), the byte offset of
 --   its entry in the lease's jobs (from 1), and its id
--- Returns one value per job: 0 when the lease is no longer held or the
--- job was already settled (nothing changed for it); else 1 (ack, kill),
+-- Returns one value per job: 0 when the lease is no longer held, the job
+-- was already settled, or (retry, kill) the entry at its offset is not
+-- its own (nothing changed for it); else 1 (ack, kill),
 -- retry.lua's 1, 2 or 3, or the lease's new deadline in Unix ms (extend,
 -- which moves the deadline of the whole lease).
-local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash', KEYS[4], 'zset', KEYS[5], 'hash', KEYS[6], 'zset'})
+local op, lease = ARGV[1], ARGV[2]
+-- The keys op may write; an ack or an extend touches the last two only.
+local kt = {KEYS[3], 'hash', KEYS[6], 'zset'}
+if op == 'retry' or op == 'kill' then
+  kt = {KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash', KEYS[4], 'zset', KEYS[5], 'hash', KEYS[6], 'zset'}
+end
+local bad = wrongtype(kt)
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 
-local op, lease = ARGV[1], ARGV[2]
 local k = (#ARGV - 7) / 3
 local out = {}
 for i = 1, k do out[i] = 0 end
