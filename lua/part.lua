@@ -80,9 +80,7 @@ if op == 'extend' then
 end
 if done > 0 then
   if redis.call('HINCRBY', R, 'batched', -done) == 0 then redis.call('HDEL', R, 'batched') end
-  local left = 0
-  for j = 1, n do if places[j] ~= 49 then left = left + 1 end end
-  if left == 0 then
+  if unsettled(places, n) == 0 then
     redis.call('ZREM', KEYS[6], lease)
     redis.call('HDEL', R, 'b' .. first, 's' .. first)
   else

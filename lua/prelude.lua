@@ -149,6 +149,15 @@ local function settled_places(R, first, n)
   if mask then return {string.byte(mask, 1, n)} end
   return nil
 end
+-- unsettled counts the places of a lease of n jobs not settled in p
+-- (settled_places' array, or nil for none settled).
+local function unsettled(p, n)
+  local left = n
+  for j = 1, p and n or 0 do
+    if p[j] == 49 then left = left - 1 end
+  end
+  return left
+end
 local function places_string(p, n)
   for j = 1, n do
     if p[j] ~= 49 then p[j] = 48 end
@@ -171,13 +180,7 @@ local function take_batch(B, R, m, jobs)
   n = tonumber(n)
   local places = jobs and settled_places(R, first, n)
   redis.call('HDEL', R, 'b' .. first, 's' .. first)
-  local left = n
-  if places then
-    for j = 1, n do
-      if places[j] == 49 then left = left - 1 end
-    end
-  end
-  if redis.call('HINCRBY', R, 'batched', -left) == 0 then redis.call('HDEL', R, 'batched') end
+  if redis.call('HINCRBY', R, 'batched', -unsettled(places, n)) == 0 then redis.call('HDEL', R, 'batched') end
   local ids, recs, damaged = parse_batch(blob)
   return ids, recs, damaged, damaged and first, places
 end

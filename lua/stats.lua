@@ -14,10 +14,7 @@ local expired = redis.call('ZCOUNT', KEYS[2], '-inf', now_ms)
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms, 'LIMIT', 0, 1000)) do
   local first, n = string.match(m, '^(%d+):'), tonumber(string.match(m, ':(%d+)$')) or 0
   -- Jobs of the lease already settled one by one (part.lua) are not in flight.
-  for _, p in ipairs(first and settled_places(KEYS[5], first, n) or {}) do
-    if p == 49 then n = n - 1 end
-  end
-  expired = expired + n
+  expired = expired + unsettled(first and settled_places(KEYS[5], first, n), n)
 end
 return {
   redis.call('ZCARD', KEYS[1]),
