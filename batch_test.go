@@ -540,12 +540,7 @@ func TestCorruptPendingRecordKept(t *testing.T) {
 func TestLeasedClaimWithAnotherID(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t, BrokerOptions{Lease: time.Minute})
-	must(t, b.Schedule(ctx, jobsDue(2, "job-", time.Now().Add(-time.Second))...))
-	cs, err := b.Claim(ctx, 2)
-	must(t, err)
-	if len(cs) != 2 {
-		t.Fatalf("claimed %d of 2", len(cs))
-	}
+	cs := claimDueJobs(t, b, 2)
 	forged := cs[0]
 	forged.ID = cs[1].ID
 	wantErr(t, b.Retry(ctx, forged, time.Time{}), ErrLeaseLost)
@@ -566,12 +561,7 @@ func TestLeasedClaimWithAnotherID(t *testing.T) {
 func TestLeasedSettleWrongType(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t, BrokerOptions{Lease: time.Minute})
-	must(t, b.Schedule(ctx, jobsDue(1, "job-", time.Now().Add(-time.Second))...))
-	cs, err := b.Claim(ctx, 1)
-	must(t, err)
-	if len(cs) != 1 {
-		t.Fatalf("claimed %d of 1", len(cs))
-	}
+	cs := claimDueJobs(t, b, 1)
 	must(t, b.rdb.Set(ctx, b.keys.dead, "oops", 0).Err())
 	wantErr(t, b.Kill(ctx, cs[0], "killed"), ErrWrongType)
 	must(t, b.rdb.Del(ctx, b.keys.dead).Err())
@@ -579,4 +569,38 @@ func TestLeasedSettleWrongType(t *testing.T) {
 	wantErr(t, b.Retry(ctx, cs[0], time.Time{}), ErrWrongType)
 	must(t, b.rdb.Del(ctx, b.keys.pending).Err())
 	must(t, b.Ack(ctx, cs[0]))
+}
+
+// A claim of a shared lease given twice to one AckMany is acked once, and
+// its copy shares its outcome: both acked, or, once acked, both lost.
+func TestAckManySameClaimTwice(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t, BrokerOptions{Lease: time.Minute})
+	cs := claimDueJobs(t, b, 3)
+	lost, err := b.AckMany(ctx, cs[0], cs[1], cs[0])
+	must(t, err)
+	if len(lost) != 0 {
+		t.Fatalf("lost %d of a claim, its copy and another", len(lost))
+	}
+	lost, err = b.AckMany(ctx, cs[0], cs[0], cs[2])
+	must(t, err)
+	if len(lost) != 2 || lost[0].ID != cs[0].ID || lost[1].ID != cs[0].ID {
+		t.Fatalf("acked again: lost %v, want the acked claim twice", lost)
+	}
+	if st, err := b.Stats(ctx); err != nil || st.Inflight != 0 {
+		t.Fatalf("stats %+v, %v", st, err)
+	}
+}
+
+// claimDueJobs schedules n jobs due a second ago and claims them in one
+// call of b.Claim.
+func claimDueJobs(t *testing.T, b *Broker, n int) []Claim {
+	t.Helper()
+	must(t, b.Schedule(ctx, jobsDue(n, "job-", time.Now().Add(-time.Second))...))
+	cs, err := b.Claim(ctx, n)
+	must(t, err)
+	if len(cs) != n {
+		t.Fatalf("claimed %d of %d", len(cs), n)
+	}
+	return cs
 }

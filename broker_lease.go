@@ -5,6 +5,7 @@ package zclaim
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -45,7 +46,8 @@ func (b *Broker) leaseLost(ctx context.Context, op string, c Claim) error {
 
 // AckMany acks several claims in one round trip. It returns the claims
 // whose tokens were no longer current (nothing changed for those); the
-// others are acked. An error means none was acked (with Shards, or claims
+// others are acked. A claim given twice is acked once, and both copies
+// are returned when it was lost. An error means none was acked (with Shards, or claims
 // of several Claim calls: none of the shard or the call whose script
 // failed; the others' may have been).
 func (b *Broker) AckMany(ctx context.Context, cs ...Claim) (lost []Claim, err error) {
@@ -61,8 +63,21 @@ func (b *Broker) AckMany(ctx context.Context, cs ...Claim) (lost []Claim, err er
 	byShard := map[int][]Claim{}
 	var leases []batchLease
 	byLease := map[batchLease][]Claim{}
+	// A claim of a shared lease given twice is acked once; its copies
+	// share its outcome.
+	type spot struct {
+		lease batchLease
+		place int
+	}
+	seen := map[spot]bool{}
+	var copies []Claim
 	for _, c := range cs {
 		if c.lease.n > 0 {
+			if seen[spot{c.lease, c.place}] {
+				copies = append(copies, c)
+				continue
+			}
+			seen[spot{c.lease, c.place}] = true
 			if byLease[c.lease] == nil {
 				leases = append(leases, c.lease)
 			}
@@ -93,6 +108,11 @@ func (b *Broker) AckMany(ctx context.Context, cs ...Claim) (lost []Claim, err er
 			return lost, err
 		}
 		lost = append(lost, notHeld(res, byLease[leases[i]])...)
+	}
+	for _, c := range copies {
+		if slices.ContainsFunc(lost, func(l Claim) bool { return l.lease == c.lease && l.place == c.place }) {
+			lost = append(lost, c)
+		}
 	}
 	if len(shards) == 0 {
 		return lost, nil
