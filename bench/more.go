@@ -109,6 +109,28 @@ func plainStartFinish(rdb *redis.Client, prefix string) asynq.MiddlewareFunc {
 	}
 }
 
+// handOffs wraps next in the least a middleware that waits for something
+// before and after each task does: the handler's goroutine hands a request
+// to another goroutine and waits for its answer, twice, with no Redis.
+// stop ends that goroutine.
+func handOffs(next asynq.Handler) (asynq.Handler, func()) {
+	reqs := make(chan chan struct{})
+	go func() {
+		for r := range reqs {
+			r <- struct{}{}
+		}
+	}()
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		r := make(chan struct{})
+		reqs <- r
+		<-r
+		err := next.ProcessTask(ctx, t)
+		reqs <- r
+		<-r
+		return err
+	}), func() { close(reqs) }
+}
+
 // Scenario 3: an asynq server with a no-op handler over N pending tasks,
 // with and without the idempotency middleware, and with the least any
 // middleware that asks Redis about each task must do (the floor).
@@ -136,6 +158,7 @@ func middlewareScenario() {
 		{name: "asynq + idempotency middleware, `DisableTakeover` (no takeover loop)", wrap: "idem", noTakeover: true},
 		{name: "floor: asynq + one plain SET NX per task (no script, no fencing, never completed)", wrap: "setnx"},
 		{name: "floor of start + finish: plain SET NX GET before the handler, plain SET after (no script, no token, no fence)", wrap: "startFinish"},
+		{name: "floor of waiting, no Redis: two hand-offs a task to a goroutine and back, one before the handler and one after", wrap: "handoff"},
 		{name: "asynq + idempotency middleware on an autopipelined go-redis client (what NewIdempotency's doc advises against)",
 			wrap: "idem", autopipeline: true},
 		{name: "asynq, no middleware, again (the first row's twin: its ratio is the noise of a ratio)"},
@@ -158,6 +181,7 @@ func middlewareScenario() {
 			idemClient := newClient(32)
 			idemClient.AddHook(scriptCounter{n: &trips, prefix: key + ":run:"})
 			var idem *zclaim.Idempotency
+			stopHandOffs := func() {}
 			switch c.wrap {
 			case "idem":
 				var rdb redis.UniversalClient = idemClient
@@ -185,6 +209,8 @@ func middlewareScenario() {
 				})
 			case "startFinish":
 				h = plainStartFinish(idemClient, key+":run:")(h)
+			case "handoff":
+				h, stopHandOffs = handOffs(h)
 			}
 			calls0 := commandCalls(admin)
 			r0, s0 := cpuMeter(admin)
@@ -200,6 +226,7 @@ func middlewareScenario() {
 			r1, s1 := cpuMeter(admin)
 			calls := commandCalls(admin) - calls0
 			srv.Shutdown()
+			stopHandOffs()
 			if idem != nil {
 				idem.Close()
 			}
@@ -231,6 +258,8 @@ func middlewareScenario() {
 			"The first floor does one round trip per task and nothing else: what asking Redis once per task costs on this machine. "+
 			"The second does the two plain commands a middleware that records each run's start and finish needs at least, one round trip each, "+
 			"without the token, lease and fence that make the middleware's scripts safe. "+
+			"The third asks nothing of Redis: before the handler and after it, the handler's goroutine hands a request to another goroutine and waits for its answer, "+
+			"which comes at once: what waiting twice a task costs asynq's server, whatever a middleware waits for. "+
 			"Round trips count the scripts and SETs on run records the middleware's client sends, alone or in a pipeline, not the takeover loop's passes (once a second, whatever the tasks). "+
 			"The row of the autopipelined client gives the middleware a client of (*redis.Client).AutoPipeline: its round trips count the pipelines it sends. "+
 			"The last row runs the first again, in each round: how far its ratio is from 1.00× is how far a ratio moves when nothing changes.")
