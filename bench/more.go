@@ -109,6 +109,31 @@ func plainStartFinish(rdb *redis.Client, prefix string) asynq.MiddlewareFunc {
 	}
 }
 
+// oneSet is a script that makes a single SET: what running a script costs
+// Redis beyond the command it makes.
+var oneSet = redis.NewScript(`return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])`)
+
+// scriptStartFinish is the least a middleware that fences its records asks
+// of Redis 7, where a check and a write in one step take a script: a script
+// before the handler and one after, one round trip each, each making a
+// single SET, with as many keys and arguments as the middleware's Begin and
+// Complete pass.
+func scriptStartFinish(rdb *redis.Client, prefix string) asynq.MiddlewareFunc {
+	return func(next asynq.Handler) asynq.Handler {
+		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			id, _ := asynq.GetTaskID(ctx)
+			keys := []string{prefix + id, prefix + "done"}
+			if err := oneSet.Run(ctx, rdb, keys, "run", 60000, "field", 86400000).Err(); err != nil {
+				return err
+			}
+			if err := next.ProcessTask(ctx, t); err != nil {
+				return err
+			}
+			return oneSet.Run(ctx, rdb, keys, "done", 86405000, 5000, 86405000, "field", 100).Err()
+		})
+	}
+}
+
 // handOffs wraps next in the least a middleware that waits for something
 // before and after each task does: the handler's goroutine hands a request
 // to another goroutine and waits for its answer, twice, with no Redis.
@@ -148,7 +173,7 @@ func middlewareScenario() {
 	// What runs around the handler; the ratios compare each with the first.
 	type contender struct {
 		name         string
-		wrap         string // "": nothing; "idem": the middleware; "setnx", "startFinish": the floors
+		wrap         string // "": nothing; "idem": the middleware; "setnx", "startFinish", "scripts", "handoff": the floors
 		noTakeover   bool   // the middleware's DisableTakeover
 		autopipeline bool   // the middleware's client is (*redis.Client).AutoPipeline
 	}
@@ -158,6 +183,7 @@ func middlewareScenario() {
 		{name: "asynq + idempotency middleware, `DisableTakeover` (no takeover loop)", wrap: "idem", noTakeover: true},
 		{name: "floor: asynq + one plain SET NX per task (no script, no fencing, never completed)", wrap: "setnx"},
 		{name: "floor of start + finish: plain SET NX GET before the handler, plain SET after (no script, no token, no fence)", wrap: "startFinish"},
+		{name: "floor of a fenced start + finish: a script before the handler and one after, each a single SET (on Redis 7 a check and a write in one step take a script)", wrap: "scripts"},
 		{name: "floor of waiting, no Redis: two hand-offs a task to a goroutine and back, one before the handler and one after", wrap: "handoff"},
 		{name: "asynq + idempotency middleware on an autopipelined go-redis client (what NewIdempotency's doc advises against)",
 			wrap: "idem", autopipeline: true},
@@ -209,6 +235,8 @@ func middlewareScenario() {
 				})
 			case "startFinish":
 				h = plainStartFinish(idemClient, key+":run:")(h)
+			case "scripts":
+				h = scriptStartFinish(idemClient, key+":run:")(h)
 			case "handoff":
 				h, stopHandOffs = handOffs(h)
 			}
@@ -258,7 +286,9 @@ func middlewareScenario() {
 			"The first floor does one round trip per task and nothing else: what asking Redis once per task costs on this machine. "+
 			"The second does the two plain commands a middleware that records each run's start and finish needs at least, one round trip each, "+
 			"without the token, lease and fence that make the middleware's scripts safe. "+
-			"The third asks nothing of Redis: before the handler and after it, the handler's goroutine hands a request to another goroutine and waits for its answer, "+
+			"The third sends what any middleware that fences its records sends at least on Redis 7, where a check and a write in one step take a script: "+
+			"two scripts a task, one round trip each, each making a single SET, with as many keys and arguments as the middleware's Begin and Complete. "+
+			"The fourth asks nothing of Redis: before the handler and after it, the handler's goroutine hands a request to another goroutine and waits for its answer, "+
 			"which comes at once: what waiting twice a task costs asynq's server, whatever a middleware waits for. "+
 			"Round trips count the scripts and SETs on run records the middleware's client sends, alone or in a pipeline, not the takeover loop's passes (once a second, whatever the tasks). "+
 			"The row of the autopipelined client gives the middleware a client of (*redis.Client).AutoPipeline: its round trips count the pipelines it sends. "+
