@@ -89,24 +89,36 @@ func noopHandler(n int) (asynq.Handler, <-chan struct{}) {
 	}), done
 }
 
+// aroundTask wraps next in calls made before and after the handler, each
+// given the task's key under prefix; after may be nil.
+func aroundTask(prefix string, before, after func(ctx context.Context, key string) error) asynq.MiddlewareFunc {
+	return func(next asynq.Handler) asynq.Handler {
+		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			id, _ := asynq.GetTaskID(ctx)
+			key := prefix + id
+			if err := before(ctx, key); err != nil {
+				return err
+			}
+			if err := next.ProcessTask(ctx, t); err != nil || after == nil {
+				return err
+			}
+			return after(ctx, key)
+		})
+	}
+}
+
 // plainStartFinish is the least a middleware that records each run's
 // start and finish asks of Redis: a plain SET NX GET before the handler and
 // a plain SET after, one round trip each, with no script, token or fence.
 func plainStartFinish(rdb *redis.Client, prefix string) asynq.MiddlewareFunc {
-	return func(next asynq.Handler) asynq.Handler {
-		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-			id, _ := asynq.GetTaskID(ctx)
-			rk := prefix + id
-			err := rdb.SetArgs(ctx, rk, "run", redis.SetArgs{Mode: "NX", Get: true, TTL: time.Minute}).Err()
-			if err != nil && err != redis.Nil {
-				return err
-			}
-			if err := next.ProcessTask(ctx, t); err != nil {
-				return err
-			}
-			return rdb.Set(ctx, rk, "done", 24*time.Hour).Err()
-		})
-	}
+	return aroundTask(prefix, func(ctx context.Context, key string) error {
+		if err := rdb.SetArgs(ctx, key, "run", redis.SetArgs{Mode: "NX", Get: true, TTL: time.Minute}).Err(); err != redis.Nil {
+			return err
+		}
+		return nil
+	}, func(ctx context.Context, key string) error {
+		return rdb.Set(ctx, key, "done", 24*time.Hour).Err()
+	})
 }
 
 // oneSet is a script that makes a single SET: what running a script costs
@@ -119,19 +131,11 @@ var oneSet = redis.NewScript(`return redis.call('SET', KEYS[1], ARGV[1], 'PX', A
 // single SET, with as many keys and arguments as the middleware's Begin and
 // Complete pass.
 func scriptStartFinish(rdb *redis.Client, prefix string) asynq.MiddlewareFunc {
-	return func(next asynq.Handler) asynq.Handler {
-		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-			id, _ := asynq.GetTaskID(ctx)
-			keys := []string{prefix + id, prefix + "done"}
-			if err := oneSet.Run(ctx, rdb, keys, "run", 60000, "field", 86400000).Err(); err != nil {
-				return err
-			}
-			if err := next.ProcessTask(ctx, t); err != nil {
-				return err
-			}
-			return oneSet.Run(ctx, rdb, keys, "done", 86405000, 5000, 86405000, "field", 100).Err()
-		})
-	}
+	return aroundTask(prefix, func(ctx context.Context, key string) error {
+		return oneSet.Run(ctx, rdb, []string{key, prefix + "done"}, "run", 60000, "field", 86400000).Err()
+	}, func(ctx context.Context, key string) error {
+		return oneSet.Run(ctx, rdb, []string{key, prefix + "done"}, "done", 86405000, 5000, 86405000, "field", 100).Err()
+	})
 }
 
 // handOffs wraps next in the least a middleware that waits for something
@@ -225,14 +229,9 @@ func middlewareScenario() {
 				}
 				h = idem.Middleware()(h)
 			case "setnx":
-				next := h
-				h = asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-					id, _ := asynq.GetTaskID(ctx)
-					if err := idemClient.SetNX(ctx, key+":run:"+id, "1", time.Minute).Err(); err != nil {
-						return err
-					}
-					return next.ProcessTask(ctx, t)
-				})
+				h = aroundTask(key+":run:", func(ctx context.Context, k string) error {
+					return idemClient.SetNX(ctx, k, "1", time.Minute).Err()
+				}, nil)(h)
 			case "startFinish":
 				h = plainStartFinish(idemClient, key+":run:")(h)
 			case "scripts":
