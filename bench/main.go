@@ -15,6 +15,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -296,6 +297,33 @@ func paired(a, b samples) samples {
 		r[i] = a[i] / b[i]
 	}
 	return r
+}
+
+// cpuRounds holds a contender's CPU a task, Redis' and this process',
+// one entry a round.
+type cpuRounds [][2]time.Duration
+
+// cell gives the round of median total CPU a task, as cpuCell does.
+func (c cpuRounds) cell() string {
+	if len(c) == 0 {
+		return "–"
+	}
+	s := slices.Clone(c)
+	slices.SortFunc(s, func(a, b [2]time.Duration) int { return cmp.Compare(a[0]+a[1], b[0]+b[1]) })
+	return cpuCell(s[len(s)/2])
+}
+
+// over gives the median over the rounds of c's total CPU a task less
+// base's in the same round.
+func (c cpuRounds) over(base cpuRounds) string {
+	d := make(samples, min(len(c), len(base)))
+	if len(d) == 0 {
+		return "–"
+	}
+	for i := range d {
+		d[i] = float64(c[i][0] + c[i][1] - base[i][0] - base[i][1])
+	}
+	return fmt.Sprintf("%+.1f µs", d.median()/float64(time.Microsecond))
 }
 
 // human prints a rate or count compactly.

@@ -104,4 +104,12 @@ func TestQuickRun(t *testing.T) {
 	if trips, err := strconv.ParseFloat(r[5], 64); err != nil || trips > 2 {
 		t.Errorf("middleware: %q zclaim round trips a task, want at most 2", r[5])
 	}
+	// CPU a task beyond asynq alone's, in the same round: none for asynq
+	// alone itself, more than none for the middleware's two scripts a task.
+	if c := row(t, out, "asynq, no middleware")[7]; c != "+0.0 µs" {
+		t.Errorf("asynq alone: %q CPU a task beyond its own, want +0.0 µs", c)
+	}
+	if us, err := strconv.ParseFloat(strings.TrimSuffix(r[7], " µs"), 64); err != nil || us <= 0 {
+		t.Errorf("middleware: %q CPU a task beyond asynq alone's, want more than none", r[7])
+	}
 }
