@@ -300,14 +300,11 @@ func paired(a, b samples) samples {
 }
 
 // cpuRounds holds a contender's CPU a task, Redis' and this process',
-// one entry a round.
+// one entry a round (-rounds is at least 1).
 type cpuRounds [][2]time.Duration
 
 // cell gives the round of median total CPU a task, as cpuCell does.
 func (c cpuRounds) cell() string {
-	if len(c) == 0 {
-		return "–"
-	}
 	s := slices.Clone(c)
 	slices.SortFunc(s, func(a, b [2]time.Duration) int { return cmp.Compare(a[0]+a[1], b[0]+b[1]) })
 	return cpuCell(s[len(s)/2])
@@ -317,9 +314,6 @@ func (c cpuRounds) cell() string {
 // base's in the same round.
 func (c cpuRounds) over(base cpuRounds) string {
 	d := make(samples, min(len(c), len(base)))
-	if len(d) == 0 {
-		return "–"
-	}
 	for i := range d {
 		d[i] = float64(c[i][0] + c[i][1] - base[i][0] - base[i][1])
 	}
