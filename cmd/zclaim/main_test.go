@@ -451,7 +451,8 @@ func TestAudit(t *testing.T) {
 		id := fmt.Sprintf("order-%d", i)
 		sec = append(sec, redis.Z{Score: float64(at.Unix()), Member: id})
 		milli = append(milli, redis.Z{Score: float64(at.UnixMilli()), Member: id})
-		js = append(js, redis.Z{Score: float64(at.UnixMilli()) / 1000, Member: fmt.Sprintf(`{"order":%d,"kind":"reminder"}`, i)})
+		// A fraction of its own: at's milliseconds are 000 one time in a thousand.
+		js = append(js, redis.Z{Score: float64(at.Unix()) + 0.25, Member: fmt.Sprintf(`{"order":%d,"kind":"reminder"}`, i)})
 	}
 	rdb.ZAdd(ctx, "audit:sec", sec...)
 	rdb.ZAdd(ctx, "audit:ms", milli...)
