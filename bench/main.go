@@ -289,6 +289,18 @@ func (s samples) spread() string {
 	return fmt.Sprintf("%s–%s", human(slices.Min(s)), human(slices.Max(s)))
 }
 
+// middleHalf gives the middle half of s, its first to its third quartile
+// (by rank), or "–" for fewer than 4 samples: how far one round's figure
+// strays from round to round.
+func (s samples) middleHalf() string {
+	if len(s) < 4 {
+		return "–"
+	}
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return fmt.Sprintf("%.2f–%.2f", c[len(c)/4], c[len(c)-1-len(c)/4])
+}
+
 // paired returns a[i]/b[i] for each round i: the ratio of two contenders
 // measured in the same round.
 func paired(a, b samples) samples {

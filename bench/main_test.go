@@ -99,20 +99,41 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("memory: %q a finished record, want 16 to 64 B", mem)
 	}
 	// The middleware's success path: Begin and Complete, at most one
-	// round trip each.
+	// round trip each. One round has no middle half of ratios.
 	r := row(t, out, "asynq + idempotency middleware")
-	if trips, err := strconv.ParseFloat(r[5], 64); err != nil || trips > 2 {
-		t.Errorf("middleware: %q zclaim round trips a task, want at most 2", r[5])
+	if r[4] != "–" {
+		t.Errorf("middleware: %q the middle half of one round's ratio, want –", r[4])
+	}
+	if trips, err := strconv.ParseFloat(r[6], 64); err != nil || trips > 2 {
+		t.Errorf("middleware: %q zclaim round trips a task, want at most 2", r[6])
 	}
 	// CPU a task beyond asynq alone's, in the same round: none for asynq
 	// alone itself, and a signed figure for the others (its size is a
 	// measurement, which a smoke run under a loaded machine does not check).
-	if c := row(t, out, "asynq, no middleware")[7]; c != "+0.0 µs" {
+	if c := row(t, out, "asynq, no middleware")[8]; c != "+0.0 µs" {
 		t.Errorf("asynq alone: %q CPU a task beyond its own, want +0.0 µs", c)
 	}
-	if c := r[7]; !strings.HasSuffix(c, " µs") || !strings.ContainsAny(c[:1], "+-") {
+	if c := r[8]; !strings.HasSuffix(c, " µs") || !strings.ContainsAny(c[:1], "+-") {
 		t.Errorf("middleware: %q CPU a task beyond asynq alone's, want a signed figure in µs", c)
 	} else if _, err := strconv.ParseFloat(strings.TrimSuffix(c, " µs"), 64); err != nil {
 		t.Errorf("middleware: %q CPU a task beyond asynq alone's: %v", c, err)
+	}
+}
+
+// The middle half of per-round figures: the first to the third quartile,
+// and none for fewer than four rounds.
+func TestMiddleHalf(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		s    samples
+		want string
+	}{
+		{samples{0.9, 0.5, 0.7, 0.6, 0.8, 0.4, 1.0, 0.3, 0.2}, "0.40–0.80"},
+		{samples{4, 1, 3, 2}, "2.00–3.00"},
+		{samples{1, 2, 3}, "–"},
+	} {
+		if got := c.s.middleHalf(); got != c.want {
+			t.Errorf("%v: middle half %q, want %q", c.s, got, c.want)
+		}
 	}
 }

@@ -274,13 +274,15 @@ func middlewareScenario() {
 			trips = fmt.Sprintf("%.2f", last[k].tripsPerTask)
 		}
 		rows = append(rows, []string{c.name, human(rates[k].median()), rates[k].spread(),
-			fmt.Sprintf("%.2f×", paired(rates[k], rates[0]).median()), fmt.Sprintf("%.1f", last[k].cmdsPerTask), trips, cpu[k].cell(), cpu[k].over(cpu[0])})
+			fmt.Sprintf("%.2f×", paired(rates[k], rates[0]).median()), paired(rates[k], rates[0]).middleHalf(),
+			fmt.Sprintf("%.1f", last[k].cmdsPerTask), trips, cpu[k].cell(), cpu[k].over(cpu[0])})
 	}
 	table(fmt.Sprintf("3. Middleware overhead: asynq server, no-op handler, %s tasks, Concurrency 16", human(float64(n))),
-		[]string{"contender", "tasks/s (median)", "spread", "ratio", "Redis commands / task (all, incl. asynq's)", "zclaim round trips / task", "CPU / task: Redis + client (the round of median total)", "CPU / task beyond asynq alone's (median)"},
+		[]string{"contender", "tasks/s (median)", "spread", "ratio", "ratio's middle half of rounds", "Redis commands / task (all, incl. asynq's)", "zclaim round trips / task", "CPU / task: Redis + client (the round of median total)", "CPU / task beyond asynq alone's (median)"},
 		rows,
 		"Targets: ≥ 0.95× asynq's throughput without the middleware, ≤ 2 Redis round trips per task on the success path (Begin, Complete; fewer where calls of the same moment group). "+
-			"A ratio is the median over the rounds of the two contenders' rates in one round, which run one after the other. "+
+			"A ratio is the median over the rounds of the two contenders' rates in one round, which run one after the other; "+
+			"the next column gives the middle half of those per-round ratios (first to third quartile): how far one round's ratio strays. "+
 			"CPU beyond asynq alone's is likewise the median over the rounds of the difference of the two contenders' CPU a task in one round (Redis' and this process'). "+
 			"Commands count every command Redis ran, including those inside scripts. "+
 			"The first floor does one round trip per task and nothing else: what asking Redis once per task costs on this machine. "+
