@@ -51,8 +51,9 @@ func e2eScenario() {
 	var rows [][]string
 	last := len(contenders) - 1
 	for k, c := range contenders {
+		ratio := paired(rates[k], rates[0])
 		rows = append(rows, []string{c.name, human(rates[k].median()), rates[k].spread(),
-			fmt.Sprintf("%.2f×", paired(rates[k], rates[0]).median()), paired(rates[k], rates[0]).middleHalf(),
+			fmt.Sprintf("%.2f×", ratio.median()), ratio.middleHalf(),
 			fmt.Sprintf("%.2f×", paired(rates[k], rates[last]).median()), cpu[k].cell(), cpu[k].over(cpu[0])})
 	}
 	table(fmt.Sprintf("1b. End to end: a backlog of %s due jobs, asynq Concurrency %d, TaskCheckInterval 10 ms", human(float64(n)), conc),

@@ -273,8 +273,9 @@ func middlewareScenario() {
 		if c.wrap != "" {
 			trips = fmt.Sprintf("%.2f", last[k].tripsPerTask)
 		}
+		ratio := paired(rates[k], rates[0])
 		rows = append(rows, []string{c.name, human(rates[k].median()), rates[k].spread(),
-			fmt.Sprintf("%.2f×", paired(rates[k], rates[0]).median()), paired(rates[k], rates[0]).middleHalf(),
+			fmt.Sprintf("%.2f×", ratio.median()), ratio.middleHalf(),
 			fmt.Sprintf("%.1f", last[k].cmdsPerTask), trips, cpu[k].cell(), cpu[k].over(cpu[0])})
 	}
 	table(fmt.Sprintf("3. Middleware overhead: asynq server, no-op handler, %s tasks, Concurrency 16", human(float64(n))),
