@@ -150,7 +150,10 @@ type Idempotency struct {
 
 	defaultKey bool     // Key is OccurrenceKey: takeovers tell a task's key from its id
 	takeover   takeover // the loop that takes over dead workers' runs
-	types      sync.Map // task types the middleware has handled (string -> struct{})
+	// types are the task types the middleware has handled (string ->
+	// bool): true where a takeover can tell their tasks' keys (always, for
+	// OccurrenceKey; see learnKey for a Key function of the user's).
+	types sync.Map
 }
 
 // IdempotencyStats count what an Idempotency store's middleware did since

@@ -91,8 +91,11 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 // RevokeTask, its last attempt) is left to asynq. A run that is slow but
 // renewing is never taken over. Each takeover is logged at Warn and counted in
 // Stats().Takeovers. Tasks keyed by a custom Key function take part when
-// that function can tell the key from the task alone (not from its
-// context). Close stops the loop.
+// that function tells the key from the task alone, not from its context:
+// the middleware asks it again without the handler's context at each task,
+// and a type for which the two keys ever differ is never taken over by this
+// store, nor is one its middleware has not handled yet. Close stops the
+// loop.
 //
 // A handler that returns nil completes the key, and so does one that
 // returns an error matching ErrAlreadyDone (its own database found the
@@ -108,8 +111,10 @@ func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 	return func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 			ctx = withJob(ctx, t)
-			if _, ok := i.types.Load(t.Type()); !ok {
-				i.types.Store(t.Type(), struct{}{})
+			if i.defaultKey {
+				if _, ok := i.types.Load(t.Type()); !ok {
+					i.types.Store(t.Type(), true)
+				}
 			}
 			key, err := i.keyOf(ctx, t)
 			if err != nil {
@@ -118,6 +123,9 @@ func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 			if key == "" {
 				return zerr("zclaim: middleware: %w: the Key function returned an empty key for a task of type %q (%w)",
 					ErrEmptyID, t.Type(), asynq.SkipRetry)
+			}
+			if !i.defaultKey && t.Headers()[headerTakeover] == "" {
+				i.learnKey(ctx, t, key)
 			}
 			e, err := i.beginOrWait(ctx, key)
 			switch {
@@ -148,6 +156,23 @@ func (i *Idempotency) keyOf(ctx context.Context, t *asynq.Task) (string, error) 
 		return k, nil
 	}
 	return i.opts.Key(ctx, t)
+}
+
+// learnKey notes whether the Key function tells the key of a task of t's
+// type from the task alone, as a takeover pass must (it has asynq's
+// TaskInfo, not the handler's context): key is what the function told with
+// the handler's context. A type for which it once told another key, or
+// failed, is never taken over by this store.
+func (i *Idempotency) learnKey(ctx context.Context, t *asynq.Task, key string) {
+	if v, ok := i.types.Load(t.Type()); ok && !v.(bool) {
+		return
+	}
+	id, _ := asynq.GetTaskID(ctx)
+	if k, err := i.keyFromTask(t, id); err != nil || k != key {
+		i.types.Store(t.Type(), false)
+		return
+	}
+	i.types.LoadOrStore(t.Type(), true)
 }
 
 // beginOrWait begins key; on a task's last retry it waits out a run in

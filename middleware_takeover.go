@@ -110,6 +110,9 @@ type activeRun struct {
 	key  string
 	job  JobInfo // for a task that carries one
 	has  bool
+	// unsure: key is what a Key function of the user's tells of the task,
+	// for a type the middleware has not handled (not taken over).
+	unsure bool
 }
 
 // activeRuns lists, through in, the active tasks of the takeover's queues
@@ -197,16 +200,32 @@ func (i *Idempotency) runOf(ti *asynq.TaskInfo) (activeRun, bool) {
 		}
 		return r, true
 	}
-	ctx := context.Background()
-	if has {
-		ctx = context.WithValue(ctx, jobInfoKey{}, job)
+	// A Key function of the user's. A function that reads asynq's metadata
+	// from the context tells another key here (a pass has no handler's
+	// context), and a takeover under that key would run the task again
+	// beside its live run: a type the middleware found so is left out, and
+	// only one it found telling keys from the task alone is sure.
+	v, seen := i.types.Load(ti.Type)
+	if seen && !v.(bool) {
+		return r, false
 	}
-	k, err := i.opts.Key(ctx, t)
+	k, err := i.keyFromTask(t, ti.ID)
 	if err != nil || k == "" {
 		return r, false
 	}
-	r.key = k
+	r.key, r.unsure = k, !seen
 	return r, true
+}
+
+// keyFromTask is what the Key function tells of task t (of asynq task id
+// taskID) without a handler's context: the context holds only its JobInfo,
+// for a task that carries one.
+func (i *Idempotency) keyFromTask(t *asynq.Task, taskID string) (string, error) {
+	ctx := context.Background()
+	if job, ok := jobOf(t, taskID); ok {
+		ctx = context.WithValue(ctx, jobInfoKey{}, job)
+	}
+	return i.opts.Key(ctx, t)
 }
 
 // parseRecord reads a run record: state, token and its number.
@@ -225,6 +244,7 @@ func parseRecord(rec string) (state string, token int64, n int64, ok bool) {
 // enqueues a copy of its task. It returns how many it took over.
 func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 	runs, err := i.activeRuns(i.takeover.in)
+	runs = slices.DeleteFunc(runs, func(r activeRun) bool { return r.unsure })
 	if len(runs) == 0 {
 		return 0, err
 	}
@@ -375,6 +395,10 @@ type RunInfo struct {
 // are read from Redis, ordered by queue and task id, after the run whose
 // queue and task id after names ("queue/taskid"; "" for the first), at
 // most limit (0: all). next is the cursor of the page after, "" at the end.
+// Under a custom Key function, tasks of a type the store's middleware found
+// keyed from the handler's context are left out, and those of a type it
+// has not handled are listed under the key the function tells of the task
+// alone.
 func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs []RunInfo, next string, err error) {
 	all, err := i.activeRuns(asynq.NewInspectorFromRedisClient(i.asynqRedis()))
 	if err != nil {

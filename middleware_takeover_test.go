@@ -657,3 +657,86 @@ func holdingWorker(t *testing.T, rdb redis.UniversalClient, q string, concurrenc
 	t.Cleanup(func() { close(release); srv.Shutdown() })
 	return started
 }
+
+// A Key function of the user's that tells the key from the task alone (its
+// payload) has its tasks taken over; one that reads asynq's task id from
+// the handler's context, without checking that it is there, has none: a
+// pass has no handler's context and would tell another key, under which
+// a takeover's copy would run beside the live run. A worker without the
+// middleware holds five tasks active, two of each type whose runs never
+// began (as a worker's that died before Begin) and one keyed by its
+// payload whose run a dead worker began; the live store learns each
+// type from a task of it that its middleware handles. A second store looks
+// too but handles no task: it takes nothing over, not even where the key
+// its Key function tells without the context names a run that a dead
+// worker left.
+func TestTakeoverCustomKey(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	q := testQueue(t)
+	const lease = 100 * time.Millisecond
+	keyOf := func(ctx context.Context, t *asynq.Task) (string, error) {
+		if t.Type() == "by-payload" {
+			return "pay:" + string(t.Payload()), nil
+		}
+		id, _ := asynq.GetTaskID(ctx) // "ctx:" without a handler's context
+		return "ctx:" + id, nil
+	}
+	idem := newIdem(t, rdb, IdempotencyOptions{Lease: lease, Key: keyOf, TakeoverQueues: []string{q}})
+	looker := newIdem(t, rdb, IdempotencyOptions{Prefix: idem.Prefix(), Lease: lease, Key: keyOf, TakeoverQueues: []string{q}})
+	looker.Middleware()
+	dead := newIdem(t, rdb, IdempotencyOptions{Prefix: idem.Prefix(), Lease: 20 * time.Millisecond})
+	for _, k := range []string{"ctx:", "pay:p4"} {
+		_, err := dead.Begin(ctx, k) // and its worker died
+		must(t, err)
+	}
+	started := holdingWorker(t, rdb, q, 5)
+	c := newAsynqClient(t, testAddr)
+	for k, typ := range []string{"by-payload", "by-context", "by-payload", "by-context", "by-payload"} {
+		_, err := c.Enqueue(asynq.NewTask(typ, []byte("p"+strconv.Itoa(k))), asynq.Queue(q),
+			asynq.TaskID("held-"+strconv.Itoa(k)))
+		must(t, err)
+		wait.Recv(t, started, 30*time.Second, "held task "+strconv.Itoa(k)+" to start")
+	}
+	type run struct {
+		key     string
+		resumed bool
+	}
+	runs := make(chan run, 64)
+	h := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		e, _ := ExecutionFromContext(ctx)
+		runs <- run{e.Key, e.Resumed}
+		return nil
+	}))
+	startAsynq(t, testAddr, q, h, asynq.Config{IsFailure: IsFailure, RetryDelayFunc: fastRetry})
+	for _, typ := range []string{"by-payload", "by-context"} {
+		_, err := c.Enqueue(asynq.NewTask(typ, []byte("warm")), asynq.Queue(q), asynq.TaskID("warm-"+typ))
+		must(t, err)
+	}
+	got := map[string][]bool{}
+	note := func(r run) { got[r.key] = append(got[r.key], r.resumed) }
+	for len(got["pay:p0"]) == 0 || len(got["pay:p2"]) == 0 || len(got["pay:p4"]) == 0 {
+		note(wait.Recv(t, runs, 20*time.Second, "the held tasks keyed by their payload to be taken over"))
+	}
+	// Several more passes, for a takeover of the tasks keyed by context to
+	// show (their type was learned with the other's).
+	time.Sleep(3 * lease)
+	for len(runs) > 0 {
+		note(<-runs)
+	}
+	want := map[string][]bool{"pay:p0": {true}, "pay:p2": {true}, "pay:p4": {true}, "pay:warm": {false},
+		"ctx:warm-by-context": {false}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("runs (key: resumed each time) %v, want %v", got, want)
+	}
+	if n, m := idem.Stats().Takeovers, looker.Stats().Takeovers; n != 3 || m != 0 {
+		t.Fatalf("%d takeovers by the live store, %d by the one that handles nothing; want 3, 0", n, m)
+	}
+	listed, _, err := idem.Runs(ctx, "", 0)
+	must(t, err)
+	for _, r := range listed {
+		if r.Type == "by-context" {
+			t.Fatalf("Runs lists %+v, a task whose key its Key function tells only from the handler's context", r)
+		}
+	}
+}
