@@ -325,21 +325,30 @@ func (d *periodicDef) parseJSON(js, name string) (Periodic, cron.Schedule, error
 }
 
 // latestTick returns the last tick of s at or before now, starting from a
-// tick at from.
+// tick at from. It walks tick by tick for up to latestWalk ticks; beyond,
+// it looks back from now, twice as far each time, until a tick lies
+// between, and walks on from there (an @every schedule's ticks then keep
+// time with now rather than with from).
 func latestTick(s cron.Schedule, from, now time.Time) time.Time {
 	t := from
-	for i := 0; i < 100_000; i++ {
+	for range latestWalk {
 		n := s.Next(t)
 		if n.After(now) {
 			return t
 		}
 		t = n
 	}
-	// Very many missed ticks: start again a few periods before now.
-	period := s.Next(t).Sub(t)
-	t = s.Next(now.Add(-3 * max(period, time.Second)))
+	for back := time.Second; back < now.Sub(t); back *= 2 {
+		if n := s.Next(now.Add(-back)); !n.After(now) {
+			t = n
+			break
+		}
+	}
 	for n := s.Next(t); !n.After(now); n = s.Next(t) {
 		t = n
 	}
 	return t
 }
+
+// latestWalk is how many missed ticks latestTick walks one by one.
+const latestWalk = 1000

@@ -19,7 +19,9 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"github.com/robfig/cron/v3"
 	"github.com/zclaim/zclaim/internal/proc"
+	"pgregory.net/rapid"
 )
 
 // SetPeriodic from many replicas at once stores each definition once and
@@ -806,4 +808,42 @@ func pauses() (longest func() time.Duration) {
 		}
 	}()
 	return func() time.Duration { close(stop); return <-done }
+}
+
+// latestTick finds the last tick at or before now, however many were
+// missed: checked against a walk tick by tick where that is short, and by
+// its defining property (at or before now, the next one after it, no
+// earlier than the tick it started from) where ticks were missed for
+// years, on schedules with gaps (a window of minutes a day, weekdays).
+func TestLatestTick(t *testing.T) {
+	t.Parallel()
+	specs := []string{"@every 1s", "@every 7s", "* * * * * *", "*/5 * * * *", "* 9 * * *", "*/10 * 9-10 * * MON-FRI",
+		"0 0 1 1 *", "30 2 29 2 *"}
+	start := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	rapid.Check(t, func(rt *rapid.T) {
+		spec := rapid.SampledFrom(specs).Draw(rt, "spec")
+		s, err := cronParser.Parse(spec)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		from := s.Next(start.Add(time.Duration(rapid.Int64Range(0, int64(400*24*time.Hour)).Draw(rt, "from"))))
+		// Missed for up to six years, to any second of a day.
+		missed := rapid.SampledFrom([]time.Duration{0, time.Hour, 48 * time.Hour, 400 * 24 * time.Hour,
+			5 * 365 * 24 * time.Hour, 6 * 365 * 24 * time.Hour}).Draw(rt, "missed")
+		now := from.Add(missed + time.Duration(rapid.IntRange(0, 86399).Draw(rt, "second of a day"))*time.Second)
+		got := latestTick(s, from, now)
+		if got.After(now) || !s.Next(got).After(now) || got.Before(from) {
+			rt.Fatalf("%s from %v, now %v: latest tick %v (next %v)", spec, from, now, got, s.Next(got))
+		}
+		// A walk tick by tick, where it is short: the same tick, for an
+		// @every schedule where latestTick walks too.
+		want, steps := from, 0
+		for n := s.Next(want); !n.After(now) && steps <= 20*latestWalk; n = s.Next(want) {
+			want, steps = n, steps+1
+		}
+		_, every := s.(cron.ConstantDelaySchedule)
+		if steps <= 20*latestWalk && (!every || steps <= latestWalk) && !got.Equal(want) {
+			rt.Fatalf("%s from %v, now %v: latest tick %v, want %v", spec, from, now, got, want)
+		}
+	})
 }
