@@ -39,7 +39,7 @@ func (st *analysisState) summarize(fd *ast.FuncDecl) *Summary {
 	// there: its accesses are no caller's to pair.
 	atomic := map[[2]any]int{}
 	for _, ev := range evs {
-		if ev.group != nil && !ev.claim {
+		if ev.group != nil && !ev.claim && !ev.echo {
 			k := [2]any{ev.group, ev.Key}
 			if ev.Read {
 				atomic[k] |= 1
@@ -51,7 +51,7 @@ func (st *analysisState) summarize(fd *ast.FuncDecl) *Summary {
 	out := &Summary{}
 	var nodes []ast.Node
 	for i, ev := range evs {
-		if ev.claim || pairedIdx[i] || local(ev.Key) || guarded(evs, i) ||
+		if ev.claim || ev.echo || pairedIdx[i] || local(ev.Key) || guarded(evs, i) ||
 			ev.group != nil && atomic[[2]any{ev.group, ev.Key}] == 3 {
 			continue
 		}

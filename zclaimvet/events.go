@@ -7,6 +7,8 @@ package zclaimvet
 import (
 	"go/ast"
 	"go/types"
+	"slices"
+	"strings"
 
 	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/types/typeutil"
@@ -27,6 +29,30 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 	visit = func(n ast.Node) bool {
 		switch x := n.(type) {
 		case *ast.FuncLit:
+			return false
+		case *ast.ForStmt, *ast.RangeStmt:
+			// A loop runs its body again: the members it removes before
+			// it reads (a ZREM of the batch read last time) it removes
+			// after the read of the iteration before. Where such a
+			// removal comes first, the loop's events are followed by an
+			// echo of them, a second iteration for pair alone; not of its
+			// removals by range, which trim what the next read leaves.
+			once, again := loopParts(x)
+			for _, c := range once {
+				ast.Inspect(c, visit)
+			}
+			start := len(evs)
+			for _, c := range again {
+				ast.Inspect(c, visit)
+			}
+			if removesBeforeRead(evs[start:]) {
+				for _, e := range slices.Clone(evs[start:]) {
+					if e.Read || e.claim || e.Score || byMember(e) {
+						e.echo = true
+						evs = append(evs, e)
+					}
+				}
+			}
 			return false
 		case *ast.GoStmt:
 			// A goroutine runs beside what follows it.
@@ -117,6 +143,47 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 		return nil
 	}
 	return evs
+}
+
+// loopParts returns the parts of loop x that run once, before it, and
+// those that run at each iteration.
+func loopParts(x ast.Node) (once, again []ast.Node) {
+	add := func(list []ast.Node, ns ...ast.Node) []ast.Node {
+		for _, n := range ns {
+			if n != nil {
+				list = append(list, n)
+			}
+		}
+		return list
+	}
+	switch l := x.(type) {
+	case *ast.ForStmt:
+		return add(nil, l.Init), add(nil, l.Cond, l.Body, l.Post)
+	case *ast.RangeStmt:
+		return add(nil, l.X), add(nil, l.Body)
+	}
+	return nil, nil
+}
+
+// byMember reports a removal of members named (ZREM), not by range.
+func byMember(e event) bool {
+	return !e.Read && !e.Score && !e.claim && !strings.HasPrefix(e.Name, "ZREMRANGE")
+}
+
+// removesBeforeRead reports a removal of members among evs followed by a
+// read of its key.
+func removesBeforeRead(evs []event) bool {
+	for i, rm := range evs {
+		if !byMember(rm) {
+			continue
+		}
+		for _, r := range evs[i+1:] {
+			if r.Read && !r.claim && r.Key == rm.Key {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // onGoroutine marks evs as sent by goroutine g of the function (those of

@@ -10,8 +10,9 @@
 // function reads due members of its key argument i", "this method removes
 // members of its receiver's field key", "this package uses a Redis
 // client"), through the project's own client wrappers, closures,
-// goroutines (a worker started before the read it removes for) and
-// pipelines. It knows go-redis (v9 down to v6, and v5 to v2 from
+// goroutines (a worker started before the read it removes for), loops (a
+// ZREM of the batch read in the iteration before, sent before the next
+// read) and pipelines. It knows go-redis (v9 down to v6, and v5 to v2 from
 // gopkg.in/redis.vN, those before v8 without a context: the typed
 // methods, ZRangeArgs with ByScore, Pipelined, TxPipelined, Watch, and Do),
 // redigo (Do, Send, MULTI/EXEC, WATCH, and arguments built with Args),
@@ -205,7 +206,8 @@ type event struct {
 	claim   bool     // an atomic claim (LPOP, LMOVE, SET NX): what follows it is cleanup; Name is a lock's command
 	gor     ast.Node // the go statement of this function that sends it, if any (then Async)
 	callee  *types.Func
-	calleeI int // the index of the access in the callee's summary
+	calleeI int  // the index of the access in the callee's summary
+	echo    bool // a loop's second iteration (events): paired, never summarized
 }
 
 type analysisState struct {

@@ -572,3 +572,34 @@ func workersThenLock(rdb *redis.Client, key string) {
 		ch <- id
 	}
 }
+
+// A loop that removes the last batch before it reads the next: the removal
+// comes first in the source, after the read when it runs.
+func removeLastBatchFirst(rdb *redis.Client, key string) { // want removeLastBatchFirst:`rm ⟨p1⟩`
+	var last []string
+	for {
+		if len(last) > 0 {
+			rdb.ZRem(ctx, key, last) // the batch read one iteration before
+		}
+		last = rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val() // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at shapes.go:\d+ removes`
+		for _, id := range last {
+			run(id)
+		}
+	}
+}
+
+// The same over a range loop, and its twin that removes before reading
+// once, outside any loop: no poll. (A trim by range before the read, in a
+// loop, is no poll either: trimThenList.)
+func removeLastBatchRange(rdb *redis.Client, key string, ticks <-chan struct{}) { // want removeLastBatchRange:`rm ⟨p1⟩`
+	var last []string
+	for range ticks {
+		rdb.ZRem(ctx, key, last)
+		last = rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val() // want `racy poller`
+	}
+}
+
+func removeThenReadOnce(rdb *redis.Client, key string) []string { // want removeThenReadOnce:`rm ⟨p1⟩, read ⟨p1⟩`
+	rdb.ZRem(ctx, key, "stale")
+	return rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val()
+}
