@@ -27,6 +27,9 @@ func (st *analysisState) summarize(fd *ast.FuncDecl) *Summary {
 			if lit, _ := pipelined(st.pass, x); lit != nil {
 				inline[lit] = true
 			}
+			for _, lit := range inPlaceLiterals(st.pass, x) {
+				inline[lit] = true
+			}
 
 		case *ast.FuncLit:
 			if !inline[x] && !st.watched[x.Body] {

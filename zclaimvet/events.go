@@ -85,6 +85,14 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 				}
 				return false
 			}
+			// A literal handed to a retry helper runs in place, as
+			// part of this function.
+			if lits := inPlaceLiterals(pass, x); lits != nil {
+				for _, lit := range lits {
+					evs = append(evs, st.events(s, lit.Body, group)...)
+				}
+				return false
+			}
 			// A literal called where it stands (go func(){...}(),
 			// defer func(){...}()) runs as part of this function.
 			if lit, ok := ast.Unparen(x.Fun).(*ast.FuncLit); ok {
@@ -210,6 +218,47 @@ func runLiterals(call *ast.CallExpr) []*ast.FuncLit {
 	}
 	switch name {
 	case "Go", "TryGo", "Submit", "AfterFunc":
+	default:
+		return nil
+	}
+	var lits []*ast.FuncLit
+	for _, a := range call.Args {
+		if lit, ok := ast.Unparen(a).(*ast.FuncLit); ok {
+			lits = append(lits, lit)
+		}
+	}
+	return lits
+}
+
+// inPlaceLiterals returns the function literals that call hands to a
+// retry helper, which runs them before it returns: retry-go's Do and
+// DoWithData, backoff's Retry and its variants, go-retry's Do.
+func inPlaceLiterals(pass *analysis.Pass, call *ast.CallExpr) []*ast.FuncLit {
+	fun := ast.Unparen(call.Fun)
+	switch f := fun.(type) { // a generic helper's instance: DoWithData[T]
+	case *ast.IndexExpr:
+		fun = f.X
+	case *ast.IndexListExpr:
+		fun = f.X
+	}
+	sel, ok := fun.(*ast.SelectorExpr)
+	if !ok {
+		return nil
+	}
+	id, ok := sel.X.(*ast.Ident)
+	if !ok {
+		return nil
+	}
+	pkg, ok := pass.TypesInfo.Uses[id].(*types.PkgName)
+	if !ok {
+		return nil
+	}
+	path, name := pkg.Imported().Path(), sel.Sel.Name
+	under := func(p string) bool { return path == p || strings.HasPrefix(path, p+"/") }
+	switch {
+	case under("github.com/avast/retry-go") && (name == "Do" || name == "DoWithData"),
+		under("github.com/cenkalti/backoff") && strings.HasPrefix(name, "Retry"),
+		under("github.com/sethvargo/go-retry") && name == "Do":
 	default:
 		return nil
 	}
