@@ -221,6 +221,11 @@ func runLiterals(call *ast.CallExpr) []*ast.FuncLit {
 	default:
 		return nil
 	}
+	return funcLits(call)
+}
+
+// funcLits returns the function literals among call's arguments.
+func funcLits(call *ast.CallExpr) []*ast.FuncLit {
 	var lits []*ast.FuncLit
 	for _, a := range call.Args {
 		if lit, ok := ast.Unparen(a).(*ast.FuncLit); ok {
@@ -262,13 +267,7 @@ func inPlaceLiterals(pass *analysis.Pass, call *ast.CallExpr) []*ast.FuncLit {
 	default:
 		return nil
 	}
-	var lits []*ast.FuncLit
-	for _, a := range call.Args {
-		if lit, ok := ast.Unparen(a).(*ast.FuncLit); ok {
-			lits = append(lits, lit)
-		}
-	}
-	return lits
+	return funcLits(call)
 }
 
 // pipelined returns the function literal of a go-redis Pipelined or
