@@ -351,10 +351,33 @@ func (t *doneTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 		br := t.Tx.SendBatch(ctx, nb)
 		if _, err := br.Exec(); err != nil {
 			t.err = t.verdict(err)
+			return failedBatch{br, t.err}
 		}
 		return br
 	}
 	return t.Tx.SendBatch(ctx, b)
+}
+
+// failedBatch is the results of a batch whose done row failed: each of
+// the caller's queries, and Close, returns the done row's verdict, where
+// pgx would return the database's error (Close reads what is left).
+type failedBatch struct {
+	pgx.BatchResults
+	err error
+}
+
+func (b failedBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
+
+func (b failedBatch) Query() (pgx.Rows, error) {
+	rows, _ := b.BatchResults.Query() // closed, with the database's error
+	return rows, b.err
+}
+
+func (b failedBatch) QueryRow() pgx.Row { return errRow{b.err} }
+
+func (b failedBatch) Close() error {
+	b.BatchResults.Close()
+	return b.err
 }
 
 func (t *doneTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string,

@@ -478,3 +478,75 @@ func TestInTxShapes(t *testing.T) {
 		})
 	}
 }
+
+// A duplicate run stops at fn's first call on the transaction, whichever
+// it is: that call returns ErrAlreadyDone, before it sends anything of
+// fn's (the done row goes first). The first run's call goes through.
+func TestInTxStopsAtFirstCall(t *testing.T) {
+	t.Parallel()
+	calls := map[string]func(ctx context.Context, tx pgx.Tx) error{
+		"Exec": func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "INSERT INTO effects (key) VALUES ($1)", "w")
+			return err
+		},
+		"Query": func(ctx context.Context, tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, "SELECT 1")
+			if err != nil {
+				return err
+			}
+			rows.Close()
+			return rows.Err()
+		},
+		"QueryRow": func(ctx context.Context, tx pgx.Tx) error {
+			var one int
+			return tx.QueryRow(ctx, "SELECT 1").Scan(&one)
+		},
+		"SendBatch": func(ctx context.Context, tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			b.Queue("INSERT INTO effects (key) VALUES ($1)", "w")
+			br := tx.SendBatch(ctx, b)
+			_, err := br.Exec()
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+			return err
+		},
+		"CopyFrom": func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.CopyFrom(ctx, pgx.Identifier{"effects"}, []string{"key"}, pgx.CopyFromRows([][]any{{"w"}}))
+			return err
+		},
+		"Prepare": func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Prepare(ctx, "ins", "INSERT INTO effects (key) VALUES ($1)")
+			return err
+		},
+		"Begin (a savepoint)": func(ctx context.Context, tx pgx.Tx) error {
+			sp, err := tx.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			return sp.Commit(ctx)
+		},
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			idem := b.idem(t, "", zclaim.IdempotencyOptions{})
+			var first []error
+			h := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+				return zclaimpg.InTx(ctx, b.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+					err := call(ctx, tx)
+					first = append(first, err)
+					return err
+				})
+			}))
+			must(t, deliver(h, "k"))
+			b.forget()
+			err := deliver(h, "k")
+			if len(first) != 2 || first[0] != nil || !errors.Is(first[1], zclaim.ErrAlreadyDone) || err != nil {
+				t.Fatalf("%s's error in the first run, then in the duplicate: %v; the duplicate's task: %v; "+
+					"want nil, then ErrAlreadyDone (the task skipped)", name, first, err)
+			}
+		})
+	}
+}
