@@ -239,7 +239,8 @@ type TxBeginner interface {
 // fn's writes is made (return it from the handler, and the task succeeds as
 // skipped); a run that meets another's uncommitted row waits for that
 // transaction to end. Any error of fn rolls the transaction back, done row
-// included. opts are those of db.BeginTx.
+// included, and so does a panic of fn before it goes on. opts are those of
+// db.BeginTx.
 func InTx(ctx context.Context, db TxBeginner, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
 	e, ok := zclaim.ExecutionFromContext(ctx)
 	if !ok {
@@ -249,6 +250,10 @@ func InTx(ctx context.Context, db TxBeginner, opts pgx.TxOptions, fn func(pgx.Tx
 	if err != nil {
 		return fmt.Errorf("zclaimpg: begin: %w", err)
 	}
+	// Rolled back on an error, and on a panic of fn (its connection goes
+	// back to the pool, and no lock of the done row outlives the run);
+	// after the commit, a no-op.
+	defer tx.Rollback(context.WithoutCancel(ctx))
 	dt := &doneTx{Tx: tx, ctx: ctx, e: e, pending: true}
 	err = fn(dt)
 	if err == nil {
@@ -258,7 +263,6 @@ func InTx(ctx context.Context, db TxBeginner, opts pgx.TxOptions, fn func(pgx.Tx
 		err = dt.err // the done row's verdict, even if fn let it pass
 	}
 	if err != nil {
-		tx.Rollback(context.WithoutCancel(ctx))
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -433,7 +437,7 @@ func alreadyDone(key string) error {
 
 // InSQLTx is InTx for database/sql: db.BeginTx(ctx, opts), CompleteSQL
 // (first, so that a run whose occurrence is done does not run fn), fn,
-// commit.
+// commit; rolled back on an error or a panic of fn.
 func InSQLTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
 	if _, ok := zclaim.ExecutionFromContext(ctx); !ok {
 		return ErrNoExecution
@@ -451,8 +455,8 @@ func inSQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(*sql.Tx
 	if err != nil {
 		return fmt.Errorf("zclaimpg: begin: %w", err)
 	}
+	defer tx.Rollback() // as InTx's: on an error or a panic of fn; after the commit, a no-op
 	if err := fn(tx); err != nil {
-		tx.Rollback()
 		return err
 	}
 	if err := tx.Commit(); err != nil {

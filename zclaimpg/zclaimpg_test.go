@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/zclaim/zclaim"
 	"github.com/zclaim/zclaim/internal/wait"
 	"github.com/zclaim/zclaim/zclaimpg"
@@ -549,4 +552,90 @@ func TestInTxStopsAtFirstCall(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A panic in fn rolls the transaction back, done row included, and gives
+// its connection back before it goes on (the middleware releases the run
+// and passes the panic to asynq). The next delivery of the task then runs
+// and commits; behind a leaked transaction it would wait for the
+// uncommitted done row until its context ended.
+func TestPanicRollsBack(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"pgx", "database-sql"} {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			idem := b.idem(t, "", zclaim.IdempotencyOptions{})
+			// The transactions' own connections: a leaked one is ended
+			// here rather than left to hang the test's cleanup.
+			pgxDB := &lastTx{Pool: b.pool}
+			cfg, err := pgx.ParseConfig(pgURL)
+			must(t, err)
+			cfg.RuntimeParams["search_path"] = b.schema
+			cfg.RuntimeParams["application_name"] = b.schema
+			sqlDB := stdlib.OpenDB(*cfg)
+			t.Cleanup(func() { sqlDB.Close() })
+			var panics atomic.Bool
+			panics.Store(true)
+			work := func(exec func(q string, args ...any) error) error {
+				if err := exec("INSERT INTO effects (key) VALUES ($1)", "w"); err != nil {
+					return err
+				}
+				if panics.Load() {
+					panic("zclaimpg test: the handler panicked")
+				}
+				return nil
+			}
+			h := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+				// A context that outlives the handler: database/sql rolls
+				// back a transaction whose context ends, which the
+				// middleware's does when the handler returns.
+				ctx = context.WithoutCancel(ctx)
+				if path == "pgx" {
+					return zclaimpg.InTx(ctx, pgxDB, pgx.TxOptions{}, func(tx pgx.Tx) error {
+						return work(func(q string, args ...any) error { _, err := tx.Exec(ctx, q, args...); return err })
+					})
+				}
+				return zclaimpg.InSQLTx(ctx, sqlDB, nil, func(tx *sql.Tx) error {
+					return work(func(q string, args ...any) error { _, err := tx.ExecContext(ctx, q, args...); return err })
+				})
+			}))
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Fatal("the panic did not go on to asynq")
+					}
+				}()
+				h.ProcessTask(ctx, asynq.NewTask("effect", []byte("k")))
+			}()
+			if n, m := b.pool.Stat().AcquiredConns(), sqlDB.Stats().InUse; n != 0 || m != 0 {
+				if pgxDB.tx != nil {
+					pgxDB.tx.Rollback(ctx)
+				}
+				admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", b.schema)
+				t.Fatalf("after the panic: %d connections of the pool acquired, %d of database/sql in use; want 0", n, m)
+			}
+			panics.Store(false)
+			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if err := h.ProcessTask(dctx, asynq.NewTask("effect", []byte("k"))); err != nil {
+				t.Fatalf("the next delivery: %v", err)
+			}
+			if rows := b.effects(t); rows["w"] != 1 {
+				t.Fatalf("effects %v, want one of the run that committed", rows)
+			}
+		})
+	}
+}
+
+// lastTx is a pool that keeps the last transaction it began.
+type lastTx struct {
+	*pgxpool.Pool
+	tx pgx.Tx
+}
+
+func (l *lastTx) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	tx, err := l.Pool.BeginTx(ctx, opts)
+	l.tx = tx
+	return tx, err
 }
