@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/zclaim/zclaim"
 	"github.com/zclaim/zclaim/zclaimweb"
 	"github.com/zclaim/zclaim/zclaimweb/internal/webtest"
@@ -330,5 +331,74 @@ func TestNewRefuses(t *testing.T) {
 		if _, err := zclaimweb.New(o); !errors.Is(err, zclaimweb.ErrInvalidOptions) {
 			t.Errorf("%s: %v, want ErrInvalidOptions", name, err)
 		}
+	}
+}
+
+// The runs page shows the run of each active asynq task: live (its lease
+// renewed), abandoned (its worker is gone), or no record; the periodic page
+// a schedule's definitions; the queues page asynq's queues and their
+// counts. Before there is anything, each says so.
+func TestRunsPeriodicQueues(t *testing.T) {
+	t.Parallel()
+	e := webtest.New(t, webtest.Options{})
+	for _, p := range []string{"/runs", "/s/0/periodic"} {
+		if code, page := get(t, e.URL+p); code != http.StatusOK || !strings.Contains(page, ">none</td>") {
+			t.Fatalf("%s with nothing to show: %d\n%s", p, code, page)
+		}
+	}
+	q := "web-" + strings.ReplaceAll(e.Key, ":", "-")
+	// A worker without the middleware holds its tasks active.
+	started, release := make(chan string, 3), make(chan struct{})
+	srv := asynq.NewServerFromRedisClient(e.RDB, asynq.Config{Queues: map[string]int{q: 1}, Concurrency: 3,
+		TaskCheckInterval: 10 * time.Millisecond, LogLevel: asynq.FatalLevel})
+	if err := srv.Start(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		started <- id
+		<-release
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { close(release); srv.Shutdown() })
+	c := asynq.NewClientFromRedisClient(e.RDB)
+	for _, id := range []string{"live-run", "dead-run", "no-run"} {
+		if _, err := c.Enqueue(asynq.NewTask("email", nil), asynq.Queue(q), asynq.TaskID(id)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-started:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("task %s did not start", id)
+		}
+	}
+	if _, err := e.Idem.Begin(ctx, "live-run"); err != nil {
+		t.Fatal(err)
+	}
+	dead, err := zclaim.NewIdempotency(e.RDB, zclaim.IdempotencyOptions{Prefix: e.Idem.Prefix(), Lease: 20 * time.Millisecond,
+		DisableTakeover: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dead.Begin(ctx, "dead-run"); err != nil { // and then its worker died
+		t.Fatal(err)
+	}
+	time.Sleep(40 * time.Millisecond)
+	code, page := get(t, e.URL+"/runs")
+	for _, want := range []string{`<tr data-state="running"><td class="id">live-run</td>`,
+		`<tr data-state="abandoned"><td class="id">dead-run</td>`, `<tr data-state="no record"><td class="id">no-run</td>`} {
+		if code != http.StatusOK || !strings.Contains(page, want) {
+			t.Fatalf("runs: %d, no %s in\n%s", code, want, page)
+		}
+	}
+	if err := e.Broker.SetPeriodic(ctx, zclaim.Periodic{Name: "report", Spec: "@every 1h", Type: "report"}); err != nil {
+		t.Fatal(err)
+	}
+	code, page = get(t, e.URL+"/s/0/periodic")
+	if want := `<td class="id">report</td><td>@every 1h</td>`; code != http.StatusOK || !strings.Contains(page, want) {
+		t.Fatalf("periodic: %d, no %s in\n%s", code, want, page)
+	}
+	code, page = get(t, e.URL+"/queues")
+	if want := "<tr><td>" + q + "</td><td>3</td><td>0</td><td>3</td>"; code != http.StatusOK || !strings.Contains(page, want) {
+		t.Fatalf("queues: %d, no %s in\n%s", code, want, page)
 	}
 }
