@@ -35,7 +35,10 @@ func (d *Dispatcher) dispatch(ctx context.Context, c Claim, redisNow, claimedAt 
 		d.report(c, redisNow, claimedAt, fmt.Errorf("%w: the lease ran out before the enqueue", ErrLeaseLost))
 		return d.later(c), false
 	}
-	if strings.HasPrefix(c.ID, PeriodicPrefix) {
+	// A tick always has a type (SetPeriodic writes it); a member of the
+	// reserved prefix without one is another producer's job, dispatched
+	// as any other.
+	if strings.HasPrefix(c.ID, PeriodicPrefix) && c.Type != "" {
 		return d.dispatchTick(ctx, c, redisNow, claimedAt, now), false
 	}
 	return d.enqueue(ctx, c, redisNow, claimedAt, nil, w)

@@ -1,6 +1,7 @@
 package zclaim
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -178,5 +179,39 @@ func TestWrongPassword(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
 			t.Errorf("%s after the password changed: %v, want WRONGPASS", call, err)
 		}
+	}
+}
+
+// A member that another producer wrote with an id of the prefix zclaim
+// keeps for periodic ticks ("periodic:..."), with no definition behind it,
+// is that producer's job: it runs once, as any foreign member does, and is
+// not dropped as the tick of a deleted definition. A definition's own tick
+// beside it still runs as a tick.
+func TestForeignMemberOfReservedPrefix(t *testing.T) {
+	t.Parallel()
+	key, q, log := handledSetup(t)
+	b := newBroker(t, BrokerOptions{Key: key})
+	must(t, b.SetPeriodic(ctx, Periodic{Name: "report", Spec: "@every 1s", Type: "work", Queue: q}))
+	due := time.Now().Add(-time.Second)
+	must(t, b.rdb.ZAdd(ctx, key, redis.Z{Score: float64(due.Unix()), Member: "periodic:legacy-report"}).Err())
+	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{DefaultType: "work",
+		TaskOptions: func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(q)} }})
+	must(t, err)
+	runDispatcher(t, d)
+	waitFor(t, 20*time.Second, "the foreign member and the definition's first tick to run", func() bool {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		return log.runs["periodic:legacy-report"] == 1 && log.runs["periodic:report"] >= 1
+	})
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if err := b.rdb.ZScore(ctx, key, "periodic:legacy-report").Err(); st.Dead != 0 || !errors.Is(err, redis.Nil) {
+		t.Fatalf("stats %+v, the foreign member's score: %v; want nothing dead, the member gone", st, err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if n := log.runs["periodic:legacy-report"]; n != 1 {
+		t.Fatalf("the foreign member ran %d times", n)
 	}
 }

@@ -16,9 +16,11 @@ import (
 )
 
 // PeriodicPrefix begins the job id of every tick of a periodic
-// definition: "periodic:<name>". Schedule refuses ids that begin with it;
-// a member with it that no definition owns (a deleted definition's tick, or
-// a plain ZADD) is dropped by the dispatcher, with an Info log.
+// definition: "periodic:<name>". Schedule refuses ids that begin with it.
+// A tick carries its definition's type; a member with the prefix and no
+// type (another producer's plain ZADD) is that producer's job, dispatched
+// as any other, and the tick of a definition deleted while it was in
+// flight is dropped by the dispatcher, with an Info log.
 const PeriodicPrefix = "periodic:"
 
 // MissedTicks says what a definition does with ticks no dispatcher ran in
