@@ -539,7 +539,11 @@ func TestInTxStopsAtFirstCall(t *testing.T) {
 			h := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
 				return zclaimpg.InTx(ctx, b.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 					err := call(ctx, tx)
-					first = append(first, err)
+					// A run cancelled for a lease a loaded machine held
+					// back is delivered again (as in TestInTxShapes).
+					if !errors.Is(context.Cause(ctx), zclaim.ErrLeaseLost) {
+						first = append(first, err)
+					}
 					return err
 				})
 			}))
