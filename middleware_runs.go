@@ -1,0 +1,107 @@
+package zclaim
+
+// Runs: what the takeover's view of asynq's active tasks and the run
+// records shows the console, the command line and the metrics.
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// RunState is where a run of an asynq task that is active now stands.
+type RunState string
+
+// The states of a run.
+const (
+	RunLive      RunState = "running"    // its lease is being renewed
+	RunAbandoned RunState = "abandoned"  // its lease ran out: its worker is gone; a takeover will start it again
+	RunTakenOver RunState = "taken over" // a live process enqueued a copy, which has not begun yet
+	RunFinished  RunState = "finished"   // the task is still active in asynq (its worker died), but the work is done
+	RunNone      RunState = "no record"  // active in asynq, no run record (not yet begun, released, or expired)
+)
+
+// RunInfo is a run of an asynq task that is active now, as the
+// idempotency store's records and asynq's active lists tell it.
+type RunInfo struct {
+	Key        string    // the idempotency key
+	State      RunState  // see RunState
+	Token      int64     `json:",omitzero"` // the run's fencing token
+	Started    time.Time `json:",omitzero"` // when the run began, by Redis' clock (from its token)
+	LeaseUntil time.Time `json:",omitzero"` // running or abandoned: the lease deadline by Redis' clock
+	Queue      string    // the asynq task's queue
+	TaskID     string    // the asynq task's id
+	Type       string    // the asynq task's type
+	Job        JobInfo   `json:",omitzero"` // the job, for a task a Dispatcher sent
+}
+
+// Runs returns the runs of the asynq tasks that are active now in the
+// takeover's queues (IdempotencyOptions.TakeoverQueues, else every queue):
+// live, abandoned (its worker died: a takeover will start it again), taken
+// over, or finished while asynq still holds the dead worker's task. They
+// are read from Redis, ordered by queue and task id, after the run whose
+// queue and task id after names ("queue/taskid"; "" for the first), at
+// most limit (0: all). next is the cursor of the page after, "" at the end.
+// Under a custom Key function, tasks of a type the store's middleware found
+// keyed from the handler's context are left out, and those of a type it
+// has not handled are listed under the key the function tells of the task
+// alone.
+func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs []RunInfo, next string, err error) {
+	all, err := i.activeRuns(asynq.NewInspectorFromRedisClient(i.asynqRedis()))
+	if err != nil {
+		return nil, "", wrap(ctx, "runs", err, nil)
+	}
+	var active []activeRun
+	for _, r := range all {
+		if r.task.Queue+"/"+r.task.ID > after {
+			active = append(active, r)
+		}
+	}
+	slices.SortFunc(active, func(a, b activeRun) int {
+		return strings.Compare(a.task.Queue+"/"+a.task.ID, b.task.Queue+"/"+b.task.ID)
+	})
+	if limit > 0 && len(active) > limit {
+		active = active[:limit]
+		next = active[limit-1].task.Queue + "/" + active[limit-1].task.ID
+	}
+	if len(active) == 0 {
+		return nil, "", nil
+	}
+	cmds, now, err := i.records(ctx, active)
+	if err != nil {
+		return nil, "", wrap(ctx, "runs", err, nil)
+	}
+	for n, r := range active {
+		ri := RunInfo{Key: r.key, State: RunNone, Queue: r.task.Queue, TaskID: r.task.ID, Type: r.task.Type}
+		if r.has {
+			ri.Job = r.job
+		}
+		if rec, err := cmds[n].Result(); err == nil {
+			if state, tok, until, ok := parseRecord(rec); ok {
+				if tok > 0 {
+					ri.Token = tok
+					ri.Started = time.UnixMicro(tok)
+				}
+				switch state {
+				case "run":
+					ri.LeaseUntil = time.UnixMilli(until)
+					ri.State = RunLive
+					if !ri.LeaseUntil.After(now) {
+						ri.State = RunAbandoned
+					}
+				case "take":
+					ri.State = RunTakenOver
+				case "done":
+					ri.State = RunFinished
+				case "free":
+					ri.State = RunNone
+				}
+			}
+		}
+		runs = append(runs, ri)
+	}
+	return runs, next, nil
+}
