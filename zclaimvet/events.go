@@ -46,8 +46,17 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 				ast.Inspect(c, visit)
 			}
 			if removesBeforeRead(evs[start:]) {
+				// The second iteration's transactions are others than
+				// the first's.
+				groups := map[any]any{}
 				for _, e := range slices.Clone(evs[start:]) {
 					if e.Read || e.claim || e.Score || byMember(e) {
+						if e.group != nil {
+							if groups[e.group] == nil {
+								groups[e.group] = &echoGroup{e.group}
+							}
+							e.group = groups[e.group]
+						}
 						e.echo = true
 						evs = append(evs, e)
 					}
@@ -152,6 +161,9 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 	}
 	return evs
 }
+
+// echoGroup is a MULTI/EXEC group of a loop's second iteration (events).
+type echoGroup struct{ of any }
 
 // loopParts returns the parts of loop x that run once, before it, and
 // those that run at each iteration.

@@ -603,3 +603,29 @@ func removeThenReadOnce(rdb *redis.Client, key string) []string { // want remove
 	rdb.ZRem(ctx, key, "stale")
 	return rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val()
 }
+
+// A loop whose one transaction removes the batch the transaction before it
+// read, then reads the next: each transaction is atomic, the pair across
+// two of them is not. Its twin reads and removes by range in each
+// transaction: a claim.
+func txLoop(rdb *redis.Client, key string) {
+	var last []string
+	for {
+		var cmd *redis.StringSliceCmd
+		rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			pipe.ZRem(ctx, key, last)
+			cmd = pipe.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}) // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at shapes.go:\d+`
+			return nil
+		})
+		last = cmd.Val()
+		for _, id := range last {
+			run(id)
+		}
+	}
+}
+
+func txBothLoop(rdb *redis.Client, key string) {
+	for range 10 {
+		txBoth(rdb, key)
+	}
+}
