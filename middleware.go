@@ -167,8 +167,8 @@ func (i *Idempotency) learnKey(ctx context.Context, t *asynq.Task, key string) {
 	if v, ok := i.types.Load(t.Type()); ok && !v.(bool) {
 		return
 	}
-	id, _ := asynq.GetTaskID(ctx)
-	if k, err := i.keyFromTask(t, id); err != nil || k != key {
+	job, has := JobFromContext(ctx) // the middleware put it there
+	if k, err := i.keyFromTask(t, job, has); err != nil || k != key {
 		i.types.Store(t.Type(), false)
 		return
 	}

@@ -209,7 +209,7 @@ func (i *Idempotency) runOf(ti *asynq.TaskInfo) (activeRun, bool) {
 	if seen && !v.(bool) {
 		return r, false
 	}
-	k, err := i.keyFromTask(t, ti.ID)
+	k, err := i.keyFromTask(t, job, has)
 	if err != nil || k == "" {
 		return r, false
 	}
@@ -217,12 +217,12 @@ func (i *Idempotency) runOf(ti *asynq.TaskInfo) (activeRun, bool) {
 	return r, true
 }
 
-// keyFromTask is what the Key function tells of task t (of asynq task id
-// taskID) without a handler's context: the context holds only its JobInfo,
-// for a task that carries one.
-func (i *Idempotency) keyFromTask(t *asynq.Task, taskID string) (string, error) {
+// keyFromTask is what the Key function tells of task t without a
+// handler's context: the context holds only the task's job, where it has
+// one (has).
+func (i *Idempotency) keyFromTask(t *asynq.Task, job JobInfo, has bool) (string, error) {
 	ctx := context.Background()
-	if job, ok := jobOf(t, taskID); ok {
+	if has {
 		ctx = context.WithValue(ctx, jobInfoKey{}, job)
 	}
 	return i.opts.Key(ctx, t)
