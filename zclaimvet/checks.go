@@ -6,6 +6,7 @@ import (
 	"go/ast"
 	"go/token"
 	"go/types"
+	"slices"
 
 	"golang.org/x/tools/go/analysis"
 )
@@ -31,7 +32,16 @@ func (st *analysisState) countTested(s *fnScope, call *ast.CallExpr) bool {
 			}
 		}
 	}
-	// go-redis: .Val(), .Result(); .Err() tests the error only.
+	if o := st.kept(s, value, p); o != nil {
+		return st.elementTested(s, o)
+	}
+	return st.replyTested(s, value, p)
+}
+
+// replyTested reports whether the count in reply value (whose parent is
+// p) is tested: go-redis' .Val() or .Result(), rueidis' AsInt64 and the
+// like, or the value itself; .Err() tests the error only.
+func (st *analysisState) replyTested(s *fnScope, value, p ast.Node) bool {
 	if sel, ok := p.(*ast.SelectorExpr); ok && sel.X == value {
 		switch sel.Sel.Name {
 		case "Err", "Error":
@@ -43,6 +53,103 @@ func (st *analysisState) countTested(s *fnScope, call *ast.CallExpr) bool {
 		}
 	}
 	return st.valueTested(s, value, p)
+}
+
+// kept returns the local slice or map that reply value (whose parent is
+// p) is kept in, to be read once its pipeline has run: cmds[i] =
+// pipe.ZRem(...), or cmds = append(cmds, pipe.ZRem(...)).
+func (st *analysisState) kept(s *fnScope, value, p ast.Node) types.Object {
+	info := st.pass.TypesInfo
+	switch x := p.(type) {
+	case *ast.AssignStmt:
+		if len(x.Lhs) != 1 || len(x.Rhs) != 1 || x.Rhs[0] != value {
+			break
+		}
+		if ix, ok := ast.Unparen(x.Lhs[0]).(*ast.IndexExpr); ok {
+			if id, ok := ast.Unparen(ix.X).(*ast.Ident); ok {
+				return info.ObjectOf(id)
+			}
+		}
+	case *ast.CallExpr:
+		f, ok := ast.Unparen(x.Fun).(*ast.Ident)
+		e, eok := value.(ast.Expr)
+		if !ok || !eok || f.Name != "append" || len(x.Args) < 2 || x.Ellipsis.IsValid() || !slices.Contains(x.Args[1:], e) {
+			break
+		}
+		if _, ok := info.Uses[f].(*types.Builtin); !ok {
+			break
+		}
+		if as, ok := s.parent[x].(*ast.AssignStmt); ok && len(as.Lhs) == 1 && len(as.Rhs) == 1 && as.Rhs[0] == x {
+			if id, ok := ast.Unparen(as.Lhs[0]).(*ast.Ident); ok {
+				return info.ObjectOf(id)
+			}
+		}
+	}
+	return nil
+}
+
+// elementTested reports whether the count in an element of the local
+// slice or map o is tested: one read by index (cmds[i].Val() == 1), or
+// the value of a range over o (for _, c := range cmds { if c.Val() ...).
+func (st *analysisState) elementTested(s *fnScope, o types.Object) bool {
+	info := st.pass.TypesInfo
+	tested := false
+	ast.Inspect(s.body, func(n ast.Node) bool {
+		if tested {
+			return false
+		}
+		switch x := n.(type) {
+		case *ast.IndexExpr:
+			if id, ok := ast.Unparen(x.X).(*ast.Ident); ok && info.Uses[id] == o {
+				tested = st.replyTested(s, x, s.parent[x])
+			}
+		case *ast.RangeStmt:
+			if id, ok := ast.Unparen(x.X).(*ast.Ident); ok && info.Uses[id] == o {
+				tested = st.rangeTested(s, x)
+			}
+		}
+		return true
+	})
+	return tested
+}
+
+// rangeTested reports whether the count in the value of range r, a reply
+// of the slice or map it ranges over, is tested in its body.
+func (st *analysisState) rangeTested(s *fnScope, r *ast.RangeStmt) bool {
+	info := st.pass.TypesInfo
+	v, ok := r.Value.(*ast.Ident)
+	if !ok || v.Name == "_" {
+		return false
+	}
+	vo := info.ObjectOf(v)
+	tested := false
+	ast.Inspect(r.Body, func(n ast.Node) bool {
+		if u, ok := n.(*ast.Ident); ok && !tested && info.Uses[u] == vo {
+			tested = st.replyTested(s, u, s.parent[u])
+		}
+		return !tested
+	})
+	return tested
+}
+
+// repliesTested reports whether a count among the replies of call, which
+// sends several commands and returns their replies in a slice (rueidis'
+// DoMulti), is tested: an element of the local the slice is assigned to,
+// of the call itself, or the value of a range over it.
+func (st *analysisState) repliesTested(s *fnScope, call *ast.CallExpr) bool {
+	switch p := s.parent[call].(type) {
+	case *ast.AssignStmt:
+		if len(p.Lhs) >= 1 && len(p.Rhs) == 1 && p.Rhs[0] == call {
+			if id, ok := ast.Unparen(p.Lhs[0]).(*ast.Ident); ok && id.Name != "_" {
+				return st.elementTested(s, st.pass.TypesInfo.ObjectOf(id))
+			}
+		}
+	case *ast.RangeStmt:
+		return p.X == call && st.rangeTested(s, p)
+	case *ast.IndexExpr:
+		return p.X == call && st.replyTested(s, p, s.parent[p])
+	}
+	return false
 }
 
 // valueTested reports whether value (whose parent is p) is tested by a

@@ -45,11 +45,12 @@ func (st *analysisState) rueidisEvents(s *fnScope, call *ast.CallExpr, group any
 		return nil, false, false
 	}
 	var cmds []ast.Expr
+	multi := false
 	switch sel.Sel.Name {
 	case "Do", "DoCache":
 		cmds = call.Args[1:2]
 	case "DoMulti", "DoMultiCache":
-		cmds = call.Args[1:]
+		cmds, multi = call.Args[1:], true
 		if call.Ellipsis.IsValid() {
 			cmds = st.appended(s, call.Args[len(call.Args)-1])
 		}
@@ -77,8 +78,10 @@ func (st *analysisState) rueidisEvents(s *fnScope, call *ast.CallExpr, group any
 		if !ok {
 			continue
 		}
-		if len(cmds) > 1 {
-			ev.Checked = false // a count among a pipeline's replies: not followed
+		if multi {
+			// A count among the pipeline's replies: checked where a reply
+			// is tested (the replies of its other commands count too).
+			ev.Checked = ev.Name == "ZREM" && !ev.Batch && !ev.Forward && st.repliesTested(s, call)
 		}
 		ev.group = group
 		if txn != nil {

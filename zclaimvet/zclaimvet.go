@@ -24,8 +24,10 @@
 // go-redis).
 //
 // A removal of one member whose count decides who runs the job (a checked
-// ZREM) is correct but costs a round trip per job: it gets a milder report
-// of its own. A removal after an atomic claim of the id (LPOP or LMOVE from
+// ZREM, also when several are sent in a pipeline whose replies are kept in
+// a slice or map, or in rueidis' DoMulti, and a reply's count is tested)
+// is correct but costs a ZREM per job, and every other worker's read is
+// wasted: it gets a milder report of its own. A removal after an atomic claim of the id (LPOP or LMOVE from
 // a ready list, SET NX of the id) only cleans up, and is not reported; a
 // poll under a lock that a SET NX takes before the read, in the same
 // function, is correct while the lock is held, and gets a report of its
@@ -77,7 +79,7 @@ const (
 		"two workers read the same member before either removes it, and the job runs twice. " +
 		"Claim in one script instead: zclaim's Broker.Claim, or its Dispatcher into asynq"
 	CheckedMessage = "checked ZREM at %s after %s on %s: correct (only the worker whose ZREM removed the member " +
-		"runs it), but one round trip per job and every other worker's read wasted; zclaim's Broker.Claim " +
+		"runs it), but a ZREM per job and every other worker's read wasted; zclaim's Broker.Claim " +
 		"takes a batch in one script"
 	LockedMessage = "poller under a lock: %s reads due members of %s after the %s at %s, and %s at %s removes them: " +
 		"correct while that lock is held, but a lock that expires first (a pause, a slow job) lets a second worker " +

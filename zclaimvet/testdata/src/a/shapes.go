@@ -629,3 +629,72 @@ func txBothLoop(rdb *redis.Client, key string) {
 		txBoth(rdb, key)
 	}
 }
+
+// Checked ZREMs sent together in a pipeline: each reply kept in a slice
+// or map, and its count tested once the pipeline has run. Their twin keeps
+// the replies and tests only their errors: racy.
+func pipedChecks(rdb *redis.Client, key string) {
+	ids, _ := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Result() // want `checked ZREM at shapes.go:\d+ after ZRANGEBYSCORE on key`
+	rems := make([]*redis.IntCmd, len(ids))
+	rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, id := range ids {
+			rems[i] = pipe.ZRem(ctx, key, id)
+		}
+		return nil
+	})
+	for i := range ids {
+		if won, err := rems[i].Result(); err != nil || won != 1 {
+			continue
+		}
+		run(ids[i])
+	}
+}
+
+func pipedAppended(rdb *redis.Client, key string) {
+	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val() // want `checked ZREM`
+	var rems []*redis.IntCmd
+	rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, id := range ids {
+			rems = append(rems, pipe.ZRem(ctx, key, id))
+		}
+		return nil
+	})
+	for i, r := range rems {
+		if r.Val() == 1 {
+			run(ids[i])
+		}
+	}
+}
+
+func pipedMap(rdb *redis.Client, key string) {
+	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val() // want `checked ZREM`
+	rems := map[string]*redis.IntCmd{}
+	rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, id := range ids {
+			rems[id] = pipe.ZRem(ctx, key, id)
+		}
+		return nil
+	})
+	for id, r := range rems {
+		if n, _ := r.Result(); n > 0 {
+			run(id)
+		}
+	}
+}
+
+func pipedErrorsOnly(rdb *redis.Client, key string) {
+	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val() // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at shapes.go:\d+`
+	rems := make([]*redis.IntCmd, len(ids))
+	rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, id := range ids {
+			rems[i] = pipe.ZRem(ctx, key, id)
+		}
+		return nil
+	})
+	for i, r := range rems {
+		if r.Err() != nil {
+			continue
+		}
+		run(ids[i])
+	}
+}

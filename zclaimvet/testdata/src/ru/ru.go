@@ -86,6 +86,52 @@ func slicedMulti(c rueidis.Client) {
 	c.DoMulti(ctx, cmds...)
 }
 
+// ZREMs of one member each, sent together with DoMulti, whose counts are
+// tested among its replies: checks. Their twin tests the replies' errors
+// only: racy.
+func multiChecked(c rueidis.Client, key string) {
+	ids, _ := c.Do(ctx, c.B().Zrangebyscore().Key(key).Min("-inf").Max("100").Build()).AsStrSlice() // want `checked ZREM at ru\.go:\d+ after ZRANGEBYSCORE on key`
+	cmds := make(rueidis.Commands, 0, len(ids))
+	for _, id := range ids {
+		cmds = append(cmds, c.B().Zrem().Key(key).Member(id).Build())
+	}
+	for i, r := range c.DoMulti(ctx, cmds...) {
+		if n, err := r.AsInt64(); err == nil && n == 1 {
+			run(ids[i])
+		}
+	}
+}
+
+func multiCheckedKept(c rueidis.Client, key string) {
+	ids, _ := c.Do(ctx, c.B().Zrangebyscore().Key(key).Min("-inf").Max("100").Limit(0, 2).Build()).AsStrSlice() // want `checked ZREM`
+	if len(ids) < 2 {
+		return
+	}
+	resps := c.DoMulti(ctx, c.B().Zrem().Key(key).Member(ids[0]).Build(), c.B().Zrem().Key(key).Member(ids[1]).Build())
+	for i := range resps {
+		if n, _ := resps[i].AsInt64(); n == 1 {
+			run(ids[i])
+		}
+	}
+}
+
+func multiErrorsOnly(c rueidis.Client, key string) {
+	ids, _ := c.Do(ctx, c.B().Zrangebyscore().Key(key).Min("-inf").Max("100").Build()).AsStrSlice() // want `racy poller`
+	cmds := make(rueidis.Commands, 0, len(ids))
+	for _, id := range ids {
+		cmds = append(cmds, c.B().Zrem().Key(key).Member(id).Build())
+	}
+	resps := c.DoMulti(ctx, cmds...)
+	if len(resps) == 0 {
+		return
+	}
+	for i, r := range resps {
+		if r.Error() == nil {
+			run(ids[i])
+		}
+	}
+}
+
 // Not reported: the read and the removal in one MULTI/EXEC; a ZREM after
 // a SET NX of the id (its read is summarized for callers); a read whose
 // members are thrown away (its removal is).
