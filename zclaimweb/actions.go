@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -100,12 +101,26 @@ func (h *handler) act(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadGateway, strings.ToLower(label), err)
 		return
 	}
-	msg := fmt.Sprintf("%s: %d of %d jobs", label, done, len(ids))
 	sep := "?"
 	if strings.Contains(back, "?") {
 		sep = "&"
 	}
-	http.Redirect(w, r, h.opts.Root+back+sep+"done="+url.QueryEscape(msg), http.StatusSeeOther)
+	q := url.Values{"done": {op}, "n": {strconv.Itoa(done)}, "of": {strconv.Itoa(len(ids))}}
+	http.Redirect(w, r, h.opts.Root+back+sep+q.Encode(), http.StatusSeeOther)
+}
+
+// flash is the message of the action a redirect names (act: done=op,
+// n=jobs changed, of=jobs selected), as "Revive: 1 of 1 jobs". The query
+// carries no text of its own, so a link cannot make a page say anything
+// else; one that names no action, or impossible counts, shows none.
+func flash(q url.Values) string {
+	label, ok := opLabels[q.Get("done")]
+	n, err1 := strconv.Atoi(q.Get("n"))
+	of, err2 := strconv.Atoi(q.Get("of"))
+	if !ok || err1 != nil || err2 != nil || n < 0 || n > of || of < 1 || of > maxActIDs {
+		return ""
+	}
+	return fmt.Sprintf("%s: %d of %d jobs", label, n, of)
 }
 
 // parseAt reads a reschedule's time: a duration from now ("10m", "2h") or

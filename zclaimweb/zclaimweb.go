@@ -212,7 +212,7 @@ type scheduleRef struct {
 
 func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
 	p := page{Title: title, Root: h.opts.Root, ReadOnly: h.opts.ReadOnly, Refresh: h.opts.Refresh.Milliseconds(),
-		HasRuns: h.opts.Idempotency != nil, HasQueues: h.opts.Inspector != nil, Flash: r.URL.Query().Get("done"),
+		HasRuns: h.opts.Idempotency != nil, HasQueues: h.opts.Inspector != nil, Flash: flash(r.URL.Query()),
 		Data: data}
 	if !h.opts.ReadOnly {
 		p.CSRF = h.csrf

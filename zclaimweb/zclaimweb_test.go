@@ -169,6 +169,39 @@ func TestReviveConfirmed(t *testing.T) {
 	if j, err := e.Broker.Job(ctx, "dead-1"); err != nil || j.State != zclaim.StateScheduled {
 		t.Fatalf("after reviving: %+v %v", j, err)
 	}
+	loc, err := url.Parse(hd.Get("Location"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, page := get(t, e.URL+strings.TrimPrefix(loc.RequestURI(), "/zclaim")); !strings.Contains(page,
+		`<p class="flash" id="flash">Revive: 1 of 1 jobs</p>`) {
+		t.Fatalf("the page the POST redirected to (%s) shows no message of the revive:\n%s", loc, page)
+	}
+}
+
+// A page shows the message of the action its query names, and nothing a
+// link writes into the query: no text of its own, no impossible counts.
+func TestFlashNamesActionsOnly(t *testing.T) {
+	t.Parallel()
+	e := webtest.New(t, webtest.Options{})
+	for q, want := range map[string]string{
+		"done=delete&n=2&of=3":                     "Delete for good: 2 of 3 jobs",
+		"done=Redis+is+down%3A+run+this+to+fix+it": "",
+		"done=revive&n=4&of=3":                     "",
+		"done=revive&n=-1&of=3":                    "",
+		"done=revive&n=0&of=0":                     "",
+		"done=revive&n=1":                          "",
+		"done=nuke&n=1&of=1":                       "",
+	} {
+		_, page := get(t, e.URL+"/s/0/dead?"+q)
+		got := ""
+		if m := regexp.MustCompile(`<p class="flash" id="flash">([^<]*)</p>`).FindStringSubmatch(page); m != nil {
+			got = m[1]
+		}
+		if got != want {
+			t.Errorf("?%s: the page says %q, want %q", q, got, want)
+		}
+	}
 }
 
 // Every action, confirmed, does what it says on a scheduled job.
