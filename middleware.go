@@ -83,12 +83,15 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 // which the middleware keys as the same work. The copy runs at once,
 // spending no retry, with Execution.Resumed set; when asynq later brings
 // the original back, it is skipped as done. An active task of a type this
-// middleware handles that has no run record a Lease after a pass first saw
-// it (its worker died before Begin) is taken over too, and so is one whose
-// run failed and was released while asynq still holds the task (its worker
-// died before asynq recorded the failure, or asynq's write failed), with
-// the retries it had left; a failure that ends its task (SkipRetry,
-// RevokeTask, its last attempt) is left to asynq. A run that is slow but
+// middleware handles that has no run record is taken over too once asynq's
+// own lease of it has run out (its worker died before Begin: asynq's
+// server renews the lease of every task it holds, whether or not the
+// middleware ran yet, so a worker without this middleware or still in an
+// outer one is never taken for dead), and so is one whose run failed and
+// was released while asynq still holds the task (its worker died before
+// asynq recorded the failure, or asynq's write failed), with the retries
+// it had left; a failure that ends its task (SkipRetry, RevokeTask, its
+// last attempt) is left to asynq. A run that is slow but
 // renewing is never taken over. Each takeover is logged at Warn and counted in
 // Stats().Takeovers. Tasks keyed by a custom Key function take part when
 // that function tells the key from the task alone, not from its context:

@@ -27,7 +27,6 @@ const takeoverSep = "~takeover-"
 // takeover is an Idempotency store's takeover loop: it starts with the
 // store's first Middleware and stops with Close.
 type takeover struct {
-	seen    map[string]time.Time // active tasks without a run record: when a pass first saw each
 	once    sync.Once
 	stop    chan struct{}
 	done    chan struct{}
@@ -255,7 +254,6 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 	// A first look by the local clock; the script decides by Redis'.
 	now := time.Now().Add(500 * time.Millisecond).UnixMilli()
 	took := 0
-	seen := make(map[string]time.Time, len(i.takeover.seen))
 	for n, r := range runs {
 		rec, err := cmds[n].Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
@@ -267,25 +265,24 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 		}
 		if errors.Is(err, redis.Nil) || (ok && state == "free") {
 			// No run holds the key while asynq holds the task: its worker
-			// died between taking the task and the middleware's Begin (no
-			// record), or after the middleware released a failed run and
-			// before asynq recorded the failure ("free"; also when asynq's
-			// own write failed, which leaves the task to its recoverer), or
-			// has not reached Begin yet. Taken over once a lease has passed
-			// so, for a task type this middleware handles (others are not
-			// its work).
-			if _, ok := i.types.Load(r.task.Type); !ok {
+			// has not reached the middleware's Begin (a worker without this
+			// middleware, an outer middleware that waits), or died before
+			// it (no record), or after the middleware released a failed
+			// run and before asynq recorded the failure ("free"; also when
+			// asynq's own write failed). No run record says whether that
+			// worker lives: asynq's lease of the task does, which its
+			// server renews every 5 s. Taken over once that lease has run
+			// out (asynq's recoverer moves the task on 30 s to 90 s later),
+			// for a task type this middleware handles (others are not its
+			// work). A task with no asynq lease at all is left as asynq
+			// leaves it: its run may have finished longer ago than
+			// Retention, and a copy would run it again.
+			if _, ok := i.types.Load(r.task.Type); !ok || !r.task.IsOrphaned {
 				continue
 			}
-			first, ok := i.takeover.seen[r.task.ID]
-			if !ok {
-				first = time.Now()
-			}
-			if time.Since(first) >= i.opts.Lease && i.takeOver(ctx, r, token, state == "free") {
+			if i.takeOver(ctx, r, token, state == "free") {
 				took++
-				continue
 			}
-			seen[r.task.ID] = first
 			continue
 		}
 		if !ok || (state != "run" && state != "take") || until > now {
@@ -295,7 +292,6 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 			took++
 		}
 	}
-	i.takeover.seen = seen
 	return took, err
 }
 

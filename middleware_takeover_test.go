@@ -133,11 +133,14 @@ func runsNoted(t *testing.T, rdb redis.UniversalClient, sink string) map[string]
 // so that their runs never began, or after six handlers failed and the
 // middleware released their runs, before asynq recorded the failures). A
 // live process of the same shape runs each of those occurrences again
-// within seconds (Lease + 3 s on an idle machine), before asynq's own
-// lease runs out, once each, as resumed runs; the originals, still active
-// in asynq, would be skipped when asynq brings them back (their keys are
-// done). With takeover turned off nothing runs again within Lease + 3 s:
-// the runs wait for asynq's own recovery (a minute or more).
+// within seconds, once each, as resumed runs: a run's within Lease + 3 s
+// on an idle machine; a task with no run record, or a released one, once
+// asynq's lease of it has run out too (up to 30 s after the kill: the test
+// moves it to the moment of the kill), where asynq's own recovery waits
+// 30 s to 90 s longer. The originals, still active in asynq, would be
+// skipped when asynq brings them back (their keys are done). With
+// takeover turned off nothing runs again within Lease + 3 s: the runs
+// wait for asynq's own recovery.
 func TestTakeoverAfterSIGKILL(t *testing.T) {
 	t.Parallel()
 	for _, v := range []struct {
@@ -186,6 +189,14 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 			must(t, victim.Process.Kill())
 			killed := time.Now()
 			victim.Wait()
+			// asynq's lease of each task, which the victim renewed every
+			// 5 s, runs out within 30 s of the kill: the test moves it to
+			// now. (It decides the takeover of a task with no run record.)
+			ids := make([]string, n)
+			for k := range ids {
+				ids[k] = "tk-" + strconv.Itoa(k)
+			}
+			lapseAsynqLeases(t, rdb, q, false, ids...)
 			limit := lease + 3*time.Second
 			if !takeover {
 				time.Sleep(limit)
@@ -199,8 +210,8 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 			// Within Lease + 3 s on an idle machine (the benchmark measures
 			// it); a loaded machine delays the passes that look for abandoned
 			// runs, so the test allows 20 s: still before asynq could bring
-			// any of these tasks back, since their 30 s asynq lease runs out
-			// first.
+			// any of these tasks back, since its recoverer moves a task only
+			// once its lease ran out 30 s before.
 			var took time.Duration
 			waitFor(t, 20*time.Second, "every occurrence to run again", func() bool {
 				for _, who := range runsNoted(t, rdb, sink) {
@@ -658,6 +669,112 @@ func holdingWorker(t *testing.T, rdb redis.UniversalClient, q string, concurrenc
 	return started
 }
 
+// lapseAsynqLeases moves asynq's lease of the active tasks ids of queue q
+// to a second ago, as if their worker had died and its last renewal had
+// run out (30 s after it), where asynq's recoverer would move them on
+// 30 s later still. With keep, it moves them back every 20 ms until the
+// test ends, against a live server's renewals every 5 s: the worker of a
+// holdingWorker plays a dead one.
+func lapseAsynqLeases(t *testing.T, rdb redis.UniversalClient, q string, keep bool, ids ...string) {
+	t.Helper()
+	key := "asynq:{" + q + "}:lease"
+	lapse := func() error {
+		zs := make([]redis.Z, len(ids))
+		for k, id := range ids {
+			zs[k] = redis.Z{Score: float64(time.Now().Add(-time.Second).Unix()), Member: id}
+		}
+		return rdb.ZAddXX(context.Background(), key, zs...).Err()
+	}
+	must(t, lapse())
+	if !keep {
+		return
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				lapse()
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}
+
+// A task that a live worker holds before the middleware's Begin (a server
+// without the middleware, during a rolling deploy; an outer middleware
+// that waits) has no run record, but asynq's lease of it is renewed: it is
+// never taken over, however many passes look, since its copy would run
+// beside it. Once that lease runs out (its worker died), each is taken
+// over once. A task that asynq lost its lease of (its recoverer never
+// moves such a task on) whose run finished longer ago than Retention has
+// no record either: it is never taken over, or it would run again each
+// Retention.
+func TestTakeoverLeavesLiveWorkers(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	q := testQueue(t)
+	const lease = 100 * time.Millisecond   // a pass every 100ms
+	started := holdingWorker(t, rdb, q, 3) // the old server, without the middleware
+	c := newAsynqClient(t, testAddr)
+	for _, id := range []string{"old-0", "old-1", "lost"} {
+		_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID(id))
+		must(t, err)
+		wait.Recv(t, started, 30*time.Second, "the old server to start "+id)
+	}
+	const retention = 300 * time.Millisecond
+	idem := newIdem(t, rdb, IdempotencyOptions{Lease: lease, Retention: retention, TakeoverQueues: []string{q}})
+	e, err := idem.Begin(ctx, "lost")
+	must(t, err)
+	must(t, e.Complete(ctx))
+	must(t, rdb.ZRem(ctx, "asynq:{"+q+"}:lease", "lost").Err())
+	type run struct {
+		key     string
+		resumed bool
+	}
+	runs := make(chan run, 64)
+	startAsynq(t, testAddr, q, idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		e, _ := ExecutionFromContext(ctx)
+		runs <- run{e.Key, e.Resumed}
+		return nil
+	})), asynq.Config{IsFailure: IsFailure, RetryDelayFunc: fastRetry})
+	_, err = c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID("new-0"))
+	must(t, err)
+	if r := wait.Recv(t, runs, 30*time.Second, "the new server to run new-0"); r != (run{"new-0", false}) {
+		t.Fatalf("first run %+v, want new-0's", r)
+	}
+	time.Sleep(8 * lease) // about eight passes, each past a Lease since it first saw the old server's tasks
+	select {
+	case r := <-runs:
+		t.Fatalf("a run of %+v while the old server holds its task live", r)
+	default:
+	}
+	if n := idem.Stats().Takeovers; n != 0 {
+		t.Fatalf("%d takeovers of tasks that a live worker holds", n)
+	}
+	lapseAsynqLeases(t, rdb, q, true, "old-0", "old-1")
+	got := map[string]bool{}
+	for len(got) < 2 {
+		r := wait.Recv(t, runs, 20*time.Second, "the old server's tasks to be taken over once their asynq leases ran out")
+		if r.key != "old-0" && r.key != "old-1" || !r.resumed {
+			t.Fatalf("run %+v, want resumed runs of old-0 and old-1", r)
+		}
+		got[r.key] = true
+	}
+	time.Sleep(3 * lease) // passes past lost's Retention
+	for len(runs) > 0 {
+		if r := <-runs; r.key == "lost" {
+			t.Fatalf("run %+v of a task whose run finished and whose asynq lease is lost", r)
+		}
+	}
+	if n := idem.Stats().Takeovers; n < 2 {
+		t.Fatalf("%d takeovers, want 2", n)
+	}
+}
+
 // A Key function of the user's that tells the key from the task alone (its
 // payload) has its tasks taken over; one that reads asynq's task id from
 // the handler's context, without checking that it is there, has none: a
@@ -698,6 +815,7 @@ func TestTakeoverCustomKey(t *testing.T) {
 		must(t, err)
 		wait.Recv(t, started, 30*time.Second, "held task "+strconv.Itoa(k)+" to start")
 	}
+	lapseAsynqLeases(t, rdb, q, true, "held-0", "held-1", "held-2", "held-3", "held-4")
 	type run struct {
 		key     string
 		resumed bool
