@@ -79,10 +79,13 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 // IdempotencyOptions.TakeoverQueues); one whose run record's lease ran out
 // is taken over by exactly one of them (fenced by the record's token): it
 // enqueues a copy of the task (type, payload, headers, queue, MaxRetry,
-// Timeout, Deadline, Retention) under the TaskID "<original>~takeover-<n>",
-// which the middleware keys as the same work. The copy runs at once,
-// spending no retry, with Execution.Resumed set; when asynq later brings
-// the original back, it is skipped as done. An active task of a type this
+// Timeout, Deadline, Retention) under the TaskID
+// "<original>~takeover-<token>", the abandoned run's token, which the
+// middleware keys as the same work. The copy spends no retry and runs
+// with Execution.Resumed set; when asynq later brings the original back,
+// it is skipped as done. A run whose copy has not begun a Lease on (a
+// backlog ahead of it) is marked taken over again, but gets no second copy
+// while the first is in asynq: asynq refuses its TaskID. An active task of a type this
 // middleware handles that has no run record is taken over too once asynq's
 // own lease of it has run out (its worker died before Begin: asynq's
 // server renews the lease of every task it holds, whether or not the

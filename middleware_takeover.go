@@ -299,14 +299,17 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 // began; a released run's for one whose failure asynq never recorded) as
 // taken over and enqueues a copy of its task. The copy of a run that
 // failed (released) has the retries its task had left after that failure;
-// any other copy, its task's. It reports whether it did.
+// any other copy, its task's. The copy's TaskID names the abandoned run
+// (its task's and its token), so a run taken over again while its copy
+// waits in asynq (a backlog ahead of it, no free worker) gets no second
+// copy: asynq refuses the TaskID. It reports whether it enqueued one.
 func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64, failed bool) bool {
 	lease := i.opts.Lease
 	bucket, field := i.doneOf(r.key)
 	reply, err := takeoverScript.Run(ctx, i.rdb, []string{i.recordKey(r.key), bucket}, strconv.FormatInt(token, 10),
 		ms(lease), ms(lease), field, ms(i.opts.Retention)).Result()
 	raw, ok := int64s(reply)
-	if err != nil || !ok || len(raw) != 3 || raw[0] != 1 {
+	if err != nil || !ok || len(raw) != 2 || raw[0] != 1 {
 		return false
 	}
 	silent := time.Duration(raw[1]) * time.Millisecond
@@ -325,7 +328,7 @@ func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64, fa
 		retries = max(0, ti.MaxRetry-ti.Retried-1)
 	}
 	opts := []asynq.Option{asynq.Queue(ti.Queue), asynq.MaxRetry(retries),
-		asynq.TaskID(base + takeoverSep + strconv.FormatInt(raw[2], 10))}
+		asynq.TaskID(base + takeoverSep + strconv.FormatInt(token, 10))}
 	if ti.Timeout > 0 {
 		opts = append(opts, asynq.Timeout(ti.Timeout))
 	}
@@ -336,7 +339,14 @@ func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64, fa
 		opts = append(opts, asynq.Retention(ti.Retention))
 	}
 	_, err = i.takeover.client.EnqueueContext(ctx, asynq.NewTaskWithHeaders(ti.Type, ti.Payload, headers), opts...)
-	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+	if errors.Is(err, asynq.ErrTaskIDConflict) {
+		// The copy of this run is in asynq still, waiting for a worker
+		// (or it ran and asynq keeps it): it is marked taken over again.
+		i.log.LogAttrs(ctx, slog.LevelDebug, "zclaim: an abandoned run's copy is still waiting in asynq",
+			slog.String("key", short(r.key)), slog.Int64("token", token), slog.String("queue", ti.Queue))
+		return false
+	}
+	if err != nil {
 		// The take marker lapses after a lease, and a later pass tries again.
 		i.log.LogAttrs(ctx, slog.LevelWarn,
 			"zclaim: could not enqueue the takeover of an abandoned run; trying again later",

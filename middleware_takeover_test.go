@@ -704,6 +704,62 @@ func lapseAsynqLeases(t *testing.T, rdb redis.UniversalClient, q string, keep bo
 	t.Cleanup(func() { close(stop); <-done })
 }
 
+// A run whose copy waits in asynq (a backlog ahead of it, no free worker)
+// is taken over again each Lease, as its copy has not begun; it gets one
+// copy all the same, whose TaskID names the run: asynq refuses a second.
+// Once a worker is free, the copy runs, once.
+func TestTakeoverCopiesOnce(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	q := testQueue(t)
+	const lease = 100 * time.Millisecond
+	started := holdingWorker(t, rdb, q, 1) // its one worker holds the original: none is free for the copy
+	c := newAsynqClient(t, testAddr)
+	_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID("orig"))
+	must(t, err)
+	wait.Recv(t, started, 30*time.Second, "the original to start")
+	dead := newIdem(t, rdb, IdempotencyOptions{Lease: 20 * time.Millisecond})
+	e, err := dead.Begin(ctx, "orig") // and its worker died
+	must(t, err)
+	idem := newIdem(t, rdb, IdempotencyOptions{Prefix: dead.Prefix(), Lease: lease, TakeoverQueues: []string{q}})
+	idem.Middleware()
+	in := newInspector(t)
+	copies := func() []string {
+		var ids []string
+		for _, list := range []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){in.ListPendingTasks, in.ListActiveTasks} {
+			tasks, err := list(q)
+			must(t, err)
+			for _, ti := range tasks {
+				if strings.Contains(ti.ID, takeoverSep) {
+					ids = append(ids, ti.ID)
+				}
+			}
+		}
+		return ids
+	}
+	waitFor(t, 20*time.Second, "the run to be taken over", func() bool { return len(copies()) > 0 })
+	time.Sleep(10 * lease) // ten passes, each finding the copy not begun a Lease on
+	if ids := copies(); len(ids) != 1 || ids[0] != "orig"+takeoverSep+strconv.FormatInt(e.Token, 10) {
+		t.Fatalf("copies %v, want one, orig%s%d", ids, takeoverSep, e.Token)
+	}
+	if n := idem.Stats().Takeovers; n != 1 {
+		t.Fatalf("%d takeovers, want 1 (a copy refused as a duplicate is none)", n)
+	}
+	runs := make(chan bool, 16)
+	startAsynq(t, testAddr, q, idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		e, _ := ExecutionFromContext(ctx)
+		runs <- e.Resumed
+		return nil
+	})), asynq.Config{IsFailure: IsFailure, RetryDelayFunc: fastRetry})
+	if !wait.Recv(t, runs, 20*time.Second, "the copy to run") {
+		t.Fatal("the copy ran not resumed")
+	}
+	time.Sleep(3 * lease)
+	if len(runs) != 0 {
+		t.Fatalf("%d more runs of orig", len(runs))
+	}
+}
+
 // A task that a live worker holds before the middleware's Begin (a server
 // without the middleware, during a rolling deploy; an outer middleware
 // that waits) has no run record, but asynq's lease of it is renewed: it is

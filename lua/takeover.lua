@@ -8,10 +8,10 @@
 -- ARGV[3] the run lease in ms, to tell how long the run had been silent
 -- KEYS[2] the key's bucket of finished records (see begin.lua)
 -- ARGV[4] the key's field in KEYS[2]   ARGV[5] retention in ms
--- Returns {1, silent_ms, take_id} when this call took the run over (the
---   record becomes "take <token> <until>", which Begin acquires as an
---   abandoned run); {0} when the record is gone, finished, of another
---   token, still leased, or taken over by someone else meanwhile.
+-- Returns {1, silent_ms} when this call took the run over (the record
+--   becomes "take <token> <until>", which Begin acquires as an abandoned
+--   run); {0} when the record is gone, finished, of another token, still
+--   leased, or taken over by someone else meanwhile.
 local rec = redis.call('GET', KEYS[1])
 if not rec then
   if ARGV[1] ~= '0' then return {0} end
@@ -23,7 +23,7 @@ if not rec then
   if not redis.call('SET', KEYS[1], string.format('take 0 %d', now_ms + tonumber(ARGV[2])), 'NX', 'PX', 10 * tonumber(ARGV[2])) then
     return {0}
   end
-  return {1, 0, t[1] * 1000000 + t[2]}
+  return {1, 0}
 end
 local s, tok, n = string.match(rec, '^(%l+) (%d+) (%d+)$')
 if (s ~= 'run' and s ~= 'take' and s ~= 'free') or tok ~= ARGV[1] then return {0} end
@@ -41,4 +41,4 @@ redis.call('SET', KEYS[1], string.format('take %s %d', tok, now_ms + tonumber(AR
 local silent = 0
 if s == 'run' then silent = now_ms - n + tonumber(ARGV[3]) end
 if s == 'take' then silent = now_ms - n end
-return {1, silent, t[1] * 1000000 + t[2]}
+return {1, silent}
