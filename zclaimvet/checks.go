@@ -43,16 +43,28 @@ func (st *analysisState) countTested(s *fnScope, call *ast.CallExpr) bool {
 // like, or the value itself; .Err() tests the error only.
 func (st *analysisState) replyTested(s *fnScope, value, p ast.Node) bool {
 	if sel, ok := p.(*ast.SelectorExpr); ok && sel.X == value {
-		switch sel.Sel.Name {
-		case "Err", "Error":
+		switch {
+		case sel.Sel.Name == "Err" || sel.Sel.Name == "Error":
 			return false
-		case "Val", "Result", "Uint64", "Int64", "Bool", "AsInt64", "ToInt64", "AsBool", "ToBool":
+		case countMethods[sel.Sel.Name]:
 			if c, ok := s.parent[sel].(*ast.CallExpr); ok {
 				value, p = c, s.parent[c]
 			}
 		}
 	}
 	return st.valueTested(s, value, p)
+}
+
+// countMethods read the count out of a reply: go-redis' and rueidis'.
+var countMethods = map[string]bool{"Val": true, "Result": true, "Uint64": true, "Int64": true, "Bool": true,
+	"AsInt64": true, "ToInt64": true, "AsBool": true, "ToBool": true}
+
+// countRead reports whether e, a reply, has its count read: e.Val(),
+// e.Result(), e.AsInt64() and the like. Comparing the reply itself (with
+// nil, say) reads no count.
+func countRead(s *fnScope, e ast.Node) bool {
+	sel, ok := s.parent[e].(*ast.SelectorExpr)
+	return ok && sel.X == e && countMethods[sel.Sel.Name]
 }
 
 // kept returns the local slice or map that reply value (whose parent is
@@ -100,7 +112,7 @@ func (st *analysisState) elementTested(s *fnScope, o types.Object) bool {
 		}
 		switch x := n.(type) {
 		case *ast.IndexExpr:
-			if id, ok := ast.Unparen(x.X).(*ast.Ident); ok && info.Uses[id] == o {
+			if id, ok := ast.Unparen(x.X).(*ast.Ident); ok && info.Uses[id] == o && countRead(s, x) {
 				tested = st.replyTested(s, x, s.parent[x])
 			}
 		case *ast.RangeStmt:
@@ -124,7 +136,7 @@ func (st *analysisState) rangeTested(s *fnScope, r *ast.RangeStmt) bool {
 	vo := info.ObjectOf(v)
 	tested := false
 	ast.Inspect(r.Body, func(n ast.Node) bool {
-		if u, ok := n.(*ast.Ident); ok && !tested && info.Uses[u] == vo {
+		if u, ok := n.(*ast.Ident); ok && !tested && info.Uses[u] == vo && countRead(s, u) {
 			tested = st.replyTested(s, u, s.parent[u])
 		}
 		return !tested
@@ -147,7 +159,7 @@ func (st *analysisState) repliesTested(s *fnScope, call *ast.CallExpr) bool {
 	case *ast.RangeStmt:
 		return p.X == call && st.rangeTested(s, p)
 	case *ast.IndexExpr:
-		return p.X == call && st.replyTested(s, p, s.parent[p])
+		return p.X == call && countRead(s, p) && st.replyTested(s, p, s.parent[p])
 	}
 	return false
 }

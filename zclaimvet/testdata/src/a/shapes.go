@@ -631,8 +631,8 @@ func txBothLoop(rdb *redis.Client, key string) {
 }
 
 // Checked ZREMs sent together in a pipeline: each reply kept in a slice
-// or map, and its count tested once the pipeline has run. Their twin keeps
-// the replies and tests only their errors: racy.
+// or map, and its count tested once the pipeline has run. Their twins keep
+// the replies and test only their errors, or that they are not nil: racy.
 func pipedChecks(rdb *redis.Client, key string) {
 	ids, _ := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Result() // want `checked ZREM at shapes.go:\d+ after ZRANGEBYSCORE on key`
 	rems := make([]*redis.IntCmd, len(ids))
@@ -696,5 +696,21 @@ func pipedErrorsOnly(rdb *redis.Client, key string) {
 			continue
 		}
 		run(ids[i])
+	}
+}
+
+func pipedNilChecks(rdb *redis.Client, key string) {
+	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val() // want `racy poller`
+	var rems []*redis.IntCmd
+	rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, id := range ids {
+			rems = append(rems, pipe.ZRem(ctx, key, id))
+		}
+		return nil
+	})
+	for i, r := range rems {
+		if r != nil && rems[i] != nil {
+			run(ids[i])
+		}
 	}
 }
