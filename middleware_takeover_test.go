@@ -760,11 +760,10 @@ func TestTakeoverCopiesOnce(t *testing.T) {
 	}
 }
 
-// A task that a live worker holds before the middleware's Begin (a server
-// without the middleware, during a rolling deploy; an outer middleware
-// that waits) has no run record, but asynq's lease of it is renewed: it is
-// never taken over, however many passes look, since its copy would run
-// beside it. Once that lease runs out (its worker died), each is taken
+// A task that a live server without the middleware holds (during a
+// rolling deploy) has no run record, but asynq's lease of it is renewed:
+// it is never taken over, however many passes look, since its copy would
+// run beside it. Once that lease runs out (its worker died), each is taken
 // over once. A task that asynq lost its lease of (its recoverer never
 // moves such a task on) whose run finished longer ago than Retention has
 // no record either: it is never taken over, or it would run again each
