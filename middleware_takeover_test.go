@@ -484,9 +484,9 @@ func TestFinalFailureMarked(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
 	q := testQueue(t)
-	// A lease longer than asynq takes to record a failure on a loaded
-	// machine: a task still active a lease after its run was released is
-	// taken over (asynq's own write may have failed).
+	// A task still active once asynq's lease of it has run out after its
+	// run was released is taken over (asynq's own write may have failed):
+	// these are recorded at once.
 	i := newIdem(t, rdb, IdempotencyOptions{Prefix: testKey(t) + ":run:", Lease: time.Second, TakeoverQueues: []string{q}})
 	var mu sync.Mutex
 	records := map[string][]string{} // the record each attempt left, seen from the next
