@@ -616,9 +616,8 @@ func TestTakeoverOnCluster(t *testing.T) {
 	}
 	time.Sleep(30 * time.Millisecond)
 	// The copies run under a plain handler and never begin: a Lease after
-	// its takeover, a run is taken over again. A Lease of 2 s keeps that
-	// out of the count below on a loaded machine (its passes come every
-	// 500 ms).
+	// its takeover, a run is taken over again, but gets no second copy
+	// while its first is active, and no second count.
 	taker, err := NewIdempotency(cc, IdempotencyOptions{Prefix: "zt:run:", Lease: 2 * time.Second, TakeoverQueues: []string{q}})
 	must(t, err)
 	t.Cleanup(func() { taker.Close() })
