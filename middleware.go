@@ -76,9 +76,11 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 // Takeover: a run whose worker died stops renewing its lease. Every
 // process that made a Middleware looks, every Lease/4 (from 100ms to 1s),
 // at the active asynq tasks of every queue (or of
-// IdempotencyOptions.TakeoverQueues); one whose run record's lease ran out
-// is taken over by exactly one of them (fenced by the record's token): it
-// enqueues a copy of the task (type, payload, headers, queue, MaxRetry,
+// IdempotencyOptions.TakeoverQueues); processes of one shape (one store
+// prefix, the same TakeoverQueues, the same task types handled) take
+// turns, about one pass an interval between them. A task whose run
+// record's lease ran out is taken over by exactly one process (fenced by
+// the record's token): it enqueues a copy of the task (type, payload, headers, queue, MaxRetry,
 // Timeout, Deadline, Retention) under the TaskID
 // "<original>~takeover-<token>", the abandoned run's token, which the
 // middleware keys as the same work. The copy spends no retry and runs

@@ -3,12 +3,15 @@ package zclaim
 import (
 	"context"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -27,6 +30,7 @@ const takeoverSep = "~takeover-"
 // takeover is an Idempotency store's takeover loop: it starts with the
 // store's first Middleware and stops with Close.
 type takeover struct {
+	passes  atomic.Int64 // passes made (passTurn)
 	once    sync.Once
 	stop    chan struct{}
 	done    chan struct{}
@@ -95,11 +99,47 @@ func (i *Idempotency) takeoverLoop() {
 		case <-time.After(d):
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), max(every, time.Second))
-		if _, err := i.takeoverPass(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			i.log.LogAttrs(ctx, slog.LevelDebug, "zclaim: takeover pass failed", slog.String("error", err.Error()))
+		if i.passTurn(ctx, every) {
+			tk.passes.Add(1)
+			if _, err := i.takeoverPass(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				i.log.LogAttrs(ctx, slog.LevelDebug, "zclaim: takeover pass failed", slog.String("error", err.Error()))
+			}
 		}
 		cancel()
 	}
+}
+
+// passTurn reports whether this process makes the pass now. Processes that
+// would look at the same tasks the same way (passKey) share their passes:
+// the first whose SET NX of their pass key takes it looks, and the key lives
+// 4/5 of the interval, so they make about one pass an interval between them
+// rather than one each, each of which reads every active task and its run
+// record. A Redis error lets the pass go ahead (it meets the same error, or
+// finds Redis back).
+func (i *Idempotency) passTurn(ctx context.Context, every time.Duration) bool {
+	ok, err := i.rdb.SetNX(ctx, i.passKey(), "1", every*4/5).Result()
+	return ok || err != nil
+}
+
+// passKey names the processes that share passes: those of one store
+// prefix whose passes read the same queues (TakeoverQueues) and take over
+// the same task types (those their middleware handled, and how their Key
+// function tells keys). It is one of the store's own keys (doneInfix).
+func (i *Idempotency) passKey() string {
+	h := fnv.New64a()
+	for _, q := range slices.Sorted(slices.Values(i.opts.TakeoverQueues)) {
+		h.Write([]byte(q + "\x00"))
+	}
+	var types []string
+	i.types.Range(func(t, sure any) bool {
+		types = append(types, fmt.Sprintf("\x01%s=%v", t, sure))
+		return true
+	})
+	slices.Sort(types)
+	for _, t := range types {
+		h.Write([]byte(t))
+	}
+	return i.opts.Prefix + doneInfix + ":pass:" + strconv.FormatUint(h.Sum64(), 16)
 }
 
 // activeRun is an asynq task that is active now, with the key the

@@ -703,6 +703,57 @@ func lapseAsynqLeases(t *testing.T, rdb redis.UniversalClient, q string, keep bo
 	t.Cleanup(func() { close(stop); <-done })
 }
 
+// Processes of one shape (a store prefix, the same TakeoverQueues, the
+// same task types) share their passes: five make about one pass an
+// interval between them, not one each, and a dead run among the active
+// tasks is taken over all the same, once. A store that handles another
+// type makes passes of its own.
+func TestTakeoverPassesShared(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	q := testQueue(t)
+	const lease = 400 * time.Millisecond // a pass every 100ms
+	started := holdingWorker(t, rdb, q, 1)
+	c := newAsynqClient(t, testAddr)
+	_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID("orig"))
+	must(t, err)
+	wait.Recv(t, started, 30*time.Second, "the original to start")
+	dead := newIdem(t, rdb, IdempotencyOptions{Lease: 20 * time.Millisecond})
+	_, err = dead.Begin(ctx, "orig") // and its worker died
+	must(t, err)
+	var same []*Idempotency
+	for range 5 {
+		i := newIdem(t, rdb, IdempotencyOptions{Prefix: dead.Prefix(), Lease: lease, TakeoverQueues: []string{q}})
+		i.types.Store("work", true) // as if its middleware had handled a task of the type
+		i.Middleware()
+		same = append(same, i)
+	}
+	other := newIdem(t, rdb, IdempotencyOptions{Prefix: dead.Prefix(), Lease: lease, TakeoverQueues: []string{q}})
+	other.types.Store("mail", true)
+	other.Middleware()
+	start := time.Now()
+	time.Sleep(20 * takeoverInterval(lease))
+	elapsed := time.Since(start)
+	var passes, takeovers int64
+	for _, i := range same {
+		passes += i.takeover.passes.Load()
+		takeovers += i.Stats().Takeovers
+	}
+	// A pass holds the turn for 4/5 of an interval: at most one pass that
+	// long, whatever the number of processes (five unshared would make
+	// about a hundred).
+	limit := int64(elapsed/(takeoverInterval(lease)*4/5)) + 2
+	if passes > limit {
+		t.Fatalf("five processes of one shape made %d passes in %v, want at most %d", passes, elapsed, limit)
+	}
+	if n := other.takeover.passes.Load(); n == 0 {
+		t.Fatal("the store that handles another type made no pass")
+	}
+	if takeovers+other.Stats().Takeovers != 1 {
+		t.Fatalf("%d takeovers of the dead run, want 1", takeovers+other.Stats().Takeovers)
+	}
+}
+
 // A run whose copy waits in asynq (a backlog ahead of it, no free worker)
 // is taken over again each Lease, as its copy has not begun; it gets one
 // copy all the same, whose TaskID names the run: asynq refuses a second.
