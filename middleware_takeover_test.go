@@ -678,9 +678,10 @@ func lapseAsynqLeases(t *testing.T, rdb redis.UniversalClient, q string, keep bo
 	t.Helper()
 	key := "asynq:{" + q + "}:lease"
 	lapse := func() error {
+		past := float64(time.Now().Add(-time.Second).Unix())
 		zs := make([]redis.Z, len(ids))
 		for k, id := range ids {
-			zs[k] = redis.Z{Score: float64(time.Now().Add(-time.Second).Unix()), Member: id}
+			zs[k] = redis.Z{Score: past, Member: id}
 		}
 		return rdb.ZAddXX(context.Background(), key, zs...).Err()
 	}
