@@ -5,11 +5,13 @@ package zclaim
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 )
 
 // RunState is where a run of an asynq task that is active now stands.
@@ -18,17 +20,24 @@ type RunState string
 // The states of a run.
 const (
 	RunLive      RunState = "running"    // its lease is being renewed
-	RunAbandoned RunState = "abandoned"  // its lease ran out: its worker is gone; a takeover will start it again
+	RunAbandoned RunState = "abandoned"  // its worker is gone (see RunInfo.State); a takeover will start it again
 	RunTakenOver RunState = "taken over" // a live process enqueued a copy, which has not begun yet
 	RunFinished  RunState = "finished"   // the task is still active in asynq (its worker died), but the work is done
-	RunNone      RunState = "no record"  // active in asynq, no run record (not yet begun, released, or expired)
+	RunNone      RunState = "no record"  // active in asynq, held by a live worker, no run record (not yet begun, released, or expired)
 )
 
 // RunInfo is a run of an asynq task that is active now, as the
 // idempotency store's records and asynq's active lists tell it.
 type RunInfo struct {
-	Key        string    // the idempotency key
-	State      RunState  // see RunState
+	Key string // the idempotency key
+	// State is where the run stands. A run is abandoned when its lease ran
+	// out, or, for a task whose run never began (no record, Token 0) or was
+	// released after a failure that leaves the task retries, when asynq's
+	// own lease of the task ran out (asynq's IsOrphaned): its worker died
+	// before the middleware's Begin, or before asynq recorded the failure.
+	// A task of a type no middleware handles is started again by asynq's
+	// recovery instead.
+	State      RunState
 	Token      int64     `json:",omitzero"` // the run's fencing token
 	Started    time.Time `json:",omitzero"` // when the run began, by Redis' clock (from its token)
 	LeaseUntil time.Time `json:",omitzero"` // running or abandoned: the lease deadline by Redis' clock
@@ -41,7 +50,8 @@ type RunInfo struct {
 // Runs returns the runs of the asynq tasks that are active now in the
 // takeover's queues (IdempotencyOptions.TakeoverQueues, else every queue):
 // live, abandoned (its worker died: a takeover will start it again), taken
-// over, or finished while asynq still holds the dead worker's task. They
+// over, finished while asynq still holds the dead worker's task, or none
+// (no run record: its live worker has not begun it). They
 // are read from Redis, ordered by queue and task id, after the run whose
 // queue and task id after names ("queue/taskid"; "" for the first), at
 // most limit (0: all). next is the cursor of the page after, "" at the end.
@@ -79,7 +89,11 @@ func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs [
 		if r.has {
 			ri.Job = r.job
 		}
-		if rec, err := cmds[n].Result(); err == nil {
+		rec, err := cmds[n].Result()
+		if errors.Is(err, redis.Nil) && r.task.IsOrphaned {
+			ri.State = RunAbandoned // a task whose run never began
+		}
+		if err == nil {
 			if state, tok, until, ok := parseRecord(rec); ok {
 				if tok > 0 {
 					ri.Token = tok
@@ -97,7 +111,9 @@ func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs [
 				case "done":
 					ri.State = RunFinished
 				case "free":
-					ri.State = RunNone
+					if !finalRelease(r, until) && r.task.IsOrphaned {
+						ri.State = RunAbandoned
+					}
 				}
 			}
 		}

@@ -300,7 +300,7 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 			continue
 		}
 		state, token, until, ok := parseRecord(rec)
-		if ok && state == "free" && (until != 0 || r.task.Retried >= r.task.MaxRetry) {
+		if ok && state == "free" && finalRelease(r, until) {
 			continue // a failure that ended its task: asynq's recovery archives it
 		}
 		if errors.Is(err, redis.Nil) || (ok && state == "free") {
@@ -333,6 +333,13 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 		}
 	}
 	return took, err
+}
+
+// finalRelease reports whether r's run was released ("free", with until
+// its record's number) after a failure that ends its task: one the
+// middleware released as final, or of the task's last attempt.
+func finalRelease(r activeRun, until int64) bool {
+	return until != 0 || r.task.Retried >= r.task.MaxRetry
 }
 
 // takeOver marks r's abandoned run (of token: 0 for a task whose run never

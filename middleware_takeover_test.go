@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -981,5 +982,78 @@ func TestTakeoverCustomKey(t *testing.T) {
 		if r.Type == "by-context" {
 			t.Fatalf("Runs lists %+v, a task whose key its Key function tells only from the handler's context", r)
 		}
+	}
+}
+
+// Runs tells a task whose worker died before its run began from one a live
+// worker holds: both have no run record, and asynq's lease of the task
+// decides, as it decides the takeover. A worker without the middleware
+// holds four tasks; two of them had their run released after a failure,
+// one with retries left and one whose failure ended its task. Before
+// asynq's leases run out every one is "no record"; once they have run out
+// (but for one task's), the never-begun task and the released run with
+// retries left are abandoned, as a takeover would start them again, and
+// the other two stay "no record". A Broker's Stats counts the two.
+func TestRunsShowNotBegunAbandoned(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	q := testQueue(t)
+	idem := newIdem(t, rdb, IdempotencyOptions{Lease: 100 * time.Millisecond, TakeoverQueues: []string{q}, DisableTakeover: true})
+	started := holdingWorker(t, rdb, q, 4)
+	c := newAsynqClient(t, testAddr)
+	ids := []string{"alive", "not-begun", "released", "final"}
+	for _, id := range ids {
+		_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID(id))
+		must(t, err)
+		wait.Recv(t, started, 30*time.Second, "the worker to start "+id)
+	}
+	e, err := idem.Begin(ctx, "released")
+	must(t, err)
+	must(t, e.Release(ctx))
+	e, err = idem.Begin(ctx, "final")
+	must(t, err)
+	must(t, e.releaseFinal(ctx))
+	states := func() map[string]RunState {
+		runs, _, err := idem.Runs(ctx, "", 0)
+		must(t, err)
+		got := map[string]RunState{}
+		for _, r := range runs {
+			got[r.TaskID] = r.State
+		}
+		return got
+	}
+	for id, s := range states() {
+		if s != RunNone {
+			t.Fatalf("%s is %q while its worker holds it live; want %q", id, s, RunNone)
+		}
+	}
+	lapseAsynqLeases(t, rdb, q, true, "not-begun", "released", "final")
+	want := map[string]RunState{"alive": RunNone, "not-begun": RunAbandoned, "released": RunAbandoned, "final": RunNone}
+	b := newBroker(t, BrokerOptions{Runs: idem})
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		got := states()
+		if got["alive"] != RunNone || got["final"] != RunNone {
+			t.Fatalf("runs %v: a task held live, or one whose failure ended it, is not %q", got, RunNone)
+		}
+		if maps.Equal(got, want) {
+			break
+		}
+		// The holding server's renewal (every 5 s) can move a lease back
+		// for up to 20 ms before lapseAsynqLeases moves it out again.
+		if time.Now().After(deadline) {
+			t.Fatalf("runs %v once asynq's leases ran out; want %v", got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		st, err := b.Stats(ctx)
+		must(t, err)
+		if st.Abandoned == 2 {
+			break
+		}
+		if st.Abandoned > 2 || time.Now().After(deadline) {
+			t.Fatalf("Stats().Abandoned = %d, want 2", st.Abandoned)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
