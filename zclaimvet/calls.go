@@ -17,7 +17,7 @@ import (
 func (st *analysisState) summarize(fd *ast.FuncDecl) *Summary {
 	s := st.scope(fd)
 	evs := st.events(s, fd.Body, nil)
-	pairedIdx := st.pair(evs)
+	pairedIdx := st.pair(evs, fd.Body)
 	// Each function literal (but those run in a pipeline, part of fd, and
 	// those of a WATCH transaction) is a poller of its own.
 	inline := map[*ast.FuncLit]bool{}
@@ -33,7 +33,7 @@ func (st *analysisState) summarize(fd *ast.FuncDecl) *Summary {
 
 		case *ast.FuncLit:
 			if !inline[x] && !st.watched[x.Body] {
-				st.pair(st.events(s, x.Body, nil))
+				st.pair(st.events(s, x.Body, nil), x.Body)
 			}
 		}
 		return true

@@ -69,9 +69,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func Poll(rdb *redis.Client) {
+func Poll(rdb *redis.Client) []string {
 	ids := rdb.ZRangeByScore(context.Background(), "delay:jobs", &redis.ZRangeBy{Max: "+inf"}).Val()
 	rdb.ZRem(context.Background(), "delay:jobs", ids)
+	return ids
 }
 `,
 		"x_test.go": "package x\n\nfunc TestBroken(t *testing.T) { undefined() }\n",

@@ -76,11 +76,13 @@ func checkedInline(rdb *redis.Client, key string) {
 func zrangeArgs(rdb *redis.Client, key string) {
 	ids := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: key, Start: "-inf", Stop: "+inf", ByScore: true}).Val() // want `racy poller: ZRANGE BYSCORE`
 	rdb.ZRem(ctx, key, ids)
+	runAll(ids)
 }
 
 func viaDo(rdb *redis.Client, key string) {
-	res, _ := rdb.Do(ctx, "zrangebyscore", key, "-inf", "+inf").Result() // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at a.go:83`
+	res, _ := rdb.Do(ctx, "zrangebyscore", key, "-inf", "+inf").Result() // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at a.go:84`
 	rdb.Do(ctx, "ZREM", key, res)
+	runAll(res)
 	rdb.Do(ctx, "ZRANGE", key, "-inf", "+inf", "BYSCORE") // want `racy poller: ZRANGE BYSCORE`
 	rdb.Do(ctx, "ZREM", key, "x")
 }
@@ -90,6 +92,7 @@ func v8(rdb *redisv8.Client, key string) {
 	ids, _ := rdb.ZRangeByScore(ctx, key, &redisv8.ZRangeBy{Max: "+inf"}).Result() // want `racy poller`
 	for _, id := range ids {
 		rdb.ZRem(ctx, key, id)
+		run(id)
 	}
 }
 
@@ -97,7 +100,11 @@ func withRedigo(c redigo.Conn, key string) {
 	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", time.Now().Unix())) // want `racy poller`
 	for _, id := range ids {
 		c.Do("ZREM", key, id)
+		run(id)
 	}
 }
 
 func run(string) {}
+
+// runAll hands jobs to workers.
+func runAll(any) {}

@@ -28,6 +28,7 @@ func retriedWithData(rdb *redis.Client, key string) {
 		return rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Result() // want `racy poller`
 	})
 	backoff.RetryNotify(func() error { return rdb.ZRem(ctx, key, ids).Err() }, backoff.NewExponentialBackOff(), nil)
+	runAll(ids)
 }
 
 func retriedHelper(rdb *redis.Client) {

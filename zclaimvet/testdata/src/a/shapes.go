@@ -81,13 +81,14 @@ func removeMember(rdb *redis.Client, key string, m any) { // want removeMember:`
 func rankPollRedigo(c redigo.Conn, key string) {
 	reply, _ := redigo.Strings(c.Do("ZRANGE", key, 0, 0, "WITHSCORES")) // want `racy poller: ZRANGE WITHSCORES`
 	c.Do("ZREM", key, reply[0])
+	runAll(reply[0])
 }
 
 // Shape 4: the remove inside a pipeline's closure after a read outside it
 // (racy), read and remove in one pipeline (racy: no MULTI), read and remove
 // in one TxPipelined or TxPipeline (MULTI/EXEC: atomic).
 func pipeRemove(rdb *redis.Client, key string) {
-	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREMRANGEBYSCORE at shapes.go:92`
+	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREMRANGEBYSCORE at shapes.go:93`
 	rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.ZRemRangeByScore(ctx, key, "-inf", "+inf")
 		return nil
@@ -101,6 +102,7 @@ func txRemoveAfterRead(rdb *redis.Client, key string) {
 		pipe.ZRem(ctx, key, ids)
 		return nil
 	})
+	runAll(ids)
 }
 
 func pipeBoth(rdb *redis.Client, key string) {
@@ -144,12 +146,13 @@ func redigoReadBeforeMulti(c redigo.Conn, key string) {
 	c.Send("MULTI")
 	c.Send("ZREM", key, ids)
 	c.Do("EXEC")
+	runAll(ids)
 }
 
 // Shape 5: checks. A reply helper's count tested for one member is a
 // check; the error alone, or a count after a batch ZREM, is not.
 func redigoIntChecked(c redigo.Conn, key string) {
-	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", "+inf")) // want `checked ZREM at shapes.go:154`
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", "+inf")) // want `checked ZREM at shapes.go:157`
 	for _, id := range ids {
 		if n, _ := redigo.Int(c.Do("ZREM", key, id)); n == 1 {
 			run(id)
@@ -297,6 +300,7 @@ func popThenPoll(rdb *redis.Client) {
 func noGuard(rdb *redis.Client) {
 	expired := rdb.ZRangeByScore(ctx, "processing", &redis.ZRangeBy{Max: "+inf"}).Val() // want `racy poller`
 	rdb.ZRem(ctx, "processing", expired)
+	runAll(expired)
 }
 
 func (q *batcher) txn(tx *redis.Tx) error {
@@ -322,6 +326,7 @@ func notWatchedVar(rdb *redis.Client, key string) {
 	f := func() {
 		ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() // want `racy poller`
 		rdb.ZRem(ctx, key, ids)
+		runAll(ids)
 	}
 	go f()
 }
@@ -332,6 +337,7 @@ func argsInVar(rdb *redis.Client, key string) {
 	args := redis.ZRangeArgs{Key: key, Start: "-inf", Stop: "+inf", ByScore: true}
 	ids := rdb.ZRangeArgs(ctx, args).Val() // want `racy poller: ZRANGE BYSCORE`
 	rdb.ZRem(ctx, key, ids)
+	runAll(ids)
 }
 
 func argsInVarByRank(rdb *redis.Client, key string) { // want argsInVarByRank:`rm ⟨p1⟩`
@@ -345,6 +351,7 @@ func rebuilt(rdb *redis.Client, queue string) {
 	ids := rdb.ZRangeByScore(ctx, k, &redis.ZRangeBy{Max: "+inf"}).Val() // want `racy poller: ZRANGEBYSCORE reads due members of k here`
 	k2 := fmt.Sprintf("delay:%s", queue)
 	rdb.ZRem(ctx, k2, ids)
+	runAll(ids)
 }
 
 func rebuiltOther(rdb *redis.Client, queue string) { // want rebuiltOther:`read fmt.Sprintf\("delay:%s", ⟨p1⟩\), rm fmt.Sprintf\("done:%s", ⟨p1⟩\)`
@@ -712,5 +719,45 @@ func pipedNilChecks(rdb *redis.Client, key string) {
 		if r != nil && rems[i] != nil {
 			run(ids[i])
 		}
+	}
+}
+
+// An expiry sweep: the members read go nowhere but back to Redis (each
+// ZREM's count summed, or all of them in one ZREM), so two sweeps run
+// nothing twice between them. The twins act on what they read: one
+// returns on the first member it removes (a token two callers take), one
+// logs each.
+func sweepExpired(rdb *redis.Client, key string) int64 {
+	members, err := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "100"}).Result()
+	if err != nil {
+		return 0
+	}
+	var removed int64
+	for _, m := range members {
+		n, _ := rdb.ZRem(ctx, key, m).Result()
+		removed += n
+	}
+	return removed
+}
+
+func sweepAll(rdb *redis.Client, key string) {
+	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val()
+	rdb.ZRem(ctx, key, ids)
+}
+
+func takeToken(rdb *redis.Client, key string) bool {
+	ids, _ := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100", Count: 1}).Result() // want `racy poller`
+	for _, id := range ids {
+		rdb.ZRem(ctx, key, id)
+		return true
+	}
+	return false
+}
+
+func sweepLogged(rdb *redis.Client, key string) {
+	members := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val() // want `racy poller`
+	for _, m := range members {
+		rdb.ZRem(ctx, key, m)
+		fmt.Println("expired", m)
 	}
 }

@@ -9,6 +9,7 @@ func v5(rdb *redisv5.Client, gcKey string) {
 	pipe := rdb.Pipeline()
 	for _, id := range ids {
 		pipe.ZRem(gcKey, id)
+		run(id)
 	}
 	pipe.Exec()
 }
