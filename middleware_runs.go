@@ -23,7 +23,7 @@ const (
 	RunAbandoned RunState = "abandoned"  // its worker is gone (see RunInfo.State); a takeover will start it again
 	RunTakenOver RunState = "taken over" // a live process enqueued a copy, which has not begun yet
 	RunFinished  RunState = "finished"   // the task is still active in asynq (its worker died), but the work is done
-	RunNone      RunState = "no record"  // active in asynq, held by a live worker, no run record (not yet begun, released, or expired)
+	RunNone      RunState = "no record"  // active in asynq, no run record (not yet begun, released, or expired), its worker not known to be gone
 )
 
 // RunInfo is a run of an asynq task that is active now, as the
@@ -50,8 +50,8 @@ type RunInfo struct {
 // Runs returns the runs of the asynq tasks that are active now in the
 // takeover's queues (IdempotencyOptions.TakeoverQueues, else every queue):
 // live, abandoned (its worker died: a takeover will start it again), taken
-// over, finished while asynq still holds the dead worker's task, or none
-// (no run record: its live worker has not begun it). They
+// over, finished while asynq still holds the dead worker's task, or with
+// no record while its worker is not known to be gone. They
 // are read from Redis, ordered by queue and task id, after the run whose
 // queue and task id after names ("queue/taskid"; "" for the first), at
 // most limit (0: all). next is the cursor of the page after, "" at the end.

@@ -33,7 +33,7 @@
 // function, is correct while the lock is held, and gets a report of its
 // own. A read whose members
 // are thrown away (the first value to _, or only its Err) is no poll, and
-// neither is a sweep: a function whose members, held in a variable, go
+// neither is a sweep: a read whose members, held in a variable, go
 // nowhere but into the removal (directly, or through a range whose body
 // only removes and adds up the counts), so that nothing runs on them.
 // Reports are at the read, and name the removal's position.
