@@ -361,7 +361,12 @@ func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64, fa
 	}
 	silent := time.Duration(raw[1]) * time.Millisecond
 	ti := r.task
-	base, _, _ := strings.Cut(ti.ID, takeoverSep)
+	base := ti.ID // a copy's TaskID is its original's, the separator and a token
+	if _, copied := ti.Headers[headerTakeover]; copied {
+		if k := strings.LastIndex(ti.ID, takeoverSep); k >= 0 {
+			base = ti.ID[:k]
+		}
+	}
 	headers := make(map[string]string, len(ti.Headers)+2)
 	for k, v := range ti.Headers {
 		headers[k] = v

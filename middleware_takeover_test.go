@@ -759,19 +759,30 @@ func TestTakeoverPassesShared(t *testing.T) {
 // A run whose copy waits in asynq (a backlog ahead of it, no free worker)
 // is taken over again each Lease, as its copy has not begun; it gets one
 // copy all the same, whose TaskID names the run: asynq refuses a second.
-// Once a worker is free, the copy runs, once.
+// Once a worker is free, the copy runs, once. So it goes for a task whose
+// own id holds the copies' separator: its copy's TaskID is its whole id,
+// the separator and the run's token.
 func TestTakeoverCopiesOnce(t *testing.T) {
 	t.Parallel()
+	for _, orig := range []string{"orig", "orig" + takeoverSep + "9"} {
+		t.Run(orig, func(t *testing.T) {
+			t.Parallel()
+			takeoverCopiesOnce(t, orig)
+		})
+	}
+}
+
+func takeoverCopiesOnce(t *testing.T, orig string) {
 	rdb := newClient(t)
 	q := testQueue(t)
 	const lease = 100 * time.Millisecond
 	started := holdingWorker(t, rdb, q, 1) // its one worker holds the original: none is free for the copy
 	c := newAsynqClient(t, testAddr)
-	_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID("orig"))
+	_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID(orig))
 	must(t, err)
 	wait.Recv(t, started, 30*time.Second, "the original to start")
 	dead := newIdem(t, rdb, IdempotencyOptions{Lease: 20 * time.Millisecond})
-	e, err := dead.Begin(ctx, "orig") // and its worker died
+	e, err := dead.Begin(ctx, orig) // and its worker died
 	must(t, err)
 	idem := newIdem(t, rdb, IdempotencyOptions{Prefix: dead.Prefix(), Lease: lease, TakeoverQueues: []string{q}})
 	idem.Middleware()
@@ -782,7 +793,7 @@ func TestTakeoverCopiesOnce(t *testing.T) {
 			tasks, err := list(q)
 			must(t, err)
 			for _, ti := range tasks {
-				if strings.Contains(ti.ID, takeoverSep) {
+				if ti.ID != orig {
 					ids = append(ids, ti.ID)
 				}
 			}
@@ -791,8 +802,8 @@ func TestTakeoverCopiesOnce(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, "the run to be taken over", func() bool { return len(copies()) > 0 })
 	time.Sleep(10 * lease) // ten passes, each finding the copy not begun a Lease on
-	if ids := copies(); len(ids) != 1 || ids[0] != "orig"+takeoverSep+strconv.FormatInt(e.Token, 10) {
-		t.Fatalf("copies %v, want one, orig%s%d", ids, takeoverSep, e.Token)
+	if ids, want := copies(), orig+takeoverSep+strconv.FormatInt(e.Token, 10); len(ids) != 1 || ids[0] != want {
+		t.Fatalf("copies %v, want one, %s", ids, want)
 	}
 	if n := idem.Stats().Takeovers; n != 1 {
 		t.Fatalf("%d takeovers, want 1 (a copy refused as a duplicate is none)", n)
@@ -808,7 +819,7 @@ func TestTakeoverCopiesOnce(t *testing.T) {
 	}
 	time.Sleep(3 * lease)
 	if len(runs) != 0 {
-		t.Fatalf("%d more runs of orig", len(runs))
+		t.Fatalf("%d more runs of %s", len(runs), orig)
 	}
 }
 
