@@ -87,7 +87,9 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 // with Execution.Resumed set; when asynq later brings the original back,
 // it is skipped as done. A run whose copy has not begun a Lease on (a
 // backlog ahead of it) is marked taken over again, but gets no second copy
-// while the first is in asynq: asynq refuses its TaskID. An active task of a type this
+// while the first is in asynq: asynq refuses its TaskID. A copy whose own
+// worker died before it began (asynq's lease of it ran out) gets one of
+// the next generation, "<original>~takeover-<token>.2". An active task of a type this
 // middleware handles that has no run record is taken over too once asynq's
 // own lease of it has run out (its worker died before Begin: asynq's
 // server renews the lease of every task it holds, whether or not the

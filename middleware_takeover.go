@@ -293,6 +293,12 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 	}
 	// A first look by the local clock; the script decides by Redis'.
 	now := time.Now().Add(500 * time.Millisecond).UnixMilli()
+	dead := map[string]bool{} // active tasks whose worker is gone (asynq's lease ran out), by queue and id
+	for _, r := range runs {
+		if r.task.IsOrphaned {
+			dead[r.task.Queue+"/"+r.task.ID] = true
+		}
+	}
 	took := 0
 	for n, r := range runs {
 		rec, err := cmds[n].Result()
@@ -320,7 +326,7 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 			if _, ok := i.types.Load(r.task.Type); !ok || !r.task.IsOrphaned {
 				continue
 			}
-			if i.takeOver(ctx, r, token, state == "free") {
+			if i.takeOver(ctx, r, token, state == "free", dead) {
 				took++
 			}
 			continue
@@ -328,7 +334,7 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 		if !ok || (state != "run" && state != "take") || until > now {
 			continue
 		}
-		if i.takeOver(ctx, r, token, false) {
+		if i.takeOver(ctx, r, token, false, dead) {
 			took++
 		}
 	}
@@ -349,8 +355,12 @@ func finalRelease(r activeRun, until int64) bool {
 // any other copy, its task's. The copy's TaskID names the abandoned run
 // (its task's and its token), so a run taken over again while its copy
 // waits in asynq (a backlog ahead of it, no free worker) gets no second
-// copy: asynq refuses the TaskID. It reports whether it enqueued one.
-func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64, failed bool) bool {
+// copy: asynq refuses the TaskID. A copy that dead names (its own worker
+// died before it began: asynq's lease of it ran out) holds its TaskID in
+// asynq until asynq's recovery moves it, a minute or more later; the run
+// gets a copy of the next generation, "<id>.2", "<id>.3", instead. It
+// reports whether it enqueued one.
+func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64, failed bool, dead map[string]bool) bool {
 	lease := i.opts.Lease
 	bucket, field := i.doneOf(r.key)
 	reply, err := takeoverScript.Run(ctx, i.rdb, []string{i.recordKey(r.key), bucket}, strconv.FormatInt(token, 10),
@@ -379,8 +389,11 @@ func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64, fa
 	if failed {
 		retries = max(0, ti.MaxRetry-ti.Retried-1)
 	}
-	opts := []asynq.Option{asynq.Queue(ti.Queue), asynq.MaxRetry(retries),
-		asynq.TaskID(base + takeoverSep + strconv.FormatInt(token, 10))}
+	id := base + takeoverSep + strconv.FormatInt(token, 10)
+	for gen := 2; dead[ti.Queue+"/"+id]; gen++ {
+		id = base + takeoverSep + strconv.FormatInt(token, 10) + "." + strconv.Itoa(gen)
+	}
+	opts := []asynq.Option{asynq.Queue(ti.Queue), asynq.MaxRetry(retries), asynq.TaskID(id)}
 	if ti.Timeout > 0 {
 		opts = append(opts, asynq.Timeout(ti.Timeout))
 	}

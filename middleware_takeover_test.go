@@ -823,6 +823,52 @@ func takeoverCopiesOnce(t *testing.T, orig string) {
 	}
 }
 
+// A copy whose own worker dies before it begins holds its TaskID in asynq
+// until asynq's recovery moves it, a minute or more after its lease ran
+// out. Once that lease has run out, the run, still marked taken over,
+// gets a copy of the next generation, "<original>~takeover-<token>.2",
+// which a live worker runs at once, resumed, and once.
+func TestTakeoverCopyOfDeadCopy(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	q := testQueue(t)
+	const lease = 100 * time.Millisecond
+	// A server without the middleware takes the original, then its first
+	// copy, and dies: it holds both active.
+	started := holdingWorker(t, rdb, q, 2)
+	c := newAsynqClient(t, testAddr)
+	_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID("orig"))
+	must(t, err)
+	wait.Recv(t, started, 30*time.Second, "the original to start")
+	dead := newIdem(t, rdb, IdempotencyOptions{Lease: 20 * time.Millisecond})
+	e, err := dead.Begin(ctx, "orig") // and its worker died
+	must(t, err)
+	idem := newIdem(t, rdb, IdempotencyOptions{Prefix: dead.Prefix(), Lease: lease, TakeoverQueues: []string{q}})
+	idem.Middleware()
+	first := "orig" + takeoverSep + strconv.FormatInt(e.Token, 10)
+	if id := wait.Recv(t, started, 20*time.Second, "the first copy to start"); id != first {
+		t.Fatalf("started %s, want the first copy, %s", id, first)
+	}
+	lapseAsynqLeases(t, rdb, q, true, "orig", first)
+	runs := make(chan string, 16)
+	startAsynq(t, testAddr, q, idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		e, _ := ExecutionFromContext(ctx)
+		id, _ := asynq.GetTaskID(ctx)
+		if !e.Resumed {
+			id += " (not resumed)"
+		}
+		runs <- id
+		return nil
+	})), asynq.Config{IsFailure: IsFailure, RetryDelayFunc: fastRetry})
+	if id := wait.Recv(t, runs, 20*time.Second, "a copy of the next generation to run"); id != first+".2" {
+		t.Fatalf("ran %s, want %s.2, resumed", id, first)
+	}
+	time.Sleep(5 * lease)
+	if len(runs) != 0 {
+		t.Fatalf("%d more runs, the first %s", len(runs), <-runs)
+	}
+}
+
 // A task that a live server without the middleware holds (during a
 // rolling deploy) has no run record, but asynq's lease of it is renewed:
 // it is never taken over, however many passes look, since its copy would
