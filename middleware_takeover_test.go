@@ -669,6 +669,22 @@ func holdingWorker(t *testing.T, rdb redis.UniversalClient, q string, concurrenc
 	return started
 }
 
+// deadRun has a worker without the middleware (holdingWorker, of n
+// workers) take the task id of queue q, and a run of it begin under a
+// 20ms lease whose worker then dies: a run a takeover starts again. It
+// returns the holding worker's starts, the dead run's store and its run.
+func deadRun(t *testing.T, rdb redis.UniversalClient, q, id string, n int) (<-chan string, *Idempotency, *Execution) {
+	t.Helper()
+	started := holdingWorker(t, rdb, q, n)
+	_, err := newAsynqClient(t, testAddr).Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID(id))
+	must(t, err)
+	wait.Recv(t, started, 30*time.Second, "the original to start")
+	dead := newIdem(t, rdb, IdempotencyOptions{Lease: 20 * time.Millisecond})
+	e, err := dead.Begin(ctx, id) // and its worker died
+	must(t, err)
+	return started, dead, e
+}
+
 // lapseAsynqLeases moves asynq's lease of the active tasks ids of queue q
 // to a second ago, as if their worker had died and its last renewal had
 // run out (30 s after it), where asynq's recoverer would move them on
@@ -715,14 +731,7 @@ func TestTakeoverPassesShared(t *testing.T) {
 	rdb := newClient(t)
 	q := testQueue(t)
 	const lease = 400 * time.Millisecond // a pass every 100ms
-	started := holdingWorker(t, rdb, q, 1)
-	c := newAsynqClient(t, testAddr)
-	_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID("orig"))
-	must(t, err)
-	wait.Recv(t, started, 30*time.Second, "the original to start")
-	dead := newIdem(t, rdb, IdempotencyOptions{Lease: 20 * time.Millisecond})
-	_, err = dead.Begin(ctx, "orig") // and its worker died
-	must(t, err)
+	_, dead, _ := deadRun(t, rdb, q, "orig", 1)
 	var same []*Idempotency
 	for range 5 {
 		i := newIdem(t, rdb, IdempotencyOptions{Prefix: dead.Prefix(), Lease: lease, TakeoverQueues: []string{q}})
@@ -776,14 +785,7 @@ func takeoverCopiesOnce(t *testing.T, orig string) {
 	rdb := newClient(t)
 	q := testQueue(t)
 	const lease = 100 * time.Millisecond
-	started := holdingWorker(t, rdb, q, 1) // its one worker holds the original: none is free for the copy
-	c := newAsynqClient(t, testAddr)
-	_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID(orig))
-	must(t, err)
-	wait.Recv(t, started, 30*time.Second, "the original to start")
-	dead := newIdem(t, rdb, IdempotencyOptions{Lease: 20 * time.Millisecond})
-	e, err := dead.Begin(ctx, orig) // and its worker died
-	must(t, err)
+	_, dead, e := deadRun(t, rdb, q, orig, 1) // its one worker holds the original: none is free for the copy
 	idem := newIdem(t, rdb, IdempotencyOptions{Prefix: dead.Prefix(), Lease: lease, TakeoverQueues: []string{q}})
 	idem.Middleware()
 	in := newInspector(t)
@@ -835,14 +837,7 @@ func TestTakeoverCopyOfDeadCopy(t *testing.T) {
 	const lease = 100 * time.Millisecond
 	// A server without the middleware takes the original, then its first
 	// copy, and dies: it holds both active.
-	started := holdingWorker(t, rdb, q, 2)
-	c := newAsynqClient(t, testAddr)
-	_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID("orig"))
-	must(t, err)
-	wait.Recv(t, started, 30*time.Second, "the original to start")
-	dead := newIdem(t, rdb, IdempotencyOptions{Lease: 20 * time.Millisecond})
-	e, err := dead.Begin(ctx, "orig") // and its worker died
-	must(t, err)
+	started, dead, e := deadRun(t, rdb, q, "orig", 2)
 	idem := newIdem(t, rdb, IdempotencyOptions{Prefix: dead.Prefix(), Lease: lease, TakeoverQueues: []string{q}})
 	idem.Middleware()
 	first := "orig" + takeoverSep + strconv.FormatInt(e.Token, 10)
