@@ -389,9 +389,10 @@ func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64, fa
 	if failed {
 		retries = max(0, ti.MaxRetry-ti.Retried-1)
 	}
-	id := base + takeoverSep + strconv.FormatInt(token, 10)
+	first := base + takeoverSep + strconv.FormatInt(token, 10)
+	id := first
 	for gen := 2; dead[ti.Queue+"/"+id]; gen++ {
-		id = base + takeoverSep + strconv.FormatInt(token, 10) + "." + strconv.Itoa(gen)
+		id = first + "." + strconv.Itoa(gen)
 	}
 	opts := []asynq.Option{asynq.Queue(ti.Queue), asynq.MaxRetry(retries), asynq.TaskID(id)}
 	if ti.Timeout > 0 {

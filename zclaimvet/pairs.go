@@ -140,9 +140,15 @@ func (st *analysisState) sweep(r, rm event, body ast.Node) bool {
 		return false
 	}
 	elems := map[types.Object]bool{} // element variables of ranges over held
+	ranged := map[*ast.Ident]bool{}  // held where a range statement ranges over it
 	acts := false                    // a range over held does more than remove
 	ast.Inspect(body, func(n ast.Node) bool {
-		if rs, ok := n.(*ast.RangeStmt); ok && st.refersTo(rs.X, held) {
+		rs, ok := n.(*ast.RangeStmt)
+		if !ok {
+			return true
+		}
+		if x, ok := ast.Unparen(rs.X).(*ast.Ident); ok && st.pass.TypesInfo.Uses[x] == held {
+			ranged[x] = true
 			for _, e := range []ast.Expr{rs.Key, rs.Value} {
 				if id, ok := e.(*ast.Ident); ok && st.pass.TypesInfo.Defs[id] != nil {
 					elems[st.pass.TypesInfo.Defs[id]] = true
@@ -166,7 +172,7 @@ func (st *analysisState) sweep(r, rm event, body ast.Node) bool {
 		case obj == nil || obj != held && !elems[obj]:
 		case within(id, rm.node):
 			removed = true
-		case obj == held && st.rangedOver(body, id):
+		case ranged[id]:
 		default:
 			elsewhere = true
 		}
@@ -207,24 +213,6 @@ func removes(s ast.Stmt, rm ast.Node) bool {
 // within reports whether node n lies inside node outer.
 func within(n, outer ast.Node) bool {
 	return n.Pos() >= outer.Pos() && n.End() <= outer.End()
-}
-
-// refersTo reports whether x is an identifier of obj.
-func (st *analysisState) refersTo(x ast.Expr, obj types.Object) bool {
-	id, ok := ast.Unparen(x).(*ast.Ident)
-	return ok && st.pass.TypesInfo.Uses[id] == obj
-}
-
-// rangedOver reports whether id is what a range statement of body ranges over.
-func (st *analysisState) rangedOver(body ast.Node, id *ast.Ident) bool {
-	found := false
-	ast.Inspect(body, func(n ast.Node) bool {
-		if rs, ok := n.(*ast.RangeStmt); ok && ast.Unparen(rs.X) == id {
-			found = true
-		}
-		return !found
-	})
-	return found
 }
 
 // lockBefore returns the last lock taken among evs (a SET NX), or nil.
