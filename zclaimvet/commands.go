@@ -217,6 +217,8 @@ func (st *analysisState) doCommand(s *fnScope, call *ast.CallExpr, args []ast.Ex
 	if len(args) == 2 && spread {
 		if rest, ok := st.argsBuilt(s, args[1]); ok && len(rest) > 0 {
 			args, spread = append([]ast.Expr{args[0]}, rest...), false
+		} else if rest, more, ok := st.sliceBuilt(s, args[1], call.Pos(), 0); ok && len(rest) > 0 {
+			args, spread = append([]ast.Expr{args[0]}, rest...), more
 		}
 	}
 	for _, cmd := range st.constStrings(s, args[0]) {
@@ -257,6 +259,73 @@ func (st *analysisState) argsBuilt(s *fnScope, e ast.Expr) ([]ast.Expr, bool) {
 		return append(base, x.Args...), ok
 	}
 	return nil, false
+}
+
+// sliceBuilt returns the arguments a local slice holds when it is sent
+// spread at pos (c.Do("ZREM", args...)), as the last value it was given
+// before pos builds it: a literal ([]interface{}{key, id}), or an append to
+// a literal or to the slice itself (args = append(args, ids...)), whose
+// literal's first element is the key. more reports members beyond those
+// returned (an append of a spread slice or of the slice itself, which a
+// loop may repeat). It reports false for anything else.
+func (st *analysisState) sliceBuilt(s *fnScope, e ast.Expr, pos token.Pos, depth int) (args []ast.Expr, more, ok bool) {
+	pass := st.pass
+	id, isID := ast.Unparen(e).(*ast.Ident)
+	if !isID || depth > 8 {
+		return nil, false, false
+	}
+	o := pass.TypesInfo.ObjectOf(id)
+	if _, param := s.params[o]; param || o == nil {
+		return nil, false, false
+	}
+	var last ast.Expr
+	for _, v := range s.values[o] {
+		if v == nil || v.Pos() >= pos {
+			continue
+		}
+		if last == nil || v.Pos() > last.Pos() {
+			last = v
+		}
+	}
+	if last == nil {
+		if d, ok := s.defs[o]; ok && d.Pos() < pos {
+			last = d
+		}
+	}
+	switch x := ast.Unparen(last).(type) {
+	case *ast.CompositeLit:
+		if t := pass.TypesInfo.TypeOf(x); t != nil && isSliceType(t) {
+			return slices.Clone(x.Elts), false, true
+		}
+	case *ast.CallExpr:
+		fn, ok := ast.Unparen(x.Fun).(*ast.Ident)
+		if _, builtin := pass.TypesInfo.Uses[fn].(*types.Builtin); !ok || !builtin || fn.Name != "append" || len(x.Args) == 0 {
+			return nil, false, false
+		}
+		var base []ast.Expr
+		switch b := ast.Unparen(x.Args[0]).(type) {
+		case *ast.CompositeLit:
+			base = slices.Clone(b.Elts)
+		case *ast.Ident:
+			if pass.TypesInfo.ObjectOf(b) != o {
+				return nil, false, false
+			}
+			base, _, ok = st.sliceBuilt(s, b, x.Pos(), depth+1)
+			if !ok {
+				return nil, false, false
+			}
+			more = true
+		default:
+			return nil, false, false
+		}
+		return append(base, x.Args[1:]...), more || x.Ellipsis.IsValid(), true
+	}
+	return nil, false, false
+}
+
+func isSliceType(t types.Type) bool {
+	_, ok := t.Underlying().(*types.Slice)
+	return ok
 }
 
 // doCommandNamed reads command cmd sent with args (args[0] the command;

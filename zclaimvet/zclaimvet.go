@@ -16,7 +16,8 @@
 // read) and pipelines. It knows go-redis (v9 down to v6, and v5 to v2 from
 // gopkg.in/redis.vN, those before v8 without a context: the typed
 // methods, ZRangeArgs with ByScore, Pipelined, TxPipelined, Watch, and Do),
-// redigo (Do, Send, MULTI/EXEC, WATCH, and arguments built with Args),
+// redigo (Do, Send, MULTI/EXEC, WATCH, and arguments built with Args or
+// in a slice sent spread),
 // radix v3 and v4 (Cmd and FlatCmd, their replies read into a receiver,
 // and MULTI/EXEC), and rueidis and valkey-go (commands from the client's
 // builder, sent with Do, DoCache or DoMulti; MULTI/EXEC within a DoMulti;

@@ -213,6 +213,39 @@ func argsFlat(c redigo.Conn, q struct{ Key string }) {
 	c.Do("ZREM", redigo.Args{}.AddFlat(q).Add(ids[0])...)
 }
 
+// A slice of arguments built for a spread ZREM: a literal that holds the
+// key, then the members appended (the usual way to remove a batch with
+// redigo), or the members gathered first and the key put in front.
+func sliceZRem(c redigo.Conn, key string) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", 100)) // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at shapes.go:`
+	args := []interface{}{key}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	c.Do("ZREM", args...)
+	runAll(ids)
+}
+
+func sliceKeyFirst(c redigo.Conn, key string) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", 100)) // want `racy poller`
+	due := make([]interface{}, 0)
+	for _, id := range ids {
+		due = append(due, id)
+	}
+	due = append([]interface{}{key}, due...)
+	c.Do("ZREM", due...)
+	runAll(ids)
+}
+
+// Their twin removes from another set: nothing to report.
+func sliceOtherKey(c redigo.Conn, key string) { // want sliceOtherKey:`read ⟨p1⟩, rm "seen"`
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", 100))
+	args := []interface{}{"seen"}
+	args = append(args, ids)
+	c.Do("ZREM", args...)
+	runAll(ids)
+}
+
 func errOnly(rdb *redis.Client, key string) {
 	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() { // want `racy poller`
 		if err := rdb.ZRem(ctx, key, id).Err(); err != nil {
