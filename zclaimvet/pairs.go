@@ -5,7 +5,6 @@ package zclaimvet
 
 import (
 	"go/ast"
-	"go/token"
 	"go/types"
 	"slices"
 	"strings"
@@ -114,100 +113,6 @@ func (st *analysisState) pairLater(evs []event, i int, paired map[int]bool) {
 		}
 		return
 	}
-}
-
-// sweep reports whether read r, a call in body, holds the members it read
-// in a variable that body uses only as arguments of removal rm (a call in
-// body too), or ranges over with element variables used only there: the
-// members go nowhere but back to Redis, so two workers that read the same
-// one run nothing twice (an expiry sweep that reads, then removes).
-func (st *analysisState) sweep(r, rm event, body ast.Node) bool {
-	if r.callee != nil || rm.callee != nil || body == nil {
-		return false
-	}
-	var held types.Object // the variable r's statement puts the members in
-	ast.Inspect(body, func(n ast.Node) bool {
-		as, ok := n.(*ast.AssignStmt)
-		if !ok || held != nil || len(as.Rhs) != 1 || !within(r.node, as.Rhs[0]) {
-			return held == nil
-		}
-		if id, ok := as.Lhs[0].(*ast.Ident); ok {
-			held = st.pass.TypesInfo.ObjectOf(id)
-		}
-		return false
-	})
-	if held == nil {
-		return false
-	}
-	elems := map[types.Object]bool{} // element variables of ranges over held
-	ranged := map[*ast.Ident]bool{}  // held where a range statement ranges over it
-	acts := false                    // a range over held does more than remove
-	ast.Inspect(body, func(n ast.Node) bool {
-		rs, ok := n.(*ast.RangeStmt)
-		if !ok {
-			return true
-		}
-		if x, ok := ast.Unparen(rs.X).(*ast.Ident); ok && st.pass.TypesInfo.Uses[x] == held {
-			ranged[x] = true
-			for _, e := range []ast.Expr{rs.Key, rs.Value} {
-				if id, ok := e.(*ast.Ident); ok && st.pass.TypesInfo.Defs[id] != nil {
-					elems[st.pass.TypesInfo.Defs[id]] = true
-				}
-			}
-			acts = acts || slices.ContainsFunc(rs.Body.List, func(s ast.Stmt) bool { return !removes(s, rm.node) })
-		}
-		return true
-	})
-	if acts {
-		return false
-	}
-	removed, elsewhere := false, false
-	ast.Inspect(body, func(n ast.Node) bool {
-		id, ok := n.(*ast.Ident)
-		if !ok || elsewhere {
-			return !elsewhere
-		}
-		obj := st.pass.TypesInfo.Uses[id]
-		switch {
-		case obj == nil || obj != held && !elems[obj]:
-		case within(id, rm.node):
-			removed = true
-		case ranged[id]:
-		default:
-			elsewhere = true
-		}
-		return true
-	})
-	return removed && !elsewhere
-}
-
-// removes reports whether statement s of a range body only removes (the
-// statement that sends rm) or adds up what the removal answered (an
-// assignment that calls nothing and receives from no channel): a body that
-// does anything else for each member, even return, acts on what it read.
-func removes(s ast.Stmt, rm ast.Node) bool {
-	switch s.(type) {
-	case *ast.ExprStmt, *ast.AssignStmt, *ast.IncDecStmt:
-	default:
-		return false
-	}
-	if within(rm, s) {
-		return true
-	}
-	if _, ok := s.(*ast.ExprStmt); ok {
-		return false
-	}
-	quiet := true
-	ast.Inspect(s, func(n ast.Node) bool {
-		switch x := n.(type) {
-		case *ast.CallExpr:
-			quiet = false
-		case *ast.UnaryExpr:
-			quiet = quiet && x.Op != token.ARROW
-		}
-		return quiet
-	})
-	return quiet
 }
 
 // within reports whether node n lies inside node outer.

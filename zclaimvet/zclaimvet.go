@@ -35,8 +35,9 @@
 // own. A read whose members
 // are thrown away (the first value to _, or only its Err) is no poll, and
 // neither is a sweep: a read whose members, held in a variable, go
-// nowhere but into the removal (directly, or through a range whose body
-// only removes and adds up the counts), so that nothing runs on them.
+// nowhere but back to Redis (the removal, other reads and removals of
+// them or of keys named from them, through ranges that do nothing else
+// and add up counts), so that nothing runs on them.
 // Reports are at the read, and name the removal's position.
 //
 //	go run github.com/zclaim/zclaim/cmd/zclaimvet@latest ./...

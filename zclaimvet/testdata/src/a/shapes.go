@@ -455,6 +455,7 @@ func commandInVar(c redigo.Conn, key string, desc bool) { // want commandInVar:`
 	for _, id := range ids {
 		if n, _ := redigo.Int(c.Do("ZSCORE", key, id)); n < int(time.Now().Unix()) {
 			c.Do("ZREM", key, id)
+			run(id)
 		}
 	}
 }
@@ -776,6 +777,35 @@ func sweepExpired(rdb *redis.Client, key string) int64 {
 func sweepAll(rdb *redis.Client, key string) {
 	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val()
 	rdb.ZRem(ctx, key, ids)
+}
+
+// A sweep of sessions: their ids are read, each session's key is looked
+// at and deleted, and the count of what went is returned. Its twin
+// publishes each id it removes.
+func sweepSessions(rdb *redis.Client, key string) (int64, error) {
+	ids, err := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "100"}).Result()
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	var n int64
+	for _, id := range ids {
+		if rdb.Exists(ctx, sessionKey(id)).Val() == 0 {
+			continue
+		}
+		n += rdb.Del(ctx, sessionKey(id)).Val()
+	}
+	return n + rdb.ZRem(ctx, key, ids).Val(), nil
+}
+
+func sessionKey(id string) string { return fmt.Sprintf("session:%s", id) }
+
+func sweepPublished(rdb *redis.Client, key string) int64 {
+	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "100"}).Val() // want `racy poller`
+	for _, id := range ids {
+		rdb.Del(ctx, sessionKey(id))
+		rdb.Publish(ctx, "expired", id)
+	}
+	return rdb.ZRem(ctx, key, ids).Val()
 }
 
 func takeToken(rdb *redis.Client, key string) bool {

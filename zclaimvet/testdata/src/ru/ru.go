@@ -3,6 +3,8 @@ package ru
 
 import (
 	"context"
+	"encoding/json"
+	"log"
 	"strconv"
 
 	"github.com/redis/rueidis"
@@ -171,6 +173,9 @@ func dedicated(c rueidis.Client, key string) error {
 			return err
 		}
 		d.DoMulti(ctx, d.B().Zrem().Key(key).Member(ids...).Build())
+		for _, id := range ids {
+			run(id)
+		}
 		return nil
 	})
 }
@@ -198,4 +203,78 @@ func compat(c rueidiscompat.Compat) {
 func compatDo(c rueidiscompat.Compat, ids []string) {
 	c.Do(ctx, "ZRANGEBYSCORE", "delay", "-inf", "100") // want `racy poller`
 	c.Do(ctx, "ZREM", "delay", ids[0])
+}
+
+// An expiry sweep of an index: the members read are keys, read with MGET
+// and deleted with their entries in this index and in another one named
+// from their values, in one pipeline. Nothing leaves Redis, so two sweeps
+// run nothing twice between them. Its twins act: one pushes each key to a
+// list, one runs each value read, one names the other index through a
+// function that logs.
+func sweepIndex(c rueidis.Client, key string, cutoff int64) (int64, error) {
+	var removed int64
+	keys, err := c.Do(ctx, c.B().Zrangebyscore().Key(key).Min("-inf").Max(strconv.FormatInt(cutoff, 10)).Limit(0, 100).Build()).AsStrSlice()
+	if err != nil {
+		return removed, err
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	values, err := c.Do(ctx, c.B().Mget().Key(keys...).Build()).ToArray()
+	if err != nil {
+		return removed, err
+	}
+	cmds := make(rueidis.Commands, 0, len(keys)*3)
+	for i, k := range keys {
+		cmds = append(cmds, c.B().Del().Key(k).Build(), c.B().Zrem().Key(key).Member(k).Build())
+		raw, err := values[i].ToString()
+		if err == nil && raw != "" {
+			var v struct{ Trace string }
+			if json.Unmarshal([]byte(raw), &v) == nil {
+				cmds = append(cmds, c.B().Zrem().Key(traceKey(v.Trace)).Member(k).Build())
+			}
+		}
+		removed++
+	}
+	for _, resp := range c.DoMulti(ctx, cmds...) {
+		if err := resp.Error(); err != nil {
+			return removed, err
+		}
+	}
+	return removed, nil
+}
+
+func traceKey(id string) string { return "trace:" + id }
+
+func sweepPushed(c rueidis.Client, key string) {
+	keys, _ := c.Do(ctx, c.B().Zrangebyscore().Key(key).Min("-inf").Max("100").Build()).AsStrSlice() // want `racy poller`
+	cmds := make(rueidis.Commands, 0, len(keys)*2)
+	for _, k := range keys {
+		cmds = append(cmds, c.B().Zrem().Key(key).Member(k).Build(), c.B().Lpush().Key("ready").Element(k).Build())
+	}
+	c.DoMulti(ctx, cmds...)
+}
+
+func sweepRunsValues(c rueidis.Client, key string) {
+	keys, _ := c.Do(ctx, c.B().Zrangebyscore().Key(key).Min("-inf").Max("100").Build()).AsStrSlice() // want `racy poller`
+	values, _ := c.Do(ctx, c.B().Mget().Key(keys...).Build()).ToArray()
+	c.Do(ctx, c.B().Zrem().Key(key).Member(keys...).Build())
+	for _, v := range values {
+		raw, _ := v.ToString()
+		run(raw)
+	}
+}
+
+func sweepLoggedKey(c rueidis.Client, key string) {
+	keys, _ := c.Do(ctx, c.B().Zrangebyscore().Key(key).Min("-inf").Max("100").Build()).AsStrSlice() // want `racy poller`
+	cmds := make(rueidis.Commands, 0, len(keys))
+	for _, k := range keys {
+		cmds = append(cmds, c.B().Zrem().Key(key).Member(k).Build(), c.B().Del().Key(loggedKey(k)).Build())
+	}
+	c.DoMulti(ctx, cmds...)
+}
+
+func loggedKey(member string) string {
+	log.Print("expired ", member)
+	return "job:" + member
 }

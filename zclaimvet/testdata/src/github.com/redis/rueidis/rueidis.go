@@ -10,10 +10,15 @@ type Commands []Completed
 
 type RedisResult struct{}
 
-func (RedisResult) Error() error                  { return nil }
-func (RedisResult) AsStrSlice() ([]string, error) { return nil, nil }
-func (RedisResult) AsInt64() (int64, error)       { return 0, nil }
-func (RedisResult) AsBool() (bool, error)         { return false, nil }
+func (RedisResult) Error() error                     { return nil }
+func (RedisResult) AsStrSlice() ([]string, error)    { return nil, nil }
+func (RedisResult) AsInt64() (int64, error)          { return 0, nil }
+func (RedisResult) AsBool() (bool, error)            { return false, nil }
+func (RedisResult) ToArray() ([]RedisMessage, error) { return nil, nil }
+
+type RedisMessage struct{}
+
+func (RedisMessage) ToString() (string, error) { return "", nil }
 
 type Client interface {
 	B() Builder
@@ -41,11 +46,13 @@ func (Builder) Zremrangebyscore() Step { return Step{} }
 func (Builder) Set() Step              { return Step{} }
 func (Builder) Lpop() Step             { return Step{} }
 func (Builder) Del() Step              { return Step{} }
+func (Builder) Mget() Step             { return Step{} }
+func (Builder) Lpush() Step            { return Step{} }
 func (Builder) Multi() Step            { return Step{} }
 func (Builder) Exec() Step             { return Step{} }
 func (Builder) Watch() Step            { return Step{} }
 
-func (Step) Key(string) Step         { return Step{} }
+func (Step) Key(...string) Step      { return Step{} }
 func (Step) Min(string) Step         { return Step{} }
 func (Step) Max(string) Step         { return Step{} }
 func (Step) Limit(int64, int64) Step { return Step{} }
@@ -53,4 +60,5 @@ func (Step) Byscore() Step           { return Step{} }
 func (Step) Member(...string) Step   { return Step{} }
 func (Step) Value(string) Step       { return Step{} }
 func (Step) Nx() Step                { return Step{} }
+func (Step) Element(...string) Step  { return Step{} }
 func (Step) Build() Completed        { return Completed{} }

@@ -121,3 +121,7 @@ type FloatCmd struct{}
 func (FloatCmd) Val() float64 { return 0 }
 
 func (cmdable) ZScore(ctx context.Context, key, member string) *FloatCmd { return nil }
+
+func (cmdable) Exists(ctx context.Context, keys ...string) *IntCmd           { return nil }
+func (cmdable) Del(ctx context.Context, keys ...string) *IntCmd              { return nil }
+func (cmdable) Publish(ctx context.Context, channel string, msg any) *IntCmd { return nil }

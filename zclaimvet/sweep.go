@@ -1,0 +1,394 @@
+package zclaimvet
+
+// Sweeps: a read whose members go nowhere but back to Redis, to be read or
+// removed (an expiry sweep of an index, say). Two workers that read the same
+// member then run nothing twice between them, so the pair is not reported.
+
+import (
+	"go/ast"
+	"go/constant"
+	"go/token"
+	"go/types"
+	"strings"
+)
+
+// countCmds remove and answer a count; readCmds answer what they read.
+// Neither writes a member anywhere or hands it on: they are quiet.
+var (
+	countCmds = map[string]bool{
+		"DEL": true, "UNLINK": true, "ZREM": true, "ZREMRANGEBYSCORE": true, "ZREMRANGEBYRANK": true,
+		"HDEL": true, "SREM": true, "LREM": true,
+	}
+	readCmds = map[string]bool{
+		"GET": true, "MGET": true, "HGET": true, "HMGET": true, "HGETALL": true, "EXISTS": true, "TTL": true,
+		"PTTL": true, "ZSCORE": true, "ZMSCORE": true, "TYPE": true, "STRLEN": true, "HEXISTS": true, "SISMEMBER": true,
+	}
+)
+
+// quietPkgs hold functions that compute and have no effect outside the
+// program (fmt is quiet only for its Sprint and Errorf functions).
+var quietPkgs = map[string]bool{
+	"strings": true, "strconv": true, "bytes": true, "errors": true, "encoding/json": true,
+	"encoding/base64": true, "encoding/hex": true, "unicode/utf8": true, "math": true, "time": true,
+	"context": true, "slices": true, "maps": true, "sort": true,
+}
+
+// sweep reports whether read r and removal rm, calls in body, are a
+// sweep: r puts its members in a variable, and they, and what is computed
+// of them or read from Redis with them, go nowhere but back to Redis:
+//   - only into quiet statements, whose every call is quiet (rm, other
+//     reads and removals, builders of such commands, len, append,
+//     conversions, decoding, a function of the package that only returns
+//     a quiet expression, such as a key's name);
+//   - a range over them does nothing but such statements, ifs of them,
+//     continue and break;
+//   - a return outside such a range returns a count that a removal
+//     answered, if anything of them;
+//   - one of them goes into rm, or into a removal that rm sends.
+//
+// Anything else acts on a member, and r is a poll: a return in such a
+// range or of a member, a go or defer statement, a send on a channel, a
+// write (a push to another key), a log line, a call of anything else.
+func (st *analysisState) sweep(r, rm event, body ast.Node) bool {
+	if r.callee != nil || rm.callee != nil || body == nil {
+		return false
+	}
+	info := st.pass.TypesInfo
+	var held types.Object // the variable r's statement puts the members in
+	ast.Inspect(body, func(n ast.Node) bool {
+		as, ok := n.(*ast.AssignStmt)
+		if !ok || held != nil || len(as.Rhs) != 1 || !within(r.node, as.Rhs[0]) {
+			return held == nil
+		}
+		if id, ok := as.Lhs[0].(*ast.Ident); ok {
+			held = info.ObjectOf(id)
+		}
+		return false
+	})
+	if held == nil {
+		return false
+	}
+	blk, ok := body.(*ast.BlockStmt)
+	if !ok {
+		return false
+	}
+	tainted := st.tainted(body, held)
+	mentions := func(n ast.Node) bool { return mentionsAny(info, tainted, n) }
+	removed := false // a member goes into rm, or into a removal that rm sends (built for a pipeline)
+	ast.Inspect(body, func(m ast.Node) bool {
+		if c, ok := m.(*ast.CallExpr); ok && !removed {
+			removed = (c == rm.node || removeCmds[st.chainCmd(c)]) && mentions(c)
+		}
+		return !removed
+	})
+	return removed && st.quietUses(blk.List, mentions, false)
+}
+
+// tainted returns held and every local given a value computed from it, or
+// read from Redis with it, in body (a range's element variables, a
+// pointer handed to a call of it: json.Unmarshal(raw, &v)). An error, a
+// count that a removal answered and a built rueidis command are no value
+// of a member (what such a command sends is judged where it is built).
+func (st *analysisState) tainted(body ast.Node, held types.Object) map[types.Object]bool {
+	info := st.pass.TypesInfo
+	tainted := map[types.Object]bool{held: true}
+	uses := func(n ast.Node) bool { return mentionsAny(info, tainted, n) }
+	for changed := true; changed; {
+		changed = false
+		mark := func(e ast.Expr) {
+			id, ok := ast.Unparen(e).(*ast.Ident)
+			if !ok || id.Name == "_" {
+				return
+			}
+			o := info.ObjectOf(id)
+			if o == nil || tainted[o] || isBuiltCmd(o.Type()) || isError(o.Type()) {
+				return
+			}
+			tainted[o], changed = true, true
+		}
+		ast.Inspect(body, func(n ast.Node) bool {
+			switch x := n.(type) {
+			case *ast.AssignStmt:
+				for _, r := range x.Rhs {
+					if uses(r) && !st.countOnly(r) {
+						for _, l := range x.Lhs {
+							mark(l)
+						}
+					}
+				}
+			case *ast.RangeStmt:
+				if uses(x.X) {
+					mark(x.Key)
+					mark(x.Value)
+				}
+			case *ast.ValueSpec:
+				for _, v := range x.Values {
+					if uses(v) {
+						for _, n := range x.Names {
+							mark(n)
+						}
+					}
+				}
+			case *ast.CallExpr:
+				if uses(x) {
+					for _, a := range x.Args {
+						if u, ok := ast.Unparen(a).(*ast.UnaryExpr); ok && u.Op == token.AND {
+							mark(u.X)
+						}
+					}
+				}
+			}
+			return true
+		})
+	}
+	return tainted
+}
+
+// countOnly reports an expression whose Redis commands all remove: what
+// it answers is a count, no member.
+func (st *analysisState) countOnly(e ast.Expr) bool {
+	removes, reads := false, false
+	ast.Inspect(e, func(m ast.Node) bool {
+		if c, ok := m.(*ast.CallExpr); ok {
+			if cmd, _ := st.redisCmd(c); cmd != "" {
+				removes = removes || countCmds[cmd]
+				reads = reads || !countCmds[cmd]
+			}
+		}
+		return true
+	})
+	return removes && !reads
+}
+
+// mentionsAny reports whether n uses any of objs.
+func mentionsAny(info *types.Info, objs map[types.Object]bool, n ast.Node) bool {
+	found := false
+	if n != nil {
+		ast.Inspect(n, func(m ast.Node) bool {
+			if id, ok := m.(*ast.Ident); ok && objs[info.Uses[id]] {
+				found = true
+			}
+			return !found
+		})
+	}
+	return found
+}
+
+// isBuiltCmd reports a rueidis or valkey-go command built to be sent, or a
+// slice of them.
+func isBuiltCmd(t types.Type) bool {
+	if sl, ok := t.Underlying().(*types.Slice); ok {
+		t = sl.Elem()
+	}
+	named, ok := types.Unalias(t).(*types.Named)
+	return ok && named.Obj().Pkg() != nil && isRueidis(named.Obj().Pkg().Path()) &&
+		(named.Obj().Name() == "Completed" || named.Obj().Name() == "Cacheable")
+}
+
+// quietUses reports whether stmts use the members (mentions) only in quiet
+// statements; inRange: stmts are the body of a range over them, where
+// every statement must be quiet, whatever it uses.
+func (st *analysisState) quietUses(stmts []ast.Stmt, mentions func(ast.Node) bool, inRange bool) bool {
+	for _, s := range stmts {
+		if !st.quietUse(s, mentions, inRange) {
+			return false
+		}
+	}
+	return true
+}
+
+func (st *analysisState) quietUse(s ast.Stmt, mentions func(ast.Node) bool, inRange bool) bool {
+	header := func(ns ...ast.Node) bool {
+		for _, n := range ns {
+			if n != nil && (inRange || mentions(n)) && !st.quietNode(n) {
+				return false
+			}
+		}
+		return true
+	}
+	switch x := s.(type) {
+	case *ast.ExprStmt, *ast.AssignStmt, *ast.IncDecStmt, *ast.DeclStmt:
+		return !(inRange || mentions(x)) || st.quietNode(x)
+	case *ast.BranchStmt:
+		return x.Tok == token.CONTINUE || x.Tok == token.BREAK || !inRange
+	case *ast.EmptyStmt:
+		return true
+	case *ast.BlockStmt:
+		return st.quietUses(x.List, mentions, inRange)
+	case *ast.IfStmt:
+		ok := (x.Init == nil || st.quietUse(x.Init, mentions, inRange)) && header(x.Cond) &&
+			st.quietUses(x.Body.List, mentions, inRange)
+		return ok && (x.Else == nil || st.quietUse(x.Else, mentions, inRange))
+	case *ast.RangeStmt:
+		if mentions(x.X) {
+			return st.quietNode(x.X) && st.quietUses(x.Body.List, mentions, true)
+		}
+		return header(x.X) && st.quietUses(x.Body.List, mentions, inRange)
+	case *ast.ForStmt:
+		ok := (x.Init == nil || st.quietUse(x.Init, mentions, inRange)) && header(x.Cond) &&
+			(x.Post == nil || st.quietUse(x.Post, mentions, inRange))
+		return ok && st.quietUses(x.Body.List, mentions, inRange || mentions(x.Cond))
+	case *ast.ReturnStmt:
+		if inRange {
+			return false // a member taken: it acts
+		}
+		for _, r := range x.Results {
+			if mentions(r) && !(st.countOnly(r) && st.quietNode(r)) {
+				return false
+			}
+		}
+		return true
+	}
+	return !(inRange || mentions(s)) // go, defer, send, select, switch: they act
+}
+
+// quietNode reports whether every call in n is quiet.
+func (st *analysisState) quietNode(n ast.Node) bool {
+	quiet := true
+	ast.Inspect(n, func(m ast.Node) bool {
+		switch x := m.(type) {
+		case *ast.CallExpr:
+			quiet = quiet && st.quietCall(x, 0)
+		case *ast.FuncLit:
+			quiet = false
+		case *ast.UnaryExpr:
+			quiet = quiet && x.Op != token.ARROW
+		}
+		return quiet
+	})
+	return quiet
+}
+
+// quietCall reports a call that neither writes to Redis nor acts outside
+// the program: see sweep.
+func (st *analysisState) quietCall(call *ast.CallExpr, depth int) bool {
+	info := st.pass.TypesInfo
+	if tv, ok := info.Types[call.Fun]; ok && tv.IsType() {
+		return true // a conversion
+	}
+	var obj types.Object
+	switch f := ast.Unparen(call.Fun).(type) {
+	case *ast.Ident:
+		obj = info.Uses[f]
+	case *ast.SelectorExpr:
+		obj = info.Uses[f.Sel]
+	}
+	switch o := obj.(type) {
+	case *types.Builtin:
+		switch o.Name() {
+		case "append", "len", "cap", "make", "copy", "min", "max", "new":
+			return true
+		}
+	case *types.Func:
+		if o.Pkg() == nil {
+			return false
+		}
+		if cmd, client := st.redisCmd(call); client {
+			return cmd == "" || countCmds[cmd] || readCmds[cmd]
+		}
+		path, name := o.Pkg().Path(), o.Name()
+		switch {
+		case quietPkgs[path]:
+			return true
+		case path == "fmt":
+			return strings.HasPrefix(name, "Sprint") || name == "Errorf"
+		case o.Pkg() == st.pass.Pkg && depth < 3:
+			return st.quietFunc(o, depth+1)
+		}
+	}
+	return false
+}
+
+// chainCmd returns the command of the chain of calls that ends in call:
+// rdb.ZRem(ctx, key, id).Result(), c.B().Zrem().Key(key).Member(id).Build().
+func (st *analysisState) chainCmd(call *ast.CallExpr) string {
+	for {
+		if cmd, _ := st.redisCmd(call); cmd != "" {
+			return cmd
+		}
+		sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr)
+		if !ok {
+			return ""
+		}
+		if call, ok = ast.Unparen(sel.X).(*ast.CallExpr); !ok {
+			return ""
+		}
+	}
+}
+
+// redisCmd returns the command call sends or builds, upper case: a
+// go-redis client method's, a redigo or go-redis Do's by its constant name
+// ("?" when it has none), a rueidis builder's; "" for another call of a
+// client (a reply's method, a builder's argument, rueidis' Do). client
+// reports a call of a Redis client's package.
+func (st *analysisState) redisCmd(call *ast.CallExpr) (cmd string, client bool) {
+	sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr)
+	if !ok {
+		return "", false
+	}
+	o, ok := st.pass.TypesInfo.Uses[sel.Sel].(*types.Func)
+	if !ok || o.Pkg() == nil {
+		return "", false
+	}
+	path, name := o.Pkg().Path(), o.Name()
+	recv := ""
+	if sig, ok := o.Type().(*types.Signature); ok && sig.Recv() != nil {
+		t := types.Unalias(sig.Recv().Type())
+		if p, ok := t.(*types.Pointer); ok {
+			t = types.Unalias(p.Elem())
+		}
+		if named, ok := t.(*types.Named); ok {
+			recv = named.Obj().Name()
+		}
+	}
+	named := func(i int) string {
+		if len(call.Args) > i {
+			if tv, ok := st.pass.TypesInfo.Types[call.Args[i]]; ok && tv.Value != nil && tv.Value.Kind() == constant.String {
+				return strings.ToUpper(constant.StringVal(tv.Value))
+			}
+		}
+		return "?"
+	}
+	switch {
+	case isRedigo(path):
+		if name == "Do" || name == "Send" {
+			return named(0), true
+		}
+		return "", true
+	case isRueidis(path):
+		if recv == "Builder" {
+			return strings.ToUpper(name), true
+		}
+		return "", true
+	case isGoRedis(path):
+		switch {
+		case strings.HasSuffix(recv, "Cmd") || recv == "":
+			return "", true
+		case name == "Do":
+			return named(1), true
+		}
+		return strings.ToUpper(name), true
+	}
+	return "", false
+}
+
+// quietFunc reports a function of this package whose body only returns
+// quiet expressions (a key's name: return "trace:" + id).
+func (st *analysisState) quietFunc(fn *types.Func, depth int) bool {
+	fd := st.decls[fn]
+	if fd == nil || fd.Body == nil || len(fd.Body.List) != 1 {
+		return false
+	}
+	ret, ok := fd.Body.List[0].(*ast.ReturnStmt)
+	if !ok {
+		return false
+	}
+	quiet := true
+	ast.Inspect(ret, func(m ast.Node) bool {
+		if c, ok := m.(*ast.CallExpr); ok {
+			quiet = quiet && st.quietCall(c, depth)
+		}
+		return quiet
+	})
+	return quiet
+}
