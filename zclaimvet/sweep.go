@@ -44,13 +44,16 @@ var quietPkgs = map[string]bool{
 //     continue and break;
 //   - a return outside such a range returns a count that a removal
 //     answered, if anything of them;
-//   - one of them goes into rm, or into a removal that rm sends.
+//   - one of them goes into rm, or into a removal that rm sends; where rm
+//     is a helper's of the package, the helper is handed them and sweeps
+//     them by the same rule (helperSweeps).
 //
 // Anything else acts on a member, and r is a poll: a return in such a
 // range or of a member, a go or defer statement, a send on a channel, a
 // write (a push to another key), a log line, a call of anything else.
 func (st *analysisState) sweep(r, rm event, body ast.Node) bool {
-	if r.callee != nil || rm.callee != nil || body == nil {
+	blk, ok := body.(*ast.BlockStmt)
+	if r.callee != nil || !ok {
 		return false
 	}
 	info := st.pass.TypesInfo
@@ -68,30 +71,94 @@ func (st *analysisState) sweep(r, rm event, body ast.Node) bool {
 	if held == nil {
 		return false
 	}
-	blk, ok := body.(*ast.BlockStmt)
-	if !ok {
+	sw := &sweeper{st: st, tainted: st.tainted(body, held)}
+	if rm.callee != nil {
+		// A helper of the package removes: it is handed members, and
+		// sweeps them itself; its call is quiet here.
+		call, ok := rm.node.(*ast.CallExpr)
+		if !ok || !st.helperSweeps(call, rm.callee, sw.tainted) {
+			return false
+		}
+		sw.helper = call
+		return sw.quietUses(blk.List, false)
+	}
+	return sw.removes(body, rm.node) && sw.quietUses(blk.List, false)
+}
+
+// helperSweeps reports whether fn, a function of this package that call
+// hands members (tainted) to, sweeps them: the parameters given them go
+// only into quiet statements in its body, one into a removal, and it
+// returns nothing but errors and integers.
+func (st *analysisState) helperSweeps(call *ast.CallExpr, fn *types.Func, tainted map[types.Object]bool) bool {
+	info := st.pass.TypesInfo
+	fd := st.decls[fn]
+	sig, ok := fn.Type().(*types.Signature)
+	if fd == nil || fd.Body == nil || !ok {
 		return false
 	}
-	tainted := st.tainted(body, held)
-	mentions := func(n ast.Node) bool { return mentionsAny(info, tainted, n) }
-	removed := false // a member goes into rm, or into a removal that rm sends (built for a pipeline)
+	for i := range sig.Results().Len() {
+		t := sig.Results().At(i).Type()
+		b, isBasic := t.Underlying().(*types.Basic)
+		if !isError(t) && !(isBasic && b.Info()&types.IsInteger != 0) {
+			return false
+		}
+	}
+	var params []*ast.Ident
+	for _, f := range fd.Type.Params.List {
+		params = append(params, f.Names...)
+	}
+	var seeds []types.Object
+	for i, a := range call.Args {
+		if !mentionsAny(info, tainted, a) {
+			continue
+		}
+		if i >= len(params) || params[i].Name == "_" {
+			return false // unnamed, or one of a variadic parameter's
+		}
+		seeds = append(seeds, info.Defs[params[i]])
+	}
+	if len(seeds) == 0 {
+		return false
+	}
+	sw := &sweeper{st: st, tainted: st.tainted(fd.Body, seeds...)}
+	return sw.removes(fd.Body, nil) && sw.quietUses(fd.Body.List, false)
+}
+
+// sweeper judges the statements of one function that hold members read
+// by a sweep (tainted).
+type sweeper struct {
+	st      *analysisState
+	tainted map[types.Object]bool
+	helper  *ast.CallExpr // a call of a helper that sweeps the members it is handed: quiet
+}
+
+func (sw *sweeper) mentions(n ast.Node) bool { return mentionsAny(sw.st.pass.TypesInfo, sw.tainted, n) }
+
+// removes reports a member going into removal rm, or into any removal of a
+// sorted set in body (one that rm sends, built for a pipeline; one of a
+// helper's).
+func (sw *sweeper) removes(body ast.Node, rm ast.Node) bool {
+	removed := false
 	ast.Inspect(body, func(m ast.Node) bool {
 		if c, ok := m.(*ast.CallExpr); ok && !removed {
-			removed = (c == rm.node || removeCmds[st.chainCmd(c)]) && mentions(c)
+			removed = (c == rm || removeCmds[sw.st.chainCmd(c)]) && sw.mentions(c)
 		}
 		return !removed
 	})
-	return removed && st.quietUses(blk.List, mentions, false)
+	return removed
 }
 
-// tainted returns held and every local given a value computed from it, or
+// tainted returns seeds and every local given a value computed from it, or
 // read from Redis with it, in body (a range's element variables, a
 // pointer handed to a call of it: json.Unmarshal(raw, &v)). An error, a
 // count that a removal answered and a built rueidis command are no value
 // of a member (what such a command sends is judged where it is built).
-func (st *analysisState) tainted(body ast.Node, held types.Object) map[types.Object]bool {
+func (st *analysisState) tainted(body ast.Node, seeds ...types.Object) map[types.Object]bool {
 	info := st.pass.TypesInfo
-	tainted := map[types.Object]bool{held: true}
+	tainted := map[types.Object]bool{}
+	for _, o := range seeds {
+		tainted[o] = true
+	}
 	uses := func(n ast.Node) bool { return mentionsAny(info, tainted, n) }
 	for changed := true; changed; {
 		changed = false
@@ -185,22 +252,22 @@ func isBuiltCmd(t types.Type) bool {
 		(named.Obj().Name() == "Completed" || named.Obj().Name() == "Cacheable")
 }
 
-// quietUses reports whether stmts use the members (mentions) only in quiet
+// quietUses reports whether stmts use the members only in quiet
 // statements; inRange: stmts are the body of a range over them, where
 // every statement must be quiet, whatever it uses.
-func (st *analysisState) quietUses(stmts []ast.Stmt, mentions func(ast.Node) bool, inRange bool) bool {
+func (sw *sweeper) quietUses(stmts []ast.Stmt, inRange bool) bool {
 	for _, s := range stmts {
-		if !st.quietUse(s, mentions, inRange) {
+		if !sw.quietUse(s, inRange) {
 			return false
 		}
 	}
 	return true
 }
 
-func (st *analysisState) quietUse(s ast.Stmt, mentions func(ast.Node) bool, inRange bool) bool {
+func (sw *sweeper) quietUse(s ast.Stmt, inRange bool) bool {
 	header := func(ns ...ast.Node) bool {
 		for _, n := range ns {
-			if n != nil && (inRange || mentions(n)) && !st.quietNode(n) {
+			if n != nil && (inRange || sw.mentions(n)) && !sw.quietNode(n) {
 				return false
 			}
 		}
@@ -208,47 +275,47 @@ func (st *analysisState) quietUse(s ast.Stmt, mentions func(ast.Node) bool, inRa
 	}
 	switch x := s.(type) {
 	case *ast.ExprStmt, *ast.AssignStmt, *ast.IncDecStmt, *ast.DeclStmt:
-		return !(inRange || mentions(x)) || st.quietNode(x)
+		return !(inRange || sw.mentions(x)) || sw.quietNode(x)
 	case *ast.BranchStmt:
 		return x.Tok == token.CONTINUE || x.Tok == token.BREAK || !inRange
 	case *ast.EmptyStmt:
 		return true
 	case *ast.BlockStmt:
-		return st.quietUses(x.List, mentions, inRange)
+		return sw.quietUses(x.List, inRange)
 	case *ast.IfStmt:
-		ok := (x.Init == nil || st.quietUse(x.Init, mentions, inRange)) && header(x.Cond) &&
-			st.quietUses(x.Body.List, mentions, inRange)
-		return ok && (x.Else == nil || st.quietUse(x.Else, mentions, inRange))
+		ok := (x.Init == nil || sw.quietUse(x.Init, inRange)) && header(x.Cond) &&
+			sw.quietUses(x.Body.List, inRange)
+		return ok && (x.Else == nil || sw.quietUse(x.Else, inRange))
 	case *ast.RangeStmt:
-		if mentions(x.X) {
-			return st.quietNode(x.X) && st.quietUses(x.Body.List, mentions, true)
+		if sw.mentions(x.X) {
+			return sw.quietNode(x.X) && sw.quietUses(x.Body.List, true)
 		}
-		return header(x.X) && st.quietUses(x.Body.List, mentions, inRange)
+		return header(x.X) && sw.quietUses(x.Body.List, inRange)
 	case *ast.ForStmt:
-		ok := (x.Init == nil || st.quietUse(x.Init, mentions, inRange)) && header(x.Cond) &&
-			(x.Post == nil || st.quietUse(x.Post, mentions, inRange))
-		return ok && st.quietUses(x.Body.List, mentions, inRange || mentions(x.Cond))
+		ok := (x.Init == nil || sw.quietUse(x.Init, inRange)) && header(x.Cond) &&
+			(x.Post == nil || sw.quietUse(x.Post, inRange))
+		return ok && sw.quietUses(x.Body.List, inRange || sw.mentions(x.Cond))
 	case *ast.ReturnStmt:
 		if inRange {
 			return false // a member taken: it acts
 		}
 		for _, r := range x.Results {
-			if mentions(r) && !(st.countOnly(r) && st.quietNode(r)) {
+			if sw.mentions(r) && !(sw.st.countOnly(r) && sw.quietNode(r)) && ast.Unparen(r) != sw.helper {
 				return false
 			}
 		}
 		return true
 	}
-	return !(inRange || mentions(s)) // go, defer, send, select, switch: they act
+	return !(inRange || sw.mentions(s)) // go, defer, send, select, switch: they act
 }
 
 // quietNode reports whether every call in n is quiet.
-func (st *analysisState) quietNode(n ast.Node) bool {
+func (sw *sweeper) quietNode(n ast.Node) bool {
 	quiet := true
 	ast.Inspect(n, func(m ast.Node) bool {
 		switch x := m.(type) {
 		case *ast.CallExpr:
-			quiet = quiet && st.quietCall(x, 0)
+			quiet = quiet && (x == sw.helper || sw.st.quietCall(x, 0))
 		case *ast.FuncLit:
 			quiet = false
 		case *ast.UnaryExpr:

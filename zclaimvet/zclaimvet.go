@@ -37,7 +37,8 @@
 // neither is a sweep: a read whose members, held in a variable, go
 // nowhere but back to Redis (the removal, other reads and removals of
 // them or of keys named from them, through ranges that do nothing else
-// and add up counts), so that nothing runs on them.
+// and add up counts, or a helper of the package that does the same), so
+// that nothing runs on them.
 // Reports are at the read, and name the removal's position.
 //
 //	go run github.com/zclaim/zclaim/cmd/zclaimvet@latest ./...

@@ -72,6 +72,7 @@ func rankPoll(rdb *redis.Client, key string) {
 		return
 	}
 	removeMember(rdb, key, zs[0].Member)
+	runAll(zs[0].Member)
 }
 
 func removeMember(rdb *redis.Client, key string, m any) { // want removeMember:`rm ⟨p1⟩`
@@ -88,7 +89,7 @@ func rankPollRedigo(c redigo.Conn, key string) {
 // (racy), read and remove in one pipeline (racy: no MULTI), read and remove
 // in one TxPipelined or TxPipeline (MULTI/EXEC: atomic).
 func pipeRemove(rdb *redis.Client, key string) {
-	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREMRANGEBYSCORE at shapes.go:93`
+	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREMRANGEBYSCORE at shapes.go:94`
 	rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.ZRemRangeByScore(ctx, key, "-inf", "+inf")
 		return nil
@@ -152,7 +153,7 @@ func redigoReadBeforeMulti(c redigo.Conn, key string) {
 // Shape 5: checks. A reply helper's count tested for one member is a
 // check; the error alone, or a count after a batch ZREM, is not.
 func redigoIntChecked(c redigo.Conn, key string) {
-	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", "+inf")) // want `checked ZREM at shapes.go:157`
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", "+inf")) // want `checked ZREM at shapes.go:158`
 	for _, id := range ids {
 		if n, _ := redigo.Int(c.Do("ZREM", key, id)); n == 1 {
 			run(id)
@@ -806,6 +807,49 @@ func sweepPublished(rdb *redis.Client, key string) int64 {
 		rdb.Publish(ctx, "expired", id)
 	}
 	return rdb.ZRem(ctx, key, ids).Val()
+}
+
+// A sweep through a helper of the package, handed the members: it only
+// removes them, from this set and from a hash of their records, and
+// returns an error. Its twin's helper marks each one's record.
+func purgeDead(rdb *redis.Client, key string) error {
+	expired, err := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "100"}).Result()
+	if err != nil || len(expired) == 0 {
+		return err
+	}
+	return purgeEach(rdb, key, expired)
+}
+
+func purgeEach(rdb *redis.Client, key string, expired []string) error { // want purgeEach:`rm ⟨p1⟩`
+	pipe := rdb.TxPipeline()
+	for _, member := range expired {
+		pipe.ZRem(ctx, key, member)
+		if field := recordOf(member); field != "" {
+			pipe.HDel(ctx, "jobs", field)
+		}
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+func recordOf(member string) string { return fmt.Sprintf("record:%s", member) }
+
+func failDead(rdb *redis.Client, key string) error {
+	expired, err := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "100"}).Result() // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM \(in markEach\)`
+	if err != nil || len(expired) == 0 {
+		return err
+	}
+	return markEach(rdb, key, expired)
+}
+
+func markEach(rdb *redis.Client, key string, expired []string) error { // want markEach:`rm ⟨p1⟩`
+	pipe := rdb.TxPipeline()
+	for _, member := range expired {
+		pipe.ZRem(ctx, key, member)
+		pipe.HSet(ctx, "job:"+member, "status", "failed")
+	}
+	_, err := pipe.Exec(ctx)
+	return err
 }
 
 func takeToken(rdb *redis.Client, key string) bool {

@@ -97,6 +97,8 @@ type Pipeliner interface {
 	ZRangeByScore(ctx context.Context, key string, opt *ZRangeBy) *StringSliceCmd
 	ZRemRangeByScore(ctx context.Context, key, min, max string) *IntCmd
 	ZRem(ctx context.Context, key string, members ...any) *IntCmd
+	HDel(ctx context.Context, key string, fields ...string) *IntCmd
+	HSet(ctx context.Context, key string, values ...any) *IntCmd
 	Exec(ctx context.Context) ([]any, error)
 }
 
