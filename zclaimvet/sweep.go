@@ -9,6 +9,7 @@ import (
 	"go/constant"
 	"go/token"
 	"go/types"
+	"slices"
 	"strings"
 )
 
@@ -49,8 +50,10 @@ var quietPkgs = map[string]bool{
 //     them by the same rule (helperSweeps).
 //
 // Anything else acts on a member, and r is a poll: a return in such a
-// range or of a member, a go or defer statement, a send on a channel, a
-// write (a push to another key), a log line, a call of anything else.
+// range or of a member, a member kept outside the function (in a field, a
+// parameter's slice, a package variable), a go or defer statement, a send
+// on a channel, a write (a push to another key), a log line, a call of
+// anything else.
 func (st *analysisState) sweep(r, rm event, body ast.Node) bool {
 	blk, ok := body.(*ast.BlockStmt)
 	if r.callee != nil || !ok {
@@ -71,7 +74,7 @@ func (st *analysisState) sweep(r, rm event, body ast.Node) bool {
 	if held == nil {
 		return false
 	}
-	sw := &sweeper{st: st, tainted: st.tainted(body, held)}
+	sw := &sweeper{st: st, body: body, tainted: st.tainted(body, held)}
 	if rm.callee != nil {
 		// A helper of the package removes: it is handed members, and
 		// sweeps them itself; its call is quiet here.
@@ -120,7 +123,7 @@ func (st *analysisState) helperSweeps(call *ast.CallExpr, fn *types.Func, tainte
 	if len(seeds) == 0 {
 		return false
 	}
-	sw := &sweeper{st: st, tainted: st.tainted(fd.Body, seeds...)}
+	sw := &sweeper{st: st, body: fd.Body, tainted: st.tainted(fd.Body, seeds...)}
 	return sw.removes(fd.Body, nil) && sw.quietUses(fd.Body.List, false)
 }
 
@@ -128,8 +131,23 @@ func (st *analysisState) helperSweeps(call *ast.CallExpr, fn *types.Func, tainte
 // by a sweep (tainted).
 type sweeper struct {
 	st      *analysisState
+	body    ast.Node // the function's body
 	tainted map[types.Object]bool
 	helper  *ast.CallExpr // a call of a helper that sweeps the members it is handed: quiet
+}
+
+// local reports a variable of the function's body, or an element of one:
+// what is assigned to it stays in the function.
+func (sw *sweeper) local(e ast.Expr) bool {
+	if ix, ok := ast.Unparen(e).(*ast.IndexExpr); ok {
+		e = ix.X
+	}
+	id, ok := ast.Unparen(e).(*ast.Ident)
+	if !ok {
+		return false
+	}
+	o := sw.st.pass.TypesInfo.ObjectOf(id)
+	return id.Name == "_" || o != nil && o.Pos() >= sw.body.Pos() && o.Pos() < sw.body.End()
 }
 
 func (sw *sweeper) mentions(n ast.Node) bool { return mentionsAny(sw.st.pass.TypesInfo, sw.tainted, n) }
@@ -274,7 +292,17 @@ func (sw *sweeper) quietUse(s ast.Stmt, inRange bool) bool {
 		return true
 	}
 	switch x := s.(type) {
-	case *ast.ExprStmt, *ast.AssignStmt, *ast.IncDecStmt, *ast.DeclStmt:
+	case *ast.AssignStmt:
+		if !(inRange || sw.mentions(x)) {
+			return true
+		}
+		for _, l := range x.Lhs {
+			if !sw.local(l) && slices.ContainsFunc(x.Rhs, func(r ast.Expr) bool { return sw.mentions(r) }) {
+				return false // a member kept outside the function: handed on
+			}
+		}
+		return sw.quietNode(x)
+	case *ast.ExprStmt, *ast.IncDecStmt, *ast.DeclStmt:
 		return !(inRange || sw.mentions(x)) || sw.quietNode(x)
 	case *ast.BranchStmt:
 		return x.Tok == token.CONTINUE || x.Tok == token.BREAK || !inRange

@@ -852,6 +852,17 @@ func markEach(rdb *redis.Client, key string, expired []string) error { // want m
 	return err
 }
 
+// Its members kept in a field, for whoever runs them: a poll.
+type pendingIDs struct{ ids []string }
+
+func (p *pendingIDs) collect(rdb *redis.Client, key string) {
+	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val() // want `racy poller`
+	for _, id := range ids {
+		rdb.ZRem(ctx, key, id)
+		p.ids = append(p.ids, id)
+	}
+}
+
 func takeToken(rdb *redis.Client, key string) bool {
 	ids, _ := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100", Count: 1}).Result() // want `racy poller`
 	for _, id := range ids {
