@@ -85,7 +85,7 @@ func (st *analysisState) sweep(r, rm event, body ast.Node) bool {
 		sw.helper = call
 		return sw.quietUses(blk.List, false)
 	}
-	return sw.removes(body, rm.node) && sw.quietUses(blk.List, false)
+	return sw.removes(rm.node) && sw.quietUses(blk.List, false)
 }
 
 // helperSweeps reports whether fn, a function of this package that call
@@ -124,7 +124,7 @@ func (st *analysisState) helperSweeps(call *ast.CallExpr, fn *types.Func, tainte
 		return false
 	}
 	sw := &sweeper{st: st, body: fd.Body, tainted: st.tainted(fd.Body, seeds...)}
-	return sw.removes(fd.Body, nil) && sw.quietUses(fd.Body.List, false)
+	return sw.removes(nil) && sw.quietUses(fd.Body.List, false)
 }
 
 // sweeper judges the statements of one function that hold members read
@@ -153,11 +153,11 @@ func (sw *sweeper) local(e ast.Expr) bool {
 func (sw *sweeper) mentions(n ast.Node) bool { return mentionsAny(sw.st.pass.TypesInfo, sw.tainted, n) }
 
 // removes reports a member going into removal rm, or into any removal of a
-// sorted set in body (one that rm sends, built for a pipeline; one of a
-// helper's).
-func (sw *sweeper) removes(body ast.Node, rm ast.Node) bool {
+// sorted set in the body (one that rm sends, built for a pipeline; one of
+// a helper's).
+func (sw *sweeper) removes(rm ast.Node) bool {
 	removed := false
-	ast.Inspect(body, func(m ast.Node) bool {
+	ast.Inspect(sw.body, func(m ast.Node) bool {
 		if c, ok := m.(*ast.CallExpr); ok && !removed {
 			removed = (c == rm || removeCmds[sw.st.chainCmd(c)]) && sw.mentions(c)
 		}
@@ -166,8 +166,8 @@ func (sw *sweeper) removes(body ast.Node, rm ast.Node) bool {
 	return removed
 }
 
-// tainted returns seeds and every local given a value computed from it, or
-// read from Redis with it, in body (a range's element variables, a
+// tainted returns seeds and every local given a value computed from them,
+// or read from Redis with them, in body (a range's element variables, a
 // pointer handed to a call of it: json.Unmarshal(raw, &v)). An error, a
 // count that a removal answered and a built rueidis command are no value
 // of a member (what such a command sends is judged where it is built).
