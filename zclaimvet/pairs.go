@@ -218,9 +218,9 @@ func recvNamed(fn *types.Func) *types.Named {
 	if recv == nil {
 		return nil
 	}
-	t := recv.Type()
+	t := types.Unalias(recv.Type())
 	if p, ok := t.(*types.Pointer); ok {
-		t = p.Elem()
+		t = types.Unalias(p.Elem())
 	}
 	named, _ := t.(*types.Named)
 	return named

@@ -412,7 +412,7 @@ func (st *analysisState) chainCmd(call *ast.CallExpr) string {
 }
 
 // redisCmd returns the command call sends or builds, upper case: a
-// go-redis client method's, a redigo or go-redis Do's by its constant name
+// go-redis (or go-redis-like adapter) client method's, a redigo or go-redis Do's by its constant name
 // ("?" when it has none), a rueidis builder's; "" for another call of a
 // client (a reply's method, a builder's argument, rueidis' Do). client
 // reports a call of a Redis client's package.
@@ -427,14 +427,8 @@ func (st *analysisState) redisCmd(call *ast.CallExpr) (cmd string, client bool) 
 	}
 	path, name := o.Pkg().Path(), o.Name()
 	recv := ""
-	if sig, ok := o.Type().(*types.Signature); ok && sig.Recv() != nil {
-		t := types.Unalias(sig.Recv().Type())
-		if p, ok := t.(*types.Pointer); ok {
-			t = types.Unalias(p.Elem())
-		}
-		if named, ok := t.(*types.Named); ok {
-			recv = named.Obj().Name()
-		}
+	if named := recvNamed(o); named != nil {
+		recv = named.Obj().Name()
 	}
 	named := func(i int) string {
 		if len(call.Args) > i {
@@ -450,12 +444,12 @@ func (st *analysisState) redisCmd(call *ast.CallExpr) (cmd string, client bool) 
 			return named(0), true
 		}
 		return "", true
-	case isRueidis(path):
+	case isRueidis(path) && !isCompat(path):
 		if recv == "Builder" {
 			return strings.ToUpper(name), true
 		}
 		return "", true
-	case isGoRedis(path):
+	case isGoRedis(path) || isCompat(path): // rueidis' and valkey-go's adapters are go-redis-like
 		switch {
 		case strings.HasSuffix(recv, "Cmd") || recv == "":
 			return "", true

@@ -200,6 +200,16 @@ func compat(c rueidiscompat.Compat) {
 	}
 }
 
+// The adapter's commands are judged by their names, as go-redis' are: a
+// push of each member acts on it.
+func compatPushed(c rueidiscompat.Compat) {
+	ids := c.ZRangeByScore(ctx, "delay", rueidiscompat.ZRangeBy{Max: "100"}).Val() // want `racy poller`
+	for _, id := range ids {
+		c.ZRem(ctx, "delay", id)
+		c.LPush(ctx, "ready", id)
+	}
+}
+
 func compatDo(c rueidiscompat.Compat, ids []string) {
 	c.Do(ctx, "ZRANGEBYSCORE", "delay", "-inf", "100") // want `racy poller`
 	c.Do(ctx, "ZREM", "delay", ids[0])

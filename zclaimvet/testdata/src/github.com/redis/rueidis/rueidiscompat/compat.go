@@ -26,3 +26,5 @@ type Cmd struct{}
 func (Cmd) Val() any { return nil }
 
 func (Compat) Do(ctx context.Context, args ...any) Cmd { return Cmd{} }
+
+func (Compat) LPush(ctx context.Context, key string, values ...any) IntCmd { return IntCmd{} }
