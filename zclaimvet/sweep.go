@@ -23,6 +23,7 @@ var (
 	readCmds = map[string]bool{
 		"GET": true, "MGET": true, "HGET": true, "HMGET": true, "HGETALL": true, "EXISTS": true, "TTL": true,
 		"PTTL": true, "ZSCORE": true, "ZMSCORE": true, "TYPE": true, "STRLEN": true, "HEXISTS": true, "SISMEMBER": true,
+		"ZRANGE": true, "ZRANGEBYSCORE": true, "ZREVRANGEBYSCORE": true, "ZREVRANGE": true, "ZCARD": true, "ZCOUNT": true,
 	}
 )
 
@@ -60,7 +61,16 @@ func (st *analysisState) sweep(r, rm event, body ast.Node) bool {
 		return false
 	}
 	info := st.pass.TypesInfo
-	var held types.Object // the variable r's statement puts the members in
+	var held types.Object // the variable r's statement puts the members in (radix: its receiver)
+	if call, ok := r.node.(*ast.CallExpr); ok {
+		if _, rcv, ok := radixCmd(st.pass, call); ok {
+			if u, ok := ast.Unparen(rcv).(*ast.UnaryExpr); ok && u.Op == token.AND {
+				if id, ok := ast.Unparen(u.X).(*ast.Ident); ok {
+					held = info.ObjectOf(id)
+				}
+			}
+		}
+	}
 	ast.Inspect(body, func(n ast.Node) bool {
 		as, ok := n.(*ast.AssignStmt)
 		if !ok || held != nil || len(as.Rhs) != 1 || !within(r.node, as.Rhs[0]) {
@@ -412,10 +422,11 @@ func (st *analysisState) chainCmd(call *ast.CallExpr) string {
 }
 
 // redisCmd returns the command call sends or builds, upper case: a
-// go-redis (or go-redis-like adapter) client method's, a redigo or go-redis Do's by its constant name
-// ("?" when it has none), a rueidis builder's; "" for another call of a
-// client (a reply's method, a builder's argument, rueidis' Do). client
-// reports a call of a Redis client's package.
+// go-redis client method's (or one of its go-redis-like adapters'), a
+// redigo or go-redis Do's or a radix action's by its constant name ("?"
+// when it has none), a rueidis builder's; "" for another call of a client
+// (a reply's method, a builder's argument, rueidis' Do). client reports a
+// call of a Redis client's package.
 func (st *analysisState) redisCmd(call *ast.CallExpr) (cmd string, client bool) {
 	sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr)
 	if !ok {
@@ -442,6 +453,11 @@ func (st *analysisState) redisCmd(call *ast.CallExpr) (cmd string, client bool) 
 	case isRedigo(path):
 		if name == "Do" || name == "Send" {
 			return named(0), true
+		}
+		return "", true
+	case isRadix(path):
+		if (name == "Cmd" || name == "FlatCmd") && recv == "" {
+			return named(1), true
 		}
 		return "", true
 	case isRueidis(path) && !isCompat(path):

@@ -638,6 +638,7 @@ func removeLastBatchRange(rdb *redis.Client, key string, ticks <-chan struct{}) 
 	for range ticks {
 		rdb.ZRem(ctx, key, last)
 		last = rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val() // want `racy poller`
+		runAll(last)
 	}
 }
 

@@ -93,3 +93,25 @@ func setNX(c radix.Client, key string) { // want setNX:`read ⟨p1⟩`
 		c.Do(radix.Cmd(nil, "ZREM", key, id))
 	}
 }
+
+// An expiry sweep through radix: the members read into a receiver go
+// nowhere but back to Redis. Its twin pushes each one.
+func sweepRadix(c radix.Client, key string) error {
+	var ids []string
+	if err := c.Do(radix.Cmd(&ids, "ZRANGEBYSCORE", key, "-inf", "100")); err != nil || len(ids) == 0 {
+		return err
+	}
+	for _, id := range ids {
+		c.Do(radix.Cmd(nil, "DEL", "job:"+id))
+	}
+	return c.Do(radix.FlatCmd(nil, "ZREM", key, ids))
+}
+
+func sweepRadixPushed(c radix.Client, key string) {
+	var ids []string
+	c.Do(radix.Cmd(&ids, "ZRANGEBYSCORE", key, "-inf", "100")) // want `racy poller`
+	for _, id := range ids {
+		c.Do(radix.Cmd(nil, "LPUSH", "ready", id))
+	}
+	c.Do(radix.FlatCmd(nil, "ZREM", key, ids))
+}

@@ -8,5 +8,6 @@ func pollOld(c radixold.Client) {
 	c.Do(radixold.Cmd(&ids, "ZRANGEBYSCORE", "mqueue", "-1", "(0")) // want `racy poller: ZRANGEBYSCORE reads due members of "mqueue" here, and ZREM at rx_old.go:\d+`
 	for _, id := range ids {
 		c.Do(radixold.Cmd(nil, "ZREM", "mqueue", id))
+		run(id)
 	}
 }
