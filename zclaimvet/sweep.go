@@ -456,13 +456,19 @@ func (st *analysisState) redisCmd(call *ast.CallExpr) (cmd string, client bool) 
 		}
 		return "", true
 	case isRadix(path):
-		if (name == "Cmd" || name == "FlatCmd") && recv == "" {
+		switch {
+		case (name == "Cmd" || name == "FlatCmd") && recv == "":
 			return named(1), true
+		case recv == "EvalScript":
+			return "?", true // a script: it may write anything
 		}
 		return "", true
 	case isRueidis(path) && !isCompat(path):
-		if recv == "Builder" {
+		switch recv {
+		case "Builder":
 			return strings.ToUpper(name), true
+		case "Lua":
+			return "?", true // a script: it may write anything
 		}
 		return "", true
 	case isGoRedis(path) || isCompat(path): // rueidis' and valkey-go's adapters are go-redis-like

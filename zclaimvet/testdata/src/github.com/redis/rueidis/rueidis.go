@@ -62,3 +62,11 @@ func (Step) Value(string) Step       { return Step{} }
 func (Step) Nx() Step                { return Step{} }
 func (Step) Element(...string) Step  { return Step{} }
 func (Step) Build() Completed        { return Completed{} }
+
+// Lua is a script, run with Exec.
+type Lua struct{}
+
+func NewLuaScript(string) *Lua { return nil }
+func (*Lua) Exec(ctx context.Context, c Client, keys, args []string) RedisResult {
+	return RedisResult{}
+}

@@ -15,3 +15,10 @@ func Cmd(rcv interface{}, cmd string, args ...string) CmdAction { return nil }
 func FlatCmd(rcv interface{}, cmd, key string, args ...interface{}) CmdAction { return nil }
 
 func WithConn(key string, fn func(Conn) error) Action { return nil }
+
+// EvalScript is a script, made into an action with Cmd.
+type EvalScript struct{}
+
+func NewEvalScript(numKeys int, script string) EvalScript { return EvalScript{} }
+
+func (EvalScript) Cmd(rcv interface{}, args ...string) Action { return nil }
