@@ -451,8 +451,18 @@ func (st *analysisState) redisCmd(call *ast.CallExpr) (cmd string, client bool) 
 	}
 	switch {
 	case isRedigo(path):
-		if name == "Do" || name == "Send" {
-			return named(0), true
+		switch {
+		case recv == "Script" && name != "Load" && name != "Hash":
+			return "?", true // a script: it may write anything
+		case name == "Do" || name == "Send" || name == "DoContext" || name == "DoWithTimeout":
+			// The command is the first string argument (after a context,
+			// a timeout, or the connection of the package's functions).
+			for i, a := range call.Args {
+				if b, ok := st.pass.TypesInfo.TypeOf(a).(*types.Basic); ok && b.Info()&types.IsString != 0 {
+					return named(i), true
+				}
+			}
+			return "?", true
 		}
 		return "", true
 	case isRadix(path):

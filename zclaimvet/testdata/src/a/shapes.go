@@ -880,3 +880,31 @@ func sweepLogged(rdb *redis.Client, key string) {
 		fmt.Println("expired", m)
 	}
 }
+
+// redigo's DoContext and scripts are judged as its Do is: a push of each
+// member, by DoContext or by a script, acts; a DEL by DoContext does not.
+func sweepDoContext(c redigo.Conn, key string) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", 100))
+	for _, id := range ids {
+		redigo.DoContext(c, ctx, "DEL", "job:"+id)
+	}
+	c.Do("ZREM", redigo.Args{}.Add(key).Add(ids[0])...)
+}
+
+func pushDoContext(c redigo.Conn, key string) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", 100)) // want `racy poller`
+	for _, id := range ids {
+		redigo.DoContext(c, ctx, "LPUSH", "ready", id)
+	}
+	c.Do("ZREM", redigo.Args{}.Add(key).Add(ids[0])...)
+}
+
+var pushScript = redigo.NewScript(1, `redis.call("LPUSH", "ready", KEYS[1])`)
+
+func pushScripted(c redigo.Conn, key string) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", 100)) // want `racy poller`
+	for _, id := range ids {
+		pushScript.Do(c, id)
+	}
+	c.Do("ZREM", redigo.Args{}.Add(key).Add(ids[0])...)
+}
