@@ -293,13 +293,8 @@ func (sw *sweeper) quietUses(stmts []ast.Stmt, inRange bool) bool {
 }
 
 func (sw *sweeper) quietUse(s ast.Stmt, inRange bool) bool {
-	header := func(ns ...ast.Node) bool {
-		for _, n := range ns {
-			if n != nil && (inRange || sw.mentions(n)) && !sw.quietNode(n) {
-				return false
-			}
-		}
-		return true
+	header := func(n ast.Node) bool { // an if's, for's or range's expression
+		return n == nil || !(inRange || sw.mentions(n)) || sw.quietNode(n)
 	}
 	switch x := s.(type) {
 	case *ast.AssignStmt:
