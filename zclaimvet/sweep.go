@@ -178,7 +178,8 @@ func (sw *sweeper) removes(rm ast.Node) bool {
 
 // tainted returns seeds and every local given a value computed from them,
 // or read from Redis with them, in body (a range's element variables, a
-// pointer handed to a call of it: json.Unmarshal(raw, &v)). An error, a
+// pointer handed to a call of it: json.Unmarshal(raw, &v), a slice or map
+// given such an element, a map keyed by them). An error, a
 // count that a removal answered and a built rueidis command are no value
 // of a member (what such a command sends is judged where it is built).
 func (st *analysisState) tainted(body ast.Node, seeds ...types.Object) map[types.Object]bool {
@@ -191,6 +192,9 @@ func (st *analysisState) tainted(body ast.Node, seeds ...types.Object) map[types
 	for changed := true; changed; {
 		changed = false
 		mark := func(e ast.Expr) {
+			if ix, ok := ast.Unparen(e).(*ast.IndexExpr); ok {
+				e = ix.X // an element: the slice or map holds a member
+			}
 			id, ok := ast.Unparen(e).(*ast.Ident)
 			if !ok || id.Name == "_" {
 				return
@@ -209,6 +213,11 @@ func (st *analysisState) tainted(body ast.Node, seeds ...types.Object) map[types
 						for _, l := range x.Lhs {
 							mark(l)
 						}
+					}
+				}
+				for _, l := range x.Lhs {
+					if ix, ok := ast.Unparen(l).(*ast.IndexExpr); ok && uses(ix.Index) {
+						mark(ix.X) // a map keyed by members
 					}
 				}
 			case *ast.RangeStmt:
@@ -348,6 +357,12 @@ func (sw *sweeper) quietNode(n ast.Node) bool {
 	ast.Inspect(n, func(m ast.Node) bool {
 		switch x := m.(type) {
 		case *ast.CallExpr:
+			if body, ok := sw.st.pipelinedBody(x); ok {
+				// A go-redis pipeline's closure: its statements are
+				// judged as the function's own.
+				quiet = quiet && sw.quietUses(body.List, false)
+				return false
+			}
 			quiet = quiet && (x == sw.helper || sw.st.quietCall(x, 0))
 		case *ast.FuncLit:
 			quiet = false
@@ -357,6 +372,20 @@ func (sw *sweeper) quietNode(n ast.Node) bool {
 		return quiet
 	})
 	return quiet
+}
+
+// pipelinedBody returns the body of the closure that a go-redis
+// Pipelined or TxPipelined call (or an adapter's) runs its commands in.
+func (st *analysisState) pipelinedBody(call *ast.CallExpr) (*ast.BlockStmt, bool) {
+	fn, name := goRedisMethod(st.pass, call)
+	if fn == nil || name != "Pipelined" && name != "TxPipelined" || len(call.Args) == 0 {
+		return nil, false
+	}
+	fl, ok := ast.Unparen(call.Args[len(call.Args)-1]).(*ast.FuncLit)
+	if !ok {
+		return nil, false
+	}
+	return fl.Body, true
 }
 
 // quietCall reports a call that neither writes to Redis nor acts outside

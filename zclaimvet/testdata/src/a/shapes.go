@@ -908,3 +908,49 @@ func pushScripted(c redigo.Conn, key string) {
 	}
 	c.Do("ZREM", redigo.Args{}.Add(key).Add(ids[0])...)
 }
+
+// A sweep whose deletions go in a pipeline's closure: the closure's
+// statements are judged as the function's. Its twin pushes each member
+// there.
+func sweepPipelined(rdb *redis.Client, key string) error {
+	ids, err := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "100"}).Result()
+	if err != nil || len(ids) == 0 {
+		return err
+	}
+	_, err = rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, id := range ids {
+			pipe.Del(ctx, "job:"+id)
+			pipe.ZRem(ctx, key, id)
+		}
+		return nil
+	})
+	return err
+}
+
+func pushPipelined(rdb *redis.Client, key string) error {
+	ids, err := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "100"}).Result() // want `racy poller`
+	if err != nil || len(ids) == 0 {
+		return err
+	}
+	_, err = rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, id := range ids {
+			pipe.ZRem(ctx, key, id)
+			pipe.LPush(ctx, "ready", id)
+		}
+		return nil
+	})
+	return err
+}
+
+// Members kept as a map's keys, run from there: a poll.
+func removedThenRun(rdb *redis.Client, key string) {
+	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val() // want `racy poller`
+	done := map[string]bool{}
+	for _, id := range ids {
+		rdb.ZRem(ctx, key, id)
+		done[id] = true
+	}
+	for id := range done {
+		run(id)
+	}
+}

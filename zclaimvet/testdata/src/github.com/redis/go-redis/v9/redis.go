@@ -98,6 +98,8 @@ type Pipeliner interface {
 	ZRemRangeByScore(ctx context.Context, key, min, max string) *IntCmd
 	ZRem(ctx context.Context, key string, members ...any) *IntCmd
 	HDel(ctx context.Context, key string, fields ...string) *IntCmd
+	Del(ctx context.Context, keys ...string) *IntCmd
+	LPush(ctx context.Context, key string, values ...any) *IntCmd
 	HSet(ctx context.Context, key string, values ...any) *IntCmd
 	Exec(ctx context.Context) ([]any, error)
 }
