@@ -294,8 +294,10 @@ func (st *analysisState) sliceBuilt(s *fnScope, e ast.Expr, pos token.Pos, depth
 	}
 	switch x := ast.Unparen(last).(type) {
 	case *ast.CompositeLit:
-		if t := pass.TypesInfo.TypeOf(x); t != nil && isSliceType(t) {
-			return slices.Clone(x.Elts), false, true
+		if t := pass.TypesInfo.TypeOf(x); t != nil {
+			if _, ok := t.Underlying().(*types.Slice); ok {
+				return slices.Clone(x.Elts), false, true
+			}
 		}
 	case *ast.CallExpr:
 		fn, ok := ast.Unparen(x.Fun).(*ast.Ident)
@@ -321,11 +323,6 @@ func (st *analysisState) sliceBuilt(s *fnScope, e ast.Expr, pos token.Pos, depth
 		return append(base, x.Args[1:]...), more || x.Ellipsis.IsValid(), true
 	}
 	return nil, false, false
-}
-
-func isSliceType(t types.Type) bool {
-	_, ok := t.Underlying().(*types.Slice)
-	return ok
 }
 
 // doCommandNamed reads command cmd sent with args (args[0] the command;
