@@ -215,8 +215,8 @@ func (st *analysisState) doCommand(s *fnScope, call *ast.CallExpr, args []ast.Ex
 	}
 	spread := call.Ellipsis.IsValid()
 	if len(args) == 2 && spread {
-		if rest, ok := st.argsBuilt(s, args[1]); ok && len(rest) > 0 {
-			args, spread = append([]ast.Expr{args[0]}, rest...), false
+		if rest, more, ok := st.argsBuilt(s, args[1]); ok && len(rest) > 0 {
+			args, spread = append([]ast.Expr{args[0]}, rest...), more
 		} else if rest, more, ok := st.sliceBuilt(s, args[1], call.Pos(), 0); ok && len(rest) > 0 {
 			args, spread = append([]ast.Expr{args[0]}, rest...), more
 		}
@@ -231,43 +231,48 @@ func (st *analysisState) doCommand(s *fnScope, call *ast.CallExpr, args []ast.Ex
 
 // argsBuilt returns the arguments a redigo redis.Args holds, sent spread
 // (c.Do("ZREM", redis.Args{}.Add(key).Add(id)...)): its literal's elements
-// and those of each Add, through a local assigned once. It reports false
-// for anything else, or an AddFlat (a struct's fields: no key to read).
-func (st *analysisState) argsBuilt(s *fnScope, e ast.Expr) ([]ast.Expr, bool) {
+// and those of each Add, through a local assigned once. An AddFlat after
+// the key adds members (more: a slice's elements); an AddFlat before it
+// (a struct's fields: no key to read) reports false, as does anything else.
+func (st *analysisState) argsBuilt(s *fnScope, e ast.Expr) (args []ast.Expr, more, ok bool) {
 	pass := st.pass
 	e = ast.Unparen(e)
 	if id, ok := e.(*ast.Ident); ok {
 		d, ok := s.defs[pass.TypesInfo.ObjectOf(id)]
 		if !ok {
-			return nil, false
+			return nil, false, false
 		}
 		e = ast.Unparen(d)
 	}
 	named, ok := pass.TypesInfo.TypeOf(e).(*types.Named)
 	if !ok || named.Obj().Name() != "Args" || named.Obj().Pkg() == nil || !isRedigo(named.Obj().Pkg().Path()) {
-		return nil, false
+		return nil, false, false
 	}
 	switch x := e.(type) {
 	case *ast.CompositeLit:
-		return slices.Clone(x.Elts), true
+		return slices.Clone(x.Elts), false, true
 	case *ast.CallExpr:
 		sel, ok := x.Fun.(*ast.SelectorExpr)
-		if !ok || sel.Sel.Name != "Add" || x.Ellipsis.IsValid() {
-			return nil, false
+		if !ok || x.Ellipsis.IsValid() || sel.Sel.Name != "Add" && sel.Sel.Name != "AddFlat" {
+			return nil, false, false
 		}
-		base, ok := st.argsBuilt(s, sel.X)
-		return append(base, x.Args...), ok
+		base, more, ok := st.argsBuilt(s, sel.X)
+		if sel.Sel.Name == "AddFlat" {
+			return base, true, ok && len(base) > 0
+		}
+		return append(base, x.Args...), more, ok
 	}
-	return nil, false
+	return nil, false, false
 }
 
 // sliceBuilt returns the arguments a local slice holds when it is sent
 // spread at pos (c.Do("ZREM", args...)), as the last value it was given
-// before pos builds it: a literal ([]interface{}{key, id}), or an append to
+// before pos builds it: a literal ([]interface{}{key, id}), an empty slice
+// (make([]interface{}, 0, n), or declared without a value), or an append to
 // a literal or to the slice itself (args = append(args, ids...)), whose
-// literal's first element is the key. more reports members beyond those
-// returned (an append of a spread slice or of the slice itself, which a
-// loop may repeat). It reports false for anything else.
+// first element is the key. more reports members beyond those returned (an
+// append of a spread slice or of the slice itself, which a loop may
+// repeat). It reports false for anything else.
 func (st *analysisState) sliceBuilt(s *fnScope, e ast.Expr, pos token.Pos, depth int) (args []ast.Expr, more, ok bool) {
 	pass := st.pass
 	id, isID := ast.Unparen(e).(*ast.Ident)
@@ -292,16 +297,24 @@ func (st *analysisState) sliceBuilt(s *fnScope, e ast.Expr, pos token.Pos, depth
 			last = d
 		}
 	}
+	_, isSlice := o.Type().Underlying().(*types.Slice)
+	if last == nil && isSlice && !slices.Contains(s.values[o], nil) && st.declaredEmpty(s, o) {
+		return nil, false, true // var args []interface{}: empty until appended to
+	}
 	switch x := ast.Unparen(last).(type) {
 	case *ast.CompositeLit:
-		if t := pass.TypesInfo.TypeOf(x); t != nil {
-			if _, ok := t.Underlying().(*types.Slice); ok {
-				return slices.Clone(x.Elts), false, true
-			}
+		if isSlice {
+			return slices.Clone(x.Elts), false, true
 		}
 	case *ast.CallExpr:
 		fn, ok := ast.Unparen(x.Fun).(*ast.Ident)
-		if _, builtin := pass.TypesInfo.Uses[fn].(*types.Builtin); !ok || !builtin || fn.Name != "append" || len(x.Args) == 0 {
+		b, builtin := pass.TypesInfo.Uses[fn].(*types.Builtin)
+		if ok && builtin && b.Name() == "make" && isSlice && len(x.Args) >= 2 {
+			if tv := pass.TypesInfo.Types[x.Args[1]]; tv.Value != nil && constant.Sign(tv.Value) == 0 {
+				return nil, false, true // make([]interface{}, 0, n)
+			}
+		}
+		if !ok || !builtin || b.Name() != "append" || len(x.Args) == 0 {
 			return nil, false, false
 		}
 		var base []ast.Expr
@@ -323,6 +336,19 @@ func (st *analysisState) sliceBuilt(s *fnScope, e ast.Expr, pos token.Pos, depth
 		return append(base, x.Args[1:]...), more || x.Ellipsis.IsValid(), true
 	}
 	return nil, false, false
+}
+
+// declaredEmpty reports a local declared by a var statement of the
+// function without a value.
+func (st *analysisState) declaredEmpty(s *fnScope, o types.Object) bool {
+	found := false
+	ast.Inspect(s.body, func(n ast.Node) bool {
+		if vs, ok := n.(*ast.ValueSpec); ok && len(vs.Values) == 0 {
+			found = found || slices.ContainsFunc(vs.Names, func(id *ast.Ident) bool { return st.pass.TypesInfo.Defs[id] == o })
+		}
+		return !found
+	})
+	return found
 }
 
 // doCommandNamed reads command cmd sent with args (args[0] the command;

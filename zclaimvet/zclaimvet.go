@@ -17,7 +17,7 @@
 // gopkg.in/redis.vN, those before v8 without a context: the typed
 // methods, ZRangeArgs with ByScore, Pipelined, TxPipelined, Watch, and Do),
 // redigo (Do, Send, MULTI/EXEC, WATCH, and arguments built with Args or
-// in a slice sent spread),
+// in a slice sent spread, a literal or an empty slice appended to),
 // radix v3 and v4 (Cmd and FlatCmd, their replies read into a receiver,
 // and MULTI/EXEC), and rueidis and valkey-go (commands from the client's
 // builder, sent with Do, DoCache or DoMulti; MULTI/EXEC within a DoMulti;

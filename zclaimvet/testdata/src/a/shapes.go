@@ -954,3 +954,71 @@ func removedThenRun(rdb *redis.Client, key string) {
 		run(id)
 	}
 }
+
+// The batch's arguments gathered in a slice that starts empty (made with
+// no length, or declared without a value), the key appended first: the
+// other usual ways to remove a batch with redigo.
+func sliceMade(c redigo.Conn, key string) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", 100)) // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at shapes.go:`
+	args := make([]interface{}, 0, len(ids)+1)
+	args = append(args, key)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	c.Do("ZREM", args...)
+	runAll(ids)
+}
+
+func sliceDeclared(c redigo.Conn, key string) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", 100)) // want `racy poller`
+	var args []interface{}
+	args = append(args, key)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	c.Do("ZREM", args...)
+	runAll(ids)
+}
+
+// redis.Args whose members are flattened in after the key.
+func argsFlatMembers(c redigo.Conn, key string) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", 100)) // want `racy poller`
+	c.Do("ZREM", redigo.Args{}.Add(key).AddFlat(ids)...)
+	runAll(ids)
+}
+
+// A helper that removes a batch so, called after a read.
+func zremMade(c redigo.Conn, key string, ids []string) error { // want zremMade:`rm ⟨p1⟩`
+	args := make([]interface{}, 0)
+	args = append(args, key)
+	for i := range ids {
+		args = append(args, ids[i])
+	}
+	_, err := c.Do("ZREM", args...)
+	return err
+}
+
+func helperMade(c redigo.Conn) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", "delay", "-inf", 100)) // want `racy poller: ZRANGEBYSCORE reads due members of "delay" here, and ZREM \(in zremMade\)`
+	zremMade(c, "delay", ids)
+	runAll(ids)
+}
+
+// Their twins: a slice made with a length (its first element is not what
+// is appended), a slice that a range gives (its first element unknown).
+func sliceMadeLong(c redigo.Conn, key string) { // want sliceMadeLong:`read ⟨p1⟩`
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", 100))
+	args := make([]interface{}, 1)
+	args = append(args, key, ids[0])
+	c.Do("ZREM", args...)
+	runAll(ids)
+}
+
+func sliceRanged(c redigo.Conn, key string, batches [][]interface{}) { // want sliceRanged:`read ⟨p1⟩`
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", 100))
+	for _, args := range batches {
+		args = append(args, key, ids[0])
+		c.Do("ZREM", args...)
+	}
+	runAll(ids)
+}
