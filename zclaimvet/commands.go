@@ -275,9 +275,12 @@ func (st *analysisState) argsBuilt(s *fnScope, e ast.Expr) (args []ast.Expr, mor
 // repeat). It reports false for anything else.
 func (st *analysisState) sliceBuilt(s *fnScope, e ast.Expr, pos token.Pos, depth int) (args []ast.Expr, more, ok bool) {
 	pass := st.pass
-	id, isID := ast.Unparen(e).(*ast.Ident)
-	if !isID || depth > 8 {
+	if depth > 8 {
 		return nil, false, false
+	}
+	id, isID := ast.Unparen(e).(*ast.Ident)
+	if !isID {
+		return st.sliceValue(s, e, nil, depth) // sent as it is built: c.Do("ZREM", append(...)...)
 	}
 	o := pass.TypesInfo.ObjectOf(id)
 	if _, param := s.params[o]; param || o == nil {
@@ -297,24 +300,43 @@ func (st *analysisState) sliceBuilt(s *fnScope, e ast.Expr, pos token.Pos, depth
 			last = d
 		}
 	}
-	_, isSlice := o.Type().Underlying().(*types.Slice)
-	if last == nil && isSlice && !slices.Contains(s.values[o], nil) && st.declaredEmpty(s, o) {
-		return nil, false, true // var args []interface{}: empty until appended to
+	if last == nil {
+		_, isSlice := o.Type().Underlying().(*types.Slice)
+		// var args []interface{}: empty until appended to.
+		return nil, false, isSlice && !slices.Contains(s.values[o], nil) && st.declaredEmpty(s, o)
 	}
-	switch x := ast.Unparen(last).(type) {
+	return st.sliceValue(s, last, o, depth)
+}
+
+// sliceValue reads v, a value given to local o (nil: an expression sent as
+// it is built), as sliceBuilt does: a slice literal, an empty make, or an
+// append to a literal or to o itself (an expression sent as it is built
+// may append to any local).
+func (st *analysisState) sliceValue(s *fnScope, v ast.Expr, o types.Object, depth int) (args []ast.Expr, more, ok bool) {
+	pass := st.pass
+	v = ast.Unparen(v)
+	t := pass.TypesInfo.TypeOf(v)
+	if t == nil {
+		return nil, false, false
+	}
+	if _, isSlice := t.Underlying().(*types.Slice); !isSlice {
+		return nil, false, false
+	}
+	switch x := v.(type) {
 	case *ast.CompositeLit:
-		if isSlice {
-			return slices.Clone(x.Elts), false, true
-		}
+		return slices.Clone(x.Elts), false, true
 	case *ast.CallExpr:
 		fn, ok := ast.Unparen(x.Fun).(*ast.Ident)
 		b, builtin := pass.TypesInfo.Uses[fn].(*types.Builtin)
-		if ok && builtin && b.Name() == "make" && isSlice && len(x.Args) >= 2 {
-			if tv := pass.TypesInfo.Types[x.Args[1]]; tv.Value != nil && constant.Sign(tv.Value) == 0 {
-				return nil, false, true // make([]interface{}, 0, n)
-			}
+		if !ok || !builtin || len(x.Args) < 2 {
+			return nil, false, false
 		}
-		if !ok || !builtin || b.Name() != "append" || len(x.Args) == 0 {
+		if b.Name() == "make" {
+			// make([]interface{}, 0, n): empty.
+			tv := pass.TypesInfo.Types[x.Args[1]]
+			return nil, false, tv.Value != nil && constant.Sign(tv.Value) == 0
+		}
+		if b.Name() != "append" {
 			return nil, false, false
 		}
 		var base []ast.Expr
@@ -322,14 +344,15 @@ func (st *analysisState) sliceBuilt(s *fnScope, e ast.Expr, pos token.Pos, depth
 		case *ast.CompositeLit:
 			base = slices.Clone(b.Elts)
 		case *ast.Ident:
-			if pass.TypesInfo.ObjectOf(b) != o {
+			if o != nil && pass.TypesInfo.ObjectOf(b) != o {
 				return nil, false, false
 			}
-			base, _, ok = st.sliceBuilt(s, b, x.Pos(), depth+1)
+			var bmore bool
+			base, bmore, ok = st.sliceBuilt(s, b, x.Pos(), depth+1)
 			if !ok {
 				return nil, false, false
 			}
-			more = true
+			more = bmore || o != nil // appended to itself: a loop may repeat it
 		default:
 			return nil, false, false
 		}

@@ -1022,3 +1022,10 @@ func sliceRanged(c redigo.Conn, key string, batches [][]interface{}) { // want s
 	}
 	runAll(ids)
 }
+
+// The batch's arguments built in the call itself.
+func sliceInline(c redigo.Conn, key string) {
+	ids, _ := redigo.Values(c.Do("ZRANGEBYSCORE", key, "-inf", 100)) // want `racy poller`
+	c.Do("ZREM", append([]interface{}{key}, ids...)...)
+	runAll(ids)
+}

@@ -28,3 +28,5 @@ type Script struct{}
 
 func NewScript(keyCount int, src string) *Script                           { return nil }
 func (*Script) Do(c Conn, keysAndArgs ...interface{}) (interface{}, error) { return nil, nil }
+
+func Values(reply interface{}, err error) ([]interface{}, error) { return nil, nil }
