@@ -40,8 +40,9 @@ var quietPkgs = map[string]bool{
 // of them or read from Redis with them, go nowhere but back to Redis:
 //   - only into quiet statements, whose every call is quiet (rm, other
 //     reads and removals, builders of such commands, len, append,
-//     conversions, decoding, a function of the package that only returns
-//     a quiet expression, such as a key's name);
+//     conversions, decoding, a log line, a function of the package that
+//     only makes quiet calls and returns a quiet expression, such as a
+//     key's name);
 //   - a range over them does nothing but such statements, ifs of them,
 //     continue and break;
 //   - a return outside such a range returns a count that a removal
@@ -53,8 +54,9 @@ var quietPkgs = map[string]bool{
 // Anything else acts on a member, and r is a poll: a return in such a
 // range or of a member, a member kept outside the function (in a field, a
 // parameter's slice, a package variable), a go or defer statement, a send
-// on a channel, a write (a push to another key), a log line, a call of
-// anything else.
+// on a channel, a write (a push to another key), a member printed
+// (fmt.Print, which in a demo stands for the work) or written to an
+// io.Writer (fmt.Fprint), a call of anything else.
 func (st *analysisState) sweep(r, rm event, body ast.Node) bool {
 	blk, ok := body.(*ast.BlockStmt)
 	if r.callee != nil || !ok {
@@ -417,9 +419,11 @@ func (st *analysisState) quietCall(call *ast.CallExpr, depth int) bool {
 		}
 		path, name := o.Pkg().Path(), o.Name()
 		switch {
-		case quietPkgs[path]:
+		case quietPkgs[path] || isLogPkg(path):
 			return true
 		case path == "fmt":
+			// Not Print: in a demo it stands for the work; nor Fprint: its
+			// writer may hand a member on (a connection, a response).
 			return strings.HasPrefix(name, "Sprint") || name == "Errorf"
 		case o.Pkg() == st.pass.Pkg && depth < 3:
 			return st.quietFunc(o, depth+1)
@@ -517,23 +521,50 @@ func (st *analysisState) redisCmd(call *ast.CallExpr) (cmd string, client bool) 
 	return "", false
 }
 
-// quietFunc reports a function of this package whose body only returns
-// quiet expressions (a key's name: return "trace:" + id).
+// quietFunc reports a function of this package whose body only makes
+// quiet calls and returns quiet expressions (a key's name: return
+// "trace:" + id; a log line of its own: log.Println("expired", id)).
 func (st *analysisState) quietFunc(fn *types.Func, depth int) bool {
 	fd := st.decls[fn]
-	if fd == nil || fd.Body == nil || len(fd.Body.List) != 1 {
-		return false
-	}
-	ret, ok := fd.Body.List[0].(*ast.ReturnStmt)
-	if !ok {
+	if fd == nil || fd.Body == nil || len(fd.Body.List) == 0 {
 		return false
 	}
 	quiet := true
-	ast.Inspect(ret, func(m ast.Node) bool {
-		if c, ok := m.(*ast.CallExpr); ok {
-			quiet = quiet && st.quietCall(c, depth)
+	for i, s := range fd.Body.List {
+		switch s.(type) {
+		case *ast.ExprStmt:
+		case *ast.ReturnStmt:
+			quiet = quiet && i == len(fd.Body.List)-1
+		default:
+			return false
 		}
-		return quiet
-	})
+		ast.Inspect(s, func(m ast.Node) bool {
+			switch x := m.(type) {
+			case *ast.CallExpr:
+				quiet = quiet && st.quietCall(x, depth)
+			case *ast.FuncLit:
+				quiet = false
+			case *ast.UnaryExpr:
+				quiet = quiet && x.Op != token.ARROW
+			}
+			return quiet
+		})
+	}
 	return quiet
+}
+
+// logPkgs are logging packages, by the last element of their path: a log
+// line names a member, and hands it to no one.
+var logPkgs = map[string]bool{
+	"log": true, "slog": true, "glog": true, "klog": true, "logrus": true, "zerolog": true, "zap": true,
+	"logger": true, "logging": true, "logr": true, "log15": true, "logx": true, "xlog": true, "go-hclog": true,
+	"seelog": true,
+}
+
+// isLogPkg reports a logging package (the standard library's log and
+// log/slog, the usual third-party ones, a project's own log or logger).
+func isLogPkg(path string) bool {
+	path = strings.TrimSuffix(path, "/v2")
+	path = strings.TrimSuffix(path, "/v3")
+	return logPkgs[path[strings.LastIndex(path, "/")+1:]]
 }

@@ -873,7 +873,7 @@ func takeToken(rdb *redis.Client, key string) bool {
 	return false
 }
 
-func sweepLogged(rdb *redis.Client, key string) {
+func sweepLogged(rdb *redis.Client, key string) { // printed: in a demo, the work
 	members := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val() // want `racy poller`
 	for _, m := range members {
 		rdb.ZRem(ctx, key, m)

@@ -4,7 +4,6 @@ package ru
 import (
 	"context"
 	"encoding/json"
-	"log"
 	"strconv"
 
 	"github.com/redis/rueidis"
@@ -275,11 +274,11 @@ func sweepRunsValues(c rueidis.Client, key string) {
 	}
 }
 
-func sweepLoggedKey(c rueidis.Client, key string) {
+func sweepKeptKey(c rueidis.Client, key string) {
 	keys, _ := c.Do(ctx, c.B().Zrangebyscore().Key(key).Min("-inf").Max("100").Build()).AsStrSlice() // want `racy poller`
 	cmds := make(rueidis.Commands, 0, len(keys))
 	for _, k := range keys {
-		cmds = append(cmds, c.B().Zrem().Key(key).Member(k).Build(), c.B().Del().Key(loggedKey(k)).Build())
+		cmds = append(cmds, c.B().Zrem().Key(key).Member(k).Build(), c.B().Del().Key(keptKey(k)).Build())
 	}
 	c.DoMulti(ctx, cmds...)
 }
@@ -295,7 +294,9 @@ func sweepScripted(c rueidis.Client, key string) {
 	}
 }
 
-func loggedKey(member string) string {
-	log.Print("expired ", member)
+func keptKey(member string) string {
+	kept = append(kept, member)
 	return "job:" + member
 }
+
+var kept []string
