@@ -355,17 +355,29 @@ func (sw *sweeper) quietUse(s ast.Stmt, inRange bool) bool {
 
 // quietNode reports whether every call in n is quiet.
 func (sw *sweeper) quietNode(n ast.Node) bool {
+	return quietWalk(n, func(c *ast.CallExpr) (quiet, descend bool) {
+		if body, ok := sw.st.pipelinedBody(c); ok {
+			// A go-redis pipeline's closure: its statements are judged
+			// as the function's own.
+			return sw.quietUses(body.List, false), false
+		}
+		return c == sw.helper || sw.st.quietCall(c, 0), true
+	})
+}
+
+// quietWalk reports whether n holds no function literal, receives from no
+// channel, and makes only calls that call finds quiet (descend false: call
+// judged what the call holds too).
+func quietWalk(n ast.Node, call func(*ast.CallExpr) (quiet, descend bool)) bool {
 	quiet := true
 	ast.Inspect(n, func(m ast.Node) bool {
 		switch x := m.(type) {
 		case *ast.CallExpr:
-			if body, ok := sw.st.pipelinedBody(x); ok {
-				// A go-redis pipeline's closure: its statements are
-				// judged as the function's own.
-				quiet = quiet && sw.quietUses(body.List, false)
+			q, descend := call(x)
+			quiet = quiet && q
+			if !descend {
 				return false
 			}
-			quiet = quiet && (x == sw.helper || sw.st.quietCall(x, 0))
 		case *ast.FuncLit:
 			quiet = false
 		case *ast.UnaryExpr:
@@ -529,28 +541,21 @@ func (st *analysisState) quietFunc(fn *types.Func, depth int) bool {
 	if fd == nil || fd.Body == nil || len(fd.Body.List) == 0 {
 		return false
 	}
-	quiet := true
 	for i, s := range fd.Body.List {
 		switch s.(type) {
 		case *ast.ExprStmt:
 		case *ast.ReturnStmt:
-			quiet = quiet && i == len(fd.Body.List)-1
+			if i != len(fd.Body.List)-1 {
+				return false
+			}
 		default:
 			return false
 		}
-		ast.Inspect(s, func(m ast.Node) bool {
-			switch x := m.(type) {
-			case *ast.CallExpr:
-				quiet = quiet && st.quietCall(x, depth)
-			case *ast.FuncLit:
-				quiet = false
-			case *ast.UnaryExpr:
-				quiet = quiet && x.Op != token.ARROW
-			}
-			return quiet
-		})
+		if !quietWalk(s, func(c *ast.CallExpr) (bool, bool) { return st.quietCall(c, depth), true }) {
+			return false
+		}
 	}
-	return quiet
+	return true
 }
 
 // logPkgs are logging packages, by the last element of their path: a log
