@@ -1,7 +1,8 @@
 // Command pgbench measures what zclaimpg costs a handler: the same
 // transaction (one INSERT) with and without zclaimpg.Complete, each under
-// the idempotency middleware, side by side in interleaved rounds; and the
-// size of the done table per finished run. make bench appends its tables
+// the idempotency middleware, and the transaction without the middleware
+// (what the middleware costs such a handler), side by side in interleaved
+// rounds; and the size of the done table per finished run. make bench appends its tables
 // to bench/RESULTS.md.
 //
 //	go run ./internal/pgbench
@@ -109,42 +110,44 @@ func run(rounds int, per time.Duration, conc, rowsN int) error {
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, PoolSize: conc * 2})
 	defer rdb.Close()
 	var seq atomic.Int64
+	nextKey := func() string { return "order-" + strconv.FormatInt(seq.Add(1), 10) + "@2026-12-01T08:00:00.000Z" }
 	idem, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Logger: slog.New(slog.DiscardHandler),
-		Key: func(context.Context, *asynq.Task) (string, error) {
-			return "order-" + strconv.FormatInt(seq.Add(1), 10) + "@2026-12-01T08:00:00.000Z", nil
-		}})
+		Key: func(context.Context, *asynq.Task) (string, error) { return nextKey(), nil }})
 	if err != nil {
 		return err
 	}
-	write := func(ctx context.Context) func(pgx.Tx) error {
+	write := func(ctx context.Context, key string) func(pgx.Tx) error {
 		return func(tx pgx.Tx) error {
-			e, _ := zclaim.ExecutionFromContext(ctx)
-			_, err := tx.Exec(ctx, "INSERT INTO reminders (key, body) VALUES ($1, 'a reminder')", e.Key)
+			_, err := tx.Exec(ctx, "INSERT INTO reminders (key, body) VALUES ($1, 'a reminder')", key)
 			return err
 		}
+	}
+	runKey := func(ctx context.Context) string {
+		e, _ := zclaim.ExecutionFromContext(ctx)
+		return e.Key
 	}
 	contenders := []struct {
 		name string
 		h    asynq.Handler
 	}{
 		{"the transaction alone", idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
-			return pgx.BeginFunc(ctx, pool, write(ctx))
+			return pgx.BeginFunc(ctx, pool, write(ctx, runKey(ctx)))
 		}))},
 		{"the transaction + `zclaimpg.Complete` (`InTx`)", idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
-			return zclaimpg.InTx(ctx, pool, pgx.TxOptions{}, write(ctx))
+			return zclaimpg.InTx(ctx, pool, pgx.TxOptions{}, write(ctx, runKey(ctx)))
 		}))},
+		{"the transaction alone, without the middleware", asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+			return pgx.BeginFunc(ctx, pool, write(ctx, nextKey()))
+		})},
 	}
 	rates := make([][]float64, len(contenders))
-	var ratios []float64
+	var ratios, bare []float64 // per round: Complete's (1 to 0), the middleware's (0 to 2)
 	for r := range rounds {
 		rr := make([]float64, len(contenders))
-		// Every other round the other goes first, so that neither always
-		// meets the other's autovacuum or checkpoint.
-		order := []int{0, 1}
-		if r%2 == 1 {
-			order = []int{1, 0}
-		}
-		for _, i := range order {
+		// Each round starts with another, so that none always meets the
+		// others' autovacuum or checkpoint.
+		for k := range contenders {
+			i := (r + k) % len(contenders)
 			n, failed, err := drive(contenders[i].h, conc, per)
 			if failed > 0 {
 				return fmt.Errorf("%s: %d of %d tasks failed, the first: %w", contenders[i].name, failed, n+failed, err)
@@ -153,18 +156,24 @@ func run(rounds int, per time.Duration, conc, rowsN int) error {
 			rates[i] = append(rates[i], rr[i])
 		}
 		ratios = append(ratios, rr[1]/rr[0])
+		bare = append(bare, rr[0]/rr[2])
 	}
 	var sync string
 	pool.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sync)
 	fmt.Printf("### zclaimpg: a handler's transaction with and without Complete\n\n")
-	fmt.Printf("%d handlers at once under the idempotency middleware (its Begin and Complete on Redis on both sides), each one transaction "+
-		"with one INSERT into a table with a bigserial primary key, on PostgreSQL at 127.0.0.1 (synchronous_commit %s; autovacuum off on both tables, so that neither round meets it); %d rounds of %v each, the order alternating; median over rounds.\n\n", conc, sync, rounds, per)
-	fmt.Println("| handler | transactions/s | × the transaction alone |")
+	fmt.Printf("%d handlers at once, each one transaction with one INSERT into a table with a bigserial primary key, on PostgreSQL at 127.0.0.1 "+
+		"(synchronous_commit %s; autovacuum off on both tables, so that no round meets it), under the idempotency middleware (its Begin and Complete on Redis) "+
+		"and, in the last row, without it; called straight, with no asynq server; %d rounds of %v each, each round starting with another; median over rounds.\n\n",
+		conc, sync, rounds, per)
+	fmt.Println("| handler | transactions/s | ratio |")
 	fmt.Println("|---|---|---|")
 	for i, c := range contenders {
 		ratio := "1.00×"
-		if i == 1 {
-			ratio = fmt.Sprintf("**%.2f×** (rounds %.2f–%.2f)", median(ratios), slices.Min(ratios), slices.Max(ratios))
+		switch i {
+		case 1:
+			ratio = fmt.Sprintf("**%.2f×** the transaction alone (rounds %.2f–%.2f)", median(ratios), slices.Min(ratios), slices.Max(ratios))
+		case 2:
+			ratio = fmt.Sprintf("the transaction alone under the middleware ran **%.2f×** this (rounds %.2f–%.2f)", median(bare), slices.Min(bare), slices.Max(bare))
 		}
 		fmt.Printf("| %s | %.0f | %s |\n", c.name, median(rates[i]), ratio)
 	}

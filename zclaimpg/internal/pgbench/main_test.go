@@ -48,7 +48,8 @@ func TestShortRun(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
-	for _, name := range []string{"the transaction alone", "the transaction + `zclaimpg.Complete` (`InTx`)"} {
+	for _, name := range []string{"the transaction alone", "the transaction + `zclaimpg.Complete` (`InTx`)",
+		"the transaction alone, without the middleware"} {
 		var rate string
 		for _, l := range strings.Split(out, "\n") {
 			if strings.HasPrefix(l, "| "+name+" | ") {
