@@ -2,8 +2,8 @@
 // transaction (one INSERT) with and without zclaimpg.Complete, each under
 // the idempotency middleware, and the transaction without the middleware
 // (what the middleware costs such a handler), side by side in interleaved
-// rounds; and the size of the done table per finished run. make bench appends its tables
-// to bench/RESULTS.md.
+// rounds; and the size of the done table per finished run. make bench
+// appends its tables to bench/RESULTS.md.
 //
 //	go run ./internal/pgbench
 //
