@@ -1,9 +1,10 @@
 // Command pgbench measures what zclaimpg costs a handler: the same
 // transaction (one INSERT) with and without zclaimpg.Complete, each under
-// the idempotency middleware, and the transaction without the middleware
-// (what the middleware costs such a handler), side by side in interleaved
-// rounds; and the size of the done table per finished run. make bench
-// appends its tables to bench/RESULTS.md.
+// the idempotency middleware, and the transaction without the middleware,
+// alone and between two plain Redis commands (what the middleware costs
+// such a handler, and the least a middleware costs it), side by side in
+// interleaved rounds; and the size of the done table per finished run.
+// make bench appends its tables to bench/RESULTS.md.
 //
 //	go run ./internal/pgbench
 //
@@ -139,9 +140,24 @@ func run(rounds int, per time.Duration, conc, rowsN int) error {
 		{"the transaction alone, without the middleware", asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
 			return pgx.BeginFunc(ctx, pool, write(ctx, nextKey()))
 		})},
+		// The least a middleware that records each run's start and finish
+		// sends: one plain command before the handler, one after.
+		{"the transaction between a plain `SET NX GET` and a plain `SET`, without the middleware",
+			asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+				key := nextKey()
+				if err := rdb.SetArgs(ctx, "floor:"+key, "run", redis.SetArgs{Mode: "NX", Get: true, TTL: time.Minute}).Err(); err != nil && err != redis.Nil {
+					return err
+				}
+				if err := pgx.BeginFunc(ctx, pool, write(ctx, key)); err != nil {
+					return err
+				}
+				return rdb.Set(ctx, "floor:"+key, "done", time.Minute).Err()
+			})},
 	}
 	rates := make([][]float64, len(contenders))
-	var ratios, bare []float64 // per round: Complete's (1 to 0), the middleware's (0 to 2)
+	// Per round: Complete's ratio (1 to 0), the middleware's (0 to 2), the
+	// floor's (3 to 2).
+	var ratios, bare, floor []float64
 	for r := range rounds {
 		rr := make([]float64, len(contenders))
 		// Each round starts with another, so that none always meets the
@@ -157,13 +173,15 @@ func run(rounds int, per time.Duration, conc, rowsN int) error {
 		}
 		ratios = append(ratios, rr[1]/rr[0])
 		bare = append(bare, rr[0]/rr[2])
+		floor = append(floor, rr[3]/rr[2])
 	}
 	var sync string
 	pool.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sync)
 	fmt.Printf("### zclaimpg: a handler's transaction with and without Complete\n\n")
 	fmt.Printf("%d handlers at once, each one transaction with one INSERT into a table with a bigserial primary key, on PostgreSQL at 127.0.0.1 "+
 		"(synchronous_commit %s; autovacuum off on both tables, so that no round meets it), under the idempotency middleware (its Begin and Complete on Redis) "+
-		"and, in the last row, without it; called straight, with no asynq server; %d rounds of %v each, each round starting with another; median over rounds.\n\n",
+		"and, in the last two rows, without it (the last between the two plain commands a middleware that records each run's start and finish sends at least); "+
+		"called straight, with no asynq server; %d rounds of %v each, each round starting with another; median over rounds.\n\n",
 		conc, sync, rounds, per)
 	fmt.Println("| handler | transactions/s | ratio |")
 	fmt.Println("|---|---|---|")
@@ -174,6 +192,8 @@ func run(rounds int, per time.Duration, conc, rowsN int) error {
 			ratio = fmt.Sprintf("**%.2f×** the transaction alone (rounds %.2f–%.2f)", median(ratios), slices.Min(ratios), slices.Max(ratios))
 		case 2:
 			ratio = fmt.Sprintf("the transaction alone under the middleware ran **%.2f×** this (rounds %.2f–%.2f)", median(bare), slices.Min(bare), slices.Max(bare))
+		case 3:
+			ratio = fmt.Sprintf("**%.2f×** the transaction without the middleware (rounds %.2f–%.2f)", median(floor), slices.Min(floor), slices.Max(floor))
 		}
 		fmt.Printf("| %s | %.0f | %s |\n", c.name, median(rates[i]), ratio)
 	}

@@ -49,7 +49,8 @@ func TestShortRun(t *testing.T) {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	for _, name := range []string{"the transaction alone", "the transaction + `zclaimpg.Complete` (`InTx`)",
-		"the transaction alone, without the middleware"} {
+		"the transaction alone, without the middleware",
+		"the transaction between a plain `SET NX GET` and a plain `SET`, without the middleware"} {
 		var rate string
 		for _, l := range strings.Split(out, "\n") {
 			if strings.HasPrefix(l, "| "+name+" | ") {
