@@ -21,15 +21,25 @@ func scoresRead(evs []event, key string) bool {
 	return false
 }
 
-// guarded reports an access after an atomic claim in the same function:
-// the claim decided who runs the job.
+// guarded reports an access after an atomic claim in the same function,
+// or a removal after a gate: the claim or the gate decided who runs the
+// job.
 func guarded(evs []event, i int) bool {
 	for j := range i {
-		if evs[j].claim {
+		if evs[j].claim || gates(evs[j], evs[i]) {
 			return true
 		}
 	}
 	return false
+}
+
+// gates reports whether g, sent before removal rm, decides who sends rm:
+// a removal of one member whose count is tested (a matchmaker's ZREM from
+// its open set before the ZREM from its waiting list). Only the worker
+// whose ZREM removed the member goes on, so what it removes after is
+// cleanup, as after a claim.
+func gates(g, rm event) bool {
+	return byMember(g) && g.Checked && byMember(rm)
 }
 
 // pair reports, in the final pass, each read followed by a removal of the
@@ -46,10 +56,15 @@ func (st *analysisState) pair(evs []event, body ast.Node) map[int]bool {
 		if rm.Read || rm.Score || rm.claim {
 			continue
 		}
-		claimed := -1 // the last claim before the removal
+		claimed, gated := -1, -1 // the last claim and gate before the removal
 		for k := i - 1; k >= 0 && claimed < 0; k-- {
 			if evs[k].claim {
 				claimed = k
+			}
+		}
+		for k := i - 1; k >= 0 && gated < 0; k-- {
+			if gates(evs[k], rm) {
+				gated = k
 			}
 		}
 		for j := i - 1; j >= 0; j-- {
@@ -57,8 +72,8 @@ func (st *analysisState) pair(evs []event, body ast.Node) map[int]bool {
 			if !r.Read || r.claim || r.Key != rm.Key || r.Rank && !scoresRead(evs[j+1:i], r.Key) {
 				continue
 			}
-			if r.group != nil && r.group == rm.group {
-				break // one MULTI/EXEC: atomic
+			if r.group != nil && r.group == rm.group || gated > j {
+				break // one MULTI/EXEC: atomic; or a gate between them
 			}
 			var lock *event
 			if claimed >= 0 {
@@ -88,7 +103,7 @@ func (st *analysisState) pair(evs []event, body ast.Node) map[int]bool {
 func (st *analysisState) pairLater(evs []event, i int, paired map[int]bool) {
 	rm := evs[i]
 	for k := i - 1; k >= 0; k-- {
-		if evs[k].claim && evs[k].gor == rm.gor {
+		if (evs[k].claim || gates(evs[k], rm)) && evs[k].gor == rm.gor {
 			return
 		}
 	}
