@@ -49,6 +49,9 @@ var (
 // a pop or move from a list, or a SET NX, which is also a lock: the name
 // it is reported by, "" for any other claim.
 func claimOf(pass *analysis.Pass, call *ast.CallExpr) (claim bool, lock string) {
+	if lock := libraryLock(pass, call); lock != "" {
+		return true, lock
+	}
 	if fn, name := goRedisMethod(pass, call); fn != nil {
 		if claimMethod[name] {
 			return true, lockNames[strings.ToUpper(name)]
@@ -81,6 +84,32 @@ func claimOf(pass *analysis.Pass, call *ast.CallExpr) (claim bool, lock string) 
 		}
 	}
 	return false, ""
+}
+
+// libraryLock returns the name a call of a distributed-lock library is
+// reported by when it takes a lock, a key in Redis that expires as a SET
+// NX's does: Lock, LockContext, TryLock and TryLockContext of redsync's
+// Mutex (go-redsync/redsync, and hjr265/redsync.go before it) and
+// redislock's Obtain (bsm/redislock), or "".
+var mutexLocks = map[string]bool{"Lock": true, "LockContext": true, "TryLock": true, "TryLockContext": true}
+
+func libraryLock(pass *analysis.Pass, call *ast.CallExpr) string {
+	fn := calleeOf(pass, call)
+	if fn == nil || fn.Pkg() == nil {
+		return ""
+	}
+	path, name := fn.Pkg().Path(), fn.Name()
+	switch {
+	case strings.HasPrefix(path, "github.com/go-redsync/redsync") || strings.HasPrefix(path, "github.com/hjr265/redsync.go/"):
+		if r := recvNamed(fn); r != nil && r.Obj().Name() == "Mutex" && mutexLocks[name] {
+			return "redsync " + name
+		}
+	case strings.HasPrefix(path, "github.com/bsm/redislock"):
+		if name == "Obtain" {
+			return "redislock Obtain"
+		}
+	}
+	return ""
 }
 
 func doClaim(pass *analysis.Pass, args []ast.Expr) (claim bool, lock string) {

@@ -8,6 +8,8 @@ import (
 	"go/types"
 	"slices"
 	"strings"
+
+	"golang.org/x/tools/go/ast/astutil"
 )
 
 // scoresRead reports a ZSCORE of key among evs: a read by rank whose
@@ -83,6 +85,9 @@ func (st *analysisState) pair(evs []event, body ast.Node) map[int]bool {
 			}
 			paired[i], paired[j] = true, true
 			if st.final && !st.sweep(r, rm, body) {
+				if lock == nil && claimed < 0 {
+					lock = st.callerLock(body)
+				}
 				st.report(r, rm, lock)
 			}
 			break
@@ -128,6 +133,166 @@ func (st *analysisState) pairLater(evs []event, i int, paired map[int]bool) {
 		}
 		return
 	}
+}
+
+// callerLock returns the lock that every caller of the function of body
+// takes before it calls it (a SET NX or a lock library's call, earlier in
+// the calling function), or nil: nil too when the function is called
+// nowhere in the package, is used other than by a call, or may be called
+// from another package (it is exported, outside a main package).
+func (st *analysisState) callerLock(body ast.Node) *event {
+	var fn *types.Func
+	for f, fd := range st.decls {
+		if fd.Body == body {
+			fn = f
+		}
+	}
+	if fn == nil || fn.Exported() && st.pass.Pkg.Name() != "main" {
+		return nil
+	}
+	var lock *event
+	for id, o := range st.pass.TypesInfo.Uses {
+		if o != fn {
+			continue
+		}
+		call, outer := st.callSite(id)
+		if call == nil {
+			return nil
+		}
+		l := st.lockHeld(call, outer)
+		if l == nil {
+			return nil
+		}
+		if lock == nil || l.node.Pos() < lock.node.Pos() {
+			lock = l
+		}
+	}
+	return lock
+}
+
+// lockHeld returns the lock held at call, taken earlier in outer, the
+// body of the function that makes it: by a statement before the one
+// that holds the call, in its block or a block around it (a lock taken
+// in the init or condition of an if there whose body leaves, as in "if
+// err := m.Lock(); err != nil { return err }", counts), or in the init
+// or condition of an if whose body holds the call.
+func (st *analysisState) lockHeld(call *ast.CallExpr, outer ast.Node) *event {
+	var path []ast.Node
+	for _, f := range st.pass.Files {
+		if call.Pos() >= f.Pos() && call.Pos() < f.End() {
+			path, _ = astutil.PathEnclosingInterval(f, call.Pos(), call.End())
+		}
+	}
+	// lockIn returns the lock taken by a call among ns, outside function
+	// literals and nested blocks.
+	lockIn := func(ns ...ast.Node) *event {
+		var l *event
+		for _, n := range ns {
+			if n == nil {
+				continue
+			}
+			ast.Inspect(n, func(n ast.Node) bool {
+				switch x := n.(type) {
+				case *ast.BlockStmt: // and a function literal's body
+					return false
+				case *ast.CallExpr:
+					if _, name := claimOf(st.pass, x); name != "" && l == nil {
+						l = &event{node: x, claim: true, Access: Access{Name: name, Pos: pos(st.pass, x)}}
+					}
+				}
+				return l == nil
+			})
+		}
+		return l
+	}
+	for i := 1; i < len(path) && path[i-1] != outer; i++ {
+		child := path[i-1]
+		var before []ast.Stmt
+		switch p := path[i].(type) {
+		case *ast.BlockStmt:
+			before = p.List
+		case *ast.CommClause:
+			before = p.Body
+		case *ast.IfStmt:
+			if child == p.Body {
+				if l := lockIn(p.Init, p.Cond); l != nil {
+					return l
+				}
+			}
+		}
+		for k := len(before) - 1; k >= 0; k-- {
+			if before[k] == child {
+				for _, b := range slices.Backward(before[:k]) {
+					var l *event
+					if ifs, ok := b.(*ast.IfStmt); ok {
+						if ifs.Else == nil && exits(ifs.Body) {
+							l = lockIn(ifs.Init, ifs.Cond)
+						}
+					} else {
+						l = lockIn(b)
+					}
+					if l != nil {
+						return l
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// exits reports whether block b ends by leaving: a return or a branch
+// (continue, break, goto).
+func exits(b *ast.BlockStmt) bool {
+	if len(b.List) == 0 {
+		return false
+	}
+	switch b.List[len(b.List)-1].(type) {
+	case *ast.ReturnStmt, *ast.BranchStmt:
+		return true
+	}
+	return false
+}
+
+// callSite returns the call whose function is id and the body of the
+// function (declared or literal) that makes it, or nil when id is used
+// other than by a call.
+func (st *analysisState) callSite(id *ast.Ident) (*ast.CallExpr, ast.Node) {
+	for _, f := range st.pass.Files {
+		if id.Pos() < f.Pos() || id.Pos() >= f.End() {
+			continue
+		}
+		path, _ := astutil.PathEnclosingInterval(f, id.Pos(), id.End())
+		var call *ast.CallExpr
+		for i, n := range path[1:] {
+			switch x := n.(type) {
+			case *ast.SelectorExpr:
+				if call == nil {
+					if x.Sel != path[i] {
+						return nil, nil
+					}
+					continue
+				}
+			case *ast.CallExpr:
+				if call == nil && funOf(x) == path[i] {
+					call = x
+					continue
+				}
+			case *ast.FuncLit:
+				if call != nil {
+					return call, x.Body
+				}
+			case *ast.FuncDecl:
+				if call != nil {
+					return call, x.Body
+				}
+			}
+			if call == nil {
+				return nil, nil
+			}
+		}
+	}
+	return nil, nil
 }
 
 // within reports whether node n lies inside node outer.

@@ -28,17 +28,19 @@
 // ZREM, also when several are sent in a pipeline whose replies are kept in
 // a slice or map, or in rueidis' DoMulti, and a reply's count is tested)
 // is correct but costs a ZREM per job, and every other worker's read is
-// wasted: it gets a milder report of its own. A removal after an atomic claim of the id (LPOP or LMOVE from
-// a ready list, SET NX of the id) only cleans up, and is not reported; a
-// poll under a lock that a SET NX takes before the read, in the same
-// function, is correct while the lock is held, and gets a report of its
-// own. A read whose members
-// are thrown away (the first value to _, or only its Err) is no poll, and
-// neither is a sweep: a read whose members, held in a variable, go
-// nowhere but back to Redis (the removal, other reads and removals of
-// them or of keys named from them, through ranges that do nothing else
-// and add up counts, or a helper of the package that does the same), so
-// that nothing runs on them.
+// wasted: it gets a milder report of its own. A removal after an atomic
+// claim of the id (LPOP or LMOVE from a ready list, SET NX of the id), or
+// after a checked ZREM (of the member from another set, say), only cleans
+// up, and is not reported; a poll under a lock (a SET NX, redsync's
+// Mutex.Lock, redislock's Obtain) taken before the read in the same
+// function, or by every caller before its call of a function no other
+// package can call, is correct while the lock is held, and gets a report
+// of its own. A read whose members are thrown away (the first value to _,
+// or only its Err) is no poll, and neither is a sweep: a read whose
+// members, held in a variable, go nowhere but back to Redis (the removal,
+// other reads and removals of them or of keys named from them, through
+// ranges that do nothing else and add up counts, or a helper of the
+// package that does the same), so that nothing runs on them.
 // Reports are at the read, and name the removal's position.
 //
 //	go run github.com/zclaim/zclaim/cmd/zclaimvet@latest ./...
