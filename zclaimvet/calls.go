@@ -104,7 +104,8 @@ func (st *analysisState) sends(s *fnScope, fd *ast.FuncDecl) *Sends {
 // summaryOf returns fn's summary: this package's, a fact of another's, or
 // for a method of an interface (the project's own client interface), that
 // of the method of the same name and signature of a type of the
-// interface's package.
+// interface's package or, failing that, of a package it imports (a small
+// interface a package declares over the client wrapper it uses).
 func (st *analysisState) summaryOf(fn *types.Func) *Summary {
 	if s := st.summaries[fn]; s != nil {
 		return s
@@ -116,13 +117,27 @@ func (st *analysisState) summaryOf(fn *types.Func) *Summary {
 	if sig == nil || sig.Recv() == nil || !types.IsInterface(sig.Recv().Type()) || fn.Pkg() == nil {
 		return nil
 	}
-	scope := fn.Pkg().Scope()
+	if s := st.implSummary(fn, sig, fn.Pkg()); s != nil {
+		return s
+	}
+	for _, p := range fn.Pkg().Imports() {
+		if s := st.implSummary(fn, sig, p); s != nil {
+			return s
+		}
+	}
+	return nil
+}
+
+// implSummary returns the summary of the method of a type of pkg that
+// has interface method fn's name and signature sig, or nil.
+func (st *analysisState) implSummary(fn *types.Func, sig *types.Signature, pkg *types.Package) *Summary {
+	scope := pkg.Scope()
 	for _, name := range scope.Names() {
 		tn, ok := scope.Lookup(name).(*types.TypeName)
 		if !ok || types.IsInterface(tn.Type()) {
 			continue
 		}
-		obj, _, _ := types.LookupFieldOrMethod(types.NewPointer(tn.Type()), true, fn.Pkg(), fn.Name())
+		obj, _, _ := types.LookupFieldOrMethod(types.NewPointer(tn.Type()), true, pkg, fn.Name())
 		m, ok := obj.(*types.Func)
 		if !ok || m == fn {
 			continue
