@@ -52,6 +52,9 @@ func claimOf(pass *analysis.Pass, call *ast.CallExpr) (claim bool, lock string) 
 	if lock := libraryLock(pass, call); lock != "" {
 		return true, lock
 	}
+	if fn, _ := goFrameMethod(pass, call); fn != nil && claimMethod[fn.Name()] {
+		return true, lockNames[strings.ToUpper(fn.Name())]
+	}
 	if fn, name := goRedisMethod(pass, call); fn != nil {
 		if claimMethod[name] {
 			return true, lockNames[strings.ToUpper(name)]
@@ -146,10 +149,14 @@ func namedCmd(pass *analysis.Pass, call *ast.CallExpr) (string, bool) {
 }
 
 // namedArgs returns the arguments, from the command's name on, of a
-// command sent by name: redigo's Do or Send, radix's Cmd or FlatCmd.
+// command sent by name: redigo's Do or Send, GoFrame's Do, radix's Cmd or
+// FlatCmd.
 func namedArgs(pass *analysis.Pass, call *ast.CallExpr) ([]ast.Expr, bool) {
 	if isRedigoSend(pass, call) {
 		return call.Args, true
+	}
+	if args, ok := goFrameDo(pass, call); ok {
+		return args, true
 	}
 	args, _, ok := radixCmd(pass, call)
 	return args, ok
@@ -220,6 +227,9 @@ func (st *analysisState) classify(s *fnScope, call *ast.CallExpr) (event, bool) 
 	}
 	if isRedigoSend(pass, call) {
 		return st.doCommand(s, call, call.Args)
+	}
+	if ev, ok := st.goFrameEvent(s, call); ok {
+		return ev, true
 	}
 	return st.radixEvent(s, call)
 }

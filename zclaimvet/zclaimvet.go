@@ -22,7 +22,9 @@
 // and MULTI/EXEC), and rueidis and valkey-go (commands from the client's
 // builder, sent with Do, DoCache or DoMulti; MULTI/EXEC within a DoMulti;
 // WATCH; their go-redis-like adapters rueidiscompat and valkeycompat as
-// go-redis).
+// go-redis), and GoFrame's gredis (Do, v1's DoVar, and its sorted-set
+// methods: ZRange with ByScore, ZScore, ZRem, ZRemRangeByScore and
+// ZRemRangeByRank).
 //
 // A removal of one member whose count decides who runs the job (a checked
 // ZREM, also when several are sent in a pipeline whose replies are kept in
@@ -300,10 +302,11 @@ func run(pass *analysis.Pass) (any, error) {
 }
 
 // IsClient reports whether path is the import path of a package of a Redis
-// client the analyzer knows (go-redis, redigo, rueidis, valkey-go or radix). Only a package that
-// imports one, directly or through other packages, can hold a fact (Uses).
+// client the analyzer knows (go-redis, redigo, rueidis, valkey-go, radix or
+// GoFrame's gredis). Only a package that imports one, directly or through
+// other packages, can hold a fact (Uses).
 func IsClient(path string) bool {
-	return isGoRedis(path) || isRedigo(path) || isRueidis(path) || isRadix(path)
+	return isGoRedis(path) || isRedigo(path) || isRueidis(path) || isRadix(path) || isGoFrame(path)
 }
 
 // isGoRedis reports go-redis: v9 on, v6 to v8, and v2 to v5 (gopkg.in/redis.vN).

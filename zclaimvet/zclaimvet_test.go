@@ -13,7 +13,7 @@ import (
 // package wrap's methods, so its reports come from wrap's facts; tnone's
 // test file is skipped; ru polls through rueidis, rx through radix.
 func TestAnalyzer(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), zclaimvet.Analyzer, "a", "wrap", "b", "rwrap", "c", "tnone", "ru", "rx")
+	analysistest.Run(t, analysistest.TestData(), zclaimvet.Analyzer, "a", "wrap", "b", "rwrap", "c", "tnone", "ru", "rx", "gf")
 }
 
 // With -tests, test files are analysed too.
