@@ -65,7 +65,44 @@ func (st *analysisState) summarize(fd *ast.FuncDecl) *Summary {
 		st.origin[fn] = nodes
 	}
 	out.Sends = st.sends(s, fd)
+	out.Lock = lockHelper(fd.Name.Name, evs)
 	return out
+}
+
+// lockHelper returns the lock a function named name takes, whose events
+// are evs, when it is a lock helper: named for taking a lock (TryLock,
+// acquireLock, lockJob, Acquire; not unlock) and sending nothing but the
+// lock and other claims. Calling it takes that lock.
+func lockHelper(name string, evs []event) string {
+	n := strings.ToLower(name)
+	if !strings.Contains(n, "lock") && !strings.HasPrefix(n, "acquire") || strings.Contains(n, "unlock") {
+		return ""
+	}
+	lock := ""
+	for _, ev := range evs {
+		if !ev.claim {
+			return ""
+		}
+		if lock == "" {
+			lock = ev.Name
+		}
+	}
+	return lock
+}
+
+// lockOf returns the name of the lock call takes: a SET NX, a lock
+// library's, or a lock helper's (the summary's Lock, shown as "SET NX
+// (in TryLock)"), or "".
+func (st *analysisState) lockOf(call *ast.CallExpr) string {
+	if _, lock := claimOf(st.pass, call); lock != "" {
+		return lock
+	}
+	if fn := calleeOf(st.pass, call); fn != nil {
+		if sum := st.summaryOf(fn); sum != nil && sum.Lock != "" {
+			return sum.Lock + " (in " + fn.Name() + ")"
+		}
+	}
+	return ""
 }
 
 // sends recognizes a wrapper that sends the command it is given with the

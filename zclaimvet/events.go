@@ -151,6 +151,9 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 				evs = append(evs, event{node: x, claim: true, Access: Access{Name: lock, Pos: pos(pass, x)}})
 				return true
 			}
+			if lock := st.lockOf(x); lock != "" {
+				evs = append(evs, event{node: x, claim: true, Access: Access{Name: lock, Pos: pos(pass, x)}})
+			}
 			evs = append(evs, st.viaCallee(s, x, g)...)
 		}
 		return true

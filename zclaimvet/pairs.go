@@ -196,7 +196,7 @@ func (st *analysisState) lockHeld(call *ast.CallExpr, outer ast.Node) *event {
 				case *ast.BlockStmt: // and a function literal's body
 					return false
 				case *ast.CallExpr:
-					if _, name := claimOf(st.pass, x); name != "" && l == nil {
+					if name := st.lockOf(x); name != "" && l == nil {
 						l = &event{node: x, claim: true, Access: Access{Name: name, Pos: pos(st.pass, x)}}
 					}
 				}

@@ -34,15 +34,16 @@
 // claim of the id (LPOP or LMOVE from a ready list, SET NX of the id), or
 // after a checked ZREM (of the member from another set, say), only cleans
 // up, and is not reported; a poll under a lock (a SET NX, redsync's
-// Mutex.Lock, redislock's Obtain) taken before the read in the same
-// function, or by every caller before its call of a function no other
-// package can call, is correct while the lock is held, and gets a report
-// of its own. A read whose members are thrown away (the first value to _,
-// or only its Err) is no poll, and neither is a sweep: a read whose
-// members, held in a variable, go nowhere but back to Redis (the removal,
-// other reads and removals of them or of keys named from them, through
-// ranges that do nothing else and add up counts, or a helper of the
-// package that does the same), so that nothing runs on them.
+// Mutex.Lock, redislock's Obtain, or a project's helper named for taking
+// a lock that takes one and sends nothing else) taken before the read in
+// the same function, or by every caller before its call of a function no
+// other package can call, is correct while the lock is held, and gets a
+// report of its own. A read whose members are thrown away (the first
+// value to _, or only its Err) is no poll, and neither is a sweep: a read
+// whose members, held in a variable, go nowhere but back to Redis (the
+// removal, other reads and removals of them or of keys named from them,
+// through ranges that do nothing else and add up counts, or a helper of
+// the package that does the same), so that nothing runs on them.
 // Reports are at the read, and name the removal's position.
 //
 //	go run github.com/zclaim/zclaim/cmd/zclaimvet@latest ./...
@@ -106,6 +107,9 @@ type Summary struct {
 	// its parameter Cmd is the command, its variadic parameter Args the
 	// key and arguments (func Do(cmd string, args ...any)).
 	Sends *Sends
+	// Lock names the lock a helper named for one (TryLock, acquireLock,
+	// Obtain) takes and returns holding: a SET NX, or a lock library's.
+	Lock string
 }
 
 // Uses is the fact of a package whose code (its test files aside) imports
@@ -173,6 +177,9 @@ func (s *Summary) String() string {
 	}
 	if s.Sends != nil {
 		b = append(b, fmt.Sprintf("sends ⟨p%d⟩ ⟨p%d⟩...", s.Sends.Cmd, s.Sends.Args))
+	}
+	if s.Lock != "" {
+		b = append(b, "lock "+s.Lock)
 	}
 	return "zset(" + strings.Join(b, ", ") + ")"
 }
@@ -276,8 +283,8 @@ func run(pass *analysis.Pass) (any, error) {
 				continue
 			}
 			s := st.summarize(fd)
-			if old := st.summaries[fn]; old == nil && (len(s.Accesses) > 0 || s.Sends != nil) ||
-				old != nil && (len(old.Accesses) != len(s.Accesses) || (old.Sends == nil) != (s.Sends == nil)) {
+			if old := st.summaries[fn]; old == nil && (len(s.Accesses) > 0 || s.Sends != nil || s.Lock != "") ||
+				old != nil && (len(old.Accesses) != len(s.Accesses) || (old.Sends == nil) != (s.Sends == nil) || old.Lock != s.Lock) {
 				st.summaries[fn] = s
 				changed = true
 			}
@@ -294,7 +301,7 @@ func run(pass *analysis.Pass) (any, error) {
 	}
 	st.pairFields()
 	for fn, s := range st.summaries {
-		if len(s.Accesses) > 0 || s.Sends != nil {
+		if len(s.Accesses) > 0 || s.Sends != nil || s.Lock != "" {
 			pass.ExportObjectFact(fn, s)
 		}
 	}

@@ -213,3 +213,78 @@ func monitorElsewhere(rdb *redis.Client, m *redsync.Mutex, key string) {
 	go func() { m.Lock() }()
 	pollElsewhere(rdb, key)
 }
+
+// A lock taken by a helper of the project's, named for it: a poll after
+// it is under that lock.
+func acquireLock(rdb *redis.Client, key string) bool { // want acquireLock:`^zset\(lock SETNX\)$`
+	return rdb.SetNX(ctx, key, 1, time.Second).Val()
+}
+
+func pollHelperLocked(rdb *redis.Client, key string) {
+	if !acquireLock(rdb, "lock:"+key) {
+		return
+	}
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val() { // want `poller under a lock: .* after the SETNX \(in acquireLock\) at locks.go:224`
+		rdb.ZRem(ctx, key, id)
+		run(id)
+	}
+}
+
+func acquire(rdb *redis.Client, key string) (bool, error) { // want acquire:`^zset\(lock SET NX\)$`
+	return rdb.SetArgs(ctx, key, 1, redis.SetArgs{Mode: "NX", TTL: time.Second}).Val() == "OK", nil
+}
+
+func pollAcquired(rdb *redis.Client, key string) {
+	if ok, _ := acquire(rdb, "lock:"+key); !ok {
+		return
+	}
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val() { // want `poller under a lock: .* after the SET NX \(in acquire\) at`
+		rdb.ZRem(ctx, key, id)
+		run(id)
+	}
+}
+
+// Its twins: a helper that takes a SET NX but is not named for a lock
+// (a mark), and one named for a release.
+func markSeen(rdb *redis.Client, key string) bool {
+	return rdb.SetNX(ctx, key, 1, time.Second).Val()
+}
+
+func pollMarked(rdb *redis.Client, key string) {
+	if !markSeen(rdb, "seen:"+key) {
+		return
+	}
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val() { // want `racy poller`
+		rdb.ZRem(ctx, key, id)
+		run(id)
+	}
+}
+
+func unlockOrRelock(rdb *redis.Client, key string) bool {
+	return rdb.SetNX(ctx, key, 1, time.Second).Val()
+}
+
+func pollUnlocked(rdb *redis.Client, key string) {
+	if !unlockOrRelock(rdb, "lock:"+key) {
+		return
+	}
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val() { // want `racy poller`
+		rdb.ZRem(ctx, key, id)
+		run(id)
+	}
+}
+
+// A poll whose every caller takes the lock through a lock helper.
+func pollHeldByHelper(rdb *redis.Client, key string) {
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "100"}).Val() { // want `poller under a lock: .* after the SETNX \(in acquireLock\) at`
+		rdb.ZRem(ctx, key, id)
+		run(id)
+	}
+}
+
+func monitorHelper(rdb *redis.Client, key string) {
+	if !acquireLock(rdb, "lock:"+key) {
+		return
+	}
+	pollHeldByHelper(rdb, key)
+}

@@ -42,3 +42,14 @@ func (s *Store) GetReady(bucket string) []string {
 	s.rds.ZRem(bucket, ids)
 	return ids
 }
+
+// A poll under the wrapper's lock, from another package.
+func (s *Service) PollLocked() {
+	if !s.rds.TryLock("lock:delay:jobs") {
+		return
+	}
+	for _, id := range s.rds.ZRangeByScoreByOffset("delay:jobs", "-inf", "+inf", 0, 100) { // want `poller under a lock: .* after the SETNX \(in TryLock\) at`
+		s.rds.ZRem("delay:jobs", id)
+		run(id)
+	}
+}

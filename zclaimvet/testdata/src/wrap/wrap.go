@@ -20,6 +20,10 @@ func (r *Redis) ZRem(key string, members ...any) (int64, error) { // want ZRem:`
 
 func (r *Redis) ZAdd(key string, score float64, member string) {}
 
+func (r *Redis) TryLock(key string) bool { // want TryLock:`^zset\(lock SETNX\)$`
+	return r.c.SetNX(context.Background(), key, 1, 0).Val()
+}
+
 // Client is the wrapper as an interface, the way callers hold it.
 type Client interface {
 	ZRangeByScoreByOffset(key, min, max string, offset, count int64) []string
