@@ -154,20 +154,41 @@ func (st *analysisState) summaryOf(fn *types.Func) *Summary {
 	if sig == nil || sig.Recv() == nil || !types.IsInterface(sig.Recv().Type()) || fn.Pkg() == nil {
 		return nil
 	}
-	if s := st.implSummary(fn, sig, fn.Pkg()); s != nil {
-		return s
-	}
-	for _, p := range fn.Pkg().Imports() {
-		if s := st.implSummary(fn, sig, p); s != nil {
+	// This package's summaries grow over the rounds of run; other
+	// packages' facts do not, so what is found there is kept.
+	pkgs := fn.Pkg().Imports()
+	if fn.Pkg() == st.pass.Pkg {
+		if s := st.implSummary(fn, sig, fn.Pkg()); s != nil {
 			return s
 		}
+	} else {
+		pkgs = append([]*types.Package{fn.Pkg()}, pkgs...)
 	}
-	return nil
+	if s, ok := st.impls[fn]; ok {
+		return s
+	}
+	var s *Summary
+	for _, p := range pkgs {
+		if s = st.implSummary(fn, sig, p); s != nil {
+			break
+		}
+	}
+	st.impls[fn] = s
+	return s
+}
+
+// mayHold reports whether package p may hold a summary: it is this one, or
+// it uses a Redis client (its Uses fact).
+func (st *analysisState) mayHold(p *types.Package) bool {
+	return p == st.pass.Pkg || st.pass.ImportPackageFact(p, new(Uses))
 }
 
 // implSummary returns the summary of the method of a type of pkg that
 // has interface method fn's name and signature sig, or nil.
 func (st *analysisState) implSummary(fn *types.Func, sig *types.Signature, pkg *types.Package) *Summary {
+	if !st.mayHold(pkg) {
+		return nil
+	}
 	scope := pkg.Scope()
 	for _, name := range scope.Names() {
 		tn, ok := scope.Lookup(name).(*types.TypeName)

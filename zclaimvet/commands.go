@@ -89,13 +89,14 @@ func claimOf(pass *analysis.Pass, call *ast.CallExpr) (claim bool, lock string) 
 	return false, ""
 }
 
+// mutexLocks are the methods of redsync's Mutex that take its lock.
+var mutexLocks = map[string]bool{"Lock": true, "LockContext": true, "TryLock": true, "TryLockContext": true}
+
 // libraryLock returns the name a call of a distributed-lock library is
 // reported by when it takes a lock, a key in Redis that expires as a SET
 // NX's does: Lock, LockContext, TryLock and TryLockContext of redsync's
 // Mutex (go-redsync/redsync, and hjr265/redsync.go before it) and
 // redislock's Obtain (bsm/redislock), or "".
-var mutexLocks = map[string]bool{"Lock": true, "LockContext": true, "TryLock": true, "TryLockContext": true}
-
 func libraryLock(pass *analysis.Pass, call *ast.CallExpr) string {
 	fn := calleeOf(pass, call)
 	if fn == nil || fn.Pkg() == nil {

@@ -136,10 +136,11 @@ func (st *analysisState) pairLater(evs []event, i int, paired map[int]bool) {
 }
 
 // callerLock returns the lock that every caller of the function of body
-// takes before it calls it (a SET NX or a lock library's call, earlier in
-// the calling function), or nil: nil too when the function is called
-// nowhere in the package, is used other than by a call, or may be called
-// from another package (it is exported, outside a main package).
+// takes before it calls it (a SET NX, a lock library's call or a lock
+// helper's, earlier in the calling function: lockHeld), or nil: nil too
+// when the function is called nowhere in the package, is used other than
+// by a call, or may be called from another package (it is exported,
+// outside a main package).
 func (st *analysisState) callerLock(body ast.Node) *event {
 	var fn *types.Func
 	for f, fd := range st.decls {
