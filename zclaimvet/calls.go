@@ -91,12 +91,17 @@ func lockHelper(name string, evs []event) string {
 }
 
 // lockOf returns the name of the lock call takes: a SET NX, a lock
-// library's, or a lock helper's (the summary's Lock, shown as "SET NX
-// (in TryLock)"), or "".
+// library's, or a lock helper's (helperLock), or "".
 func (st *analysisState) lockOf(call *ast.CallExpr) string {
 	if _, lock := claimOf(st.pass, call); lock != "" {
 		return lock
 	}
+	return st.helperLock(call)
+}
+
+// helperLock returns the name of the lock a call of a lock helper takes
+// (its summary's Lock, shown as "SET NX (in TryLock)"), or "".
+func (st *analysisState) helperLock(call *ast.CallExpr) string {
 	if fn := calleeOf(st.pass, call); fn != nil {
 		if sum := st.summaryOf(fn); sum != nil && sum.Lock != "" {
 			return sum.Lock + " (in " + fn.Name() + ")"

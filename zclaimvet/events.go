@@ -151,7 +151,7 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 				evs = append(evs, event{node: x, claim: true, Access: Access{Name: lock, Pos: pos(pass, x)}})
 				return true
 			}
-			if lock := st.lockOf(x); lock != "" {
+			if lock := st.helperLock(x); lock != "" {
 				evs = append(evs, event{node: x, claim: true, Access: Access{Name: lock, Pos: pos(pass, x)}})
 			}
 			evs = append(evs, st.viaCallee(s, x, g)...)
