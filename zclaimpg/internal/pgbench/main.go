@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -145,7 +146,7 @@ func run(rounds int, per time.Duration, conc, rowsN int) error {
 		{"the transaction between a plain `SET NX GET` and a plain `SET`, without the middleware",
 			asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
 				key := nextKey()
-				if err := rdb.SetArgs(ctx, "floor:"+key, "run", redis.SetArgs{Mode: "NX", Get: true, TTL: time.Minute}).Err(); err != nil && err != redis.Nil {
+				if err := rdb.SetArgs(ctx, "floor:"+key, "run", redis.SetArgs{Mode: "NX", Get: true, TTL: time.Minute}).Err(); err != nil && !errors.Is(err, redis.Nil) {
 					return err
 				}
 				if err := pgx.BeginFunc(ctx, pool, write(ctx, key)); err != nil {
