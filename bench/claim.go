@@ -249,7 +249,7 @@ func runClaimer(cl claimer, workers, n int) claimRun {
 func claimScenario() {
 	n, workers := 200000, 8
 	if *quick {
-		n = 20000
+		n = 5000
 	}
 	cls := claimers()
 	res := make([][]claimRun, len(cls))
