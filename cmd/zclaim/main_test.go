@@ -31,9 +31,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	var remove func()
 	var err error
-	if bin, remove, err = proc.Build("zclaim"); err != nil {
+	if bin, err = proc.Build("zclaim"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
@@ -43,7 +42,6 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	srv.Close()
-	remove()
 	os.Exit(code)
 }
 

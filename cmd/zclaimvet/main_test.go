@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -9,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -23,7 +26,7 @@ func TestVetTool(t *testing.T) {
 	if testing.Short() {
 		t.Skip("vets asynq and go-redis")
 	}
-	bin := buildTool(t, t.TempDir())
+	bin := tool(t)
 	vet := func(pkgs ...string) (string, time.Duration) {
 		start := time.Now()
 		cmd := exec.Command("go", append([]string{"vet", "-vettool=" + bin}, pkgs...)...)
@@ -59,7 +62,7 @@ func TestVetTool(t *testing.T) {
 // -vettool drops the package.
 func TestTestsDoNotBuild(t *testing.T) {
 	t.Parallel()
-	bin := buildTool(t, t.TempDir())
+	bin := tool(t)
 	dir := module(t, map[string]string{
 		"x.go": `package x
 
@@ -255,6 +258,33 @@ func buildTool(t *testing.T, dir string, flags ...string) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
+}
+
+var toolOnce struct {
+	sync.Once
+	dir string
+	err error
+}
+
+// tool builds the command once for the tests that share it, into a folder
+// of the system's temporary folder named after this one, where it is kept:
+// go build relinks it only when something it is built from changed.
+func tool(t *testing.T) string {
+	t.Helper()
+	toolOnce.Do(func() {
+		wd, err := os.Getwd()
+		if err != nil {
+			toolOnce.err = err
+			return
+		}
+		sum := sha256.Sum256([]byte(wd))
+		toolOnce.dir = filepath.Join(os.TempDir(), "zclaim-bin", hex.EncodeToString(sum[:8]))
+		toolOnce.err = os.MkdirAll(toolOnce.dir, 0o755)
+	})
+	if toolOnce.err != nil {
+		t.Fatal(toolOnce.err)
+	}
+	return buildTool(t, toolOnce.dir)
 }
 
 // module writes a module x of files, beside a stub of go-redis (the
