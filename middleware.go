@@ -88,13 +88,15 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 // it is skipped as done. A run whose copy has not begun a Lease on (a
 // backlog ahead of it) is marked taken over again, but gets no second copy
 // while the first is in asynq: asynq refuses its TaskID. A copy whose own
-// worker died before it began (asynq's lease of it ran out) gets one of
-// the next generation, "<original>~takeover-<token>.2". An active task of a type this
+// worker died before it began gets one of the next generation,
+// "<original>~takeover-<token>.2". An active task of a type this
 // middleware handles that has no run record is taken over too once asynq's
-// own lease of it has run out (its worker died before Begin: asynq's
-// server renews the lease of every task it holds, whether or not the
-// middleware ran yet, so a worker without this middleware or still in an
-// outer one is never taken for dead), and so is one whose run failed and
+// server stopped renewing its own lease of it (its worker died before
+// Begin: asynq's server renews the lease of every task it holds every 5 s,
+// whether or not the middleware ran yet, so a live worker without this
+// middleware or still in an outer one is not taken for dead; one whose
+// server missed two renewals, about 12 s, is, as asynq's own list of
+// servers drops it then), and so is one whose run failed and
 // was released while asynq still holds the task (its worker died before
 // asynq recorded the failure, or asynq's write failed), with the retries
 // it had left; a failure that ends its task (SkipRetry, RevokeTask, its

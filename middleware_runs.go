@@ -33,8 +33,9 @@ type RunInfo struct {
 	// State is where the run stands. A run is abandoned when its lease ran
 	// out, or, for a task whose run never began (no record, Token 0) or was
 	// released after a failure that leaves the task retries, when asynq's
-	// own lease of the task ran out (asynq's IsOrphaned): its worker died
-	// before the middleware's Begin, or before asynq recorded the failure.
+	// server stopped renewing its own lease of the task (two renewals
+	// missed, or the lease ran out): its worker died before the
+	// middleware's Begin, or before asynq recorded the failure.
 	// A task of a type no middleware handles is started again by asynq's
 	// recovery instead.
 	State      RunState
@@ -90,7 +91,7 @@ func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs [
 			ri.Job = r.job
 		}
 		rec, err := cmds[n].Result()
-		if errors.Is(err, redis.Nil) && r.task.IsOrphaned {
+		if errors.Is(err, redis.Nil) && r.gone {
 			ri.State = RunAbandoned // a task whose run never began
 		}
 		if err == nil {
@@ -111,7 +112,7 @@ func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs [
 				case "done":
 					ri.State = RunFinished
 				case "free":
-					if !finalRelease(r, until) && r.task.IsOrphaned {
+					if !finalRelease(r, until) && r.gone {
 						ri.State = RunAbandoned
 					}
 				}
@@ -120,4 +121,57 @@ func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs [
 		runs = append(runs, ri)
 	}
 	return runs, next, nil
+}
+
+// asynq's server leases each task it holds for asynqLease and renews the
+// leases of all its tasks every asynqBeat (asynq v0.24 and later; both
+// fixed in asynq). A lease last renewed more than asynqGone ago belongs to
+// a server that missed two renewals: its process is gone (or stalled so
+// long that a takeover is due: the middleware's Begin still lets only one
+// run of the key go on).
+const (
+	asynqLease = 30 * time.Second
+	asynqBeat  = 5 * time.Second
+	asynqGone  = 2*asynqBeat + 2*time.Second
+)
+
+// workersGone marks the runs whose worker is gone: asynq's lease of the
+// task ran out (IsOrphaned), or, for a run whose record does not tell
+// whether its worker lives (cmds[n] holds none, or a "free" or "take"
+// one), its server last renewed the lease more than asynqGone ago, as the lease's deadline
+// (Unix seconds, by the worker's clock, which asynq's recoverer and
+// IsOrphaned compare with their own too) tells. The deadlines are read
+// from asynq's lease sets in one pipeline, only when such runs have a
+// lease that has not run out; one that cannot be read leaves its run to
+// IsOrphaned.
+func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []*redis.StringCmd) {
+	var ask []int
+	for n := range runs {
+		rec, err := cmds[n].Result()
+		undecided := errors.Is(err, redis.Nil)
+		if state, _, _, ok := parseRecord(rec); err == nil && ok {
+			undecided = state == "free" || state == "take"
+		}
+		runs[n].gone = runs[n].task.IsOrphaned
+		if undecided && !runs[n].task.IsOrphaned {
+			ask = append(ask, n)
+		}
+	}
+	if len(ask) == 0 {
+		return
+	}
+	scores := make([]*redis.FloatCmd, len(ask))
+	_, _ = i.asynqRedis().Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, n := range ask {
+			t := runs[n].task
+			scores[k] = p.ZScore(ctx, "asynq:{"+t.Queue+"}:lease", t.ID)
+		}
+		return nil
+	})
+	renewedBy := time.Now().Add(asynqLease - asynqGone)
+	for k, n := range ask {
+		if deadline, err := scores[k].Result(); err == nil && deadline < float64(renewedBy.Unix()) {
+			runs[n].gone = true
+		}
+	}
 }

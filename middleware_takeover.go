@@ -152,6 +152,9 @@ type activeRun struct {
 	// unsure: key is what a Key function of the user's tells of the task,
 	// for a type the middleware has not handled (not taken over).
 	unsure bool
+	// gone: the task's worker is gone, as asynq's lease of it tells (set by
+	// records: see workersGone).
+	gone bool
 }
 
 // activeRuns lists, through in, the active tasks of the takeover's queues
@@ -192,7 +195,8 @@ func (i *Idempotency) activeRuns(in *asynq.Inspector) ([]activeRun, error) {
 
 // records reads the run records of runs in one pipeline, with Redis TIME.
 // A missing record's command holds redis.Nil; a finished one's holds
-// "done 0 0" (its token is not kept).
+// "done 0 0" (its token is not kept). It marks the runs whose worker is
+// gone (workersGone).
 func (i *Idempotency) records(ctx context.Context, runs []activeRun) ([]*redis.StringCmd, time.Time, error) {
 	if err := i.readyDone(ctx); err != nil {
 		return nil, time.Time{}, err
@@ -220,6 +224,7 @@ func (i *Idempotency) records(ctx context.Context, runs []activeRun) ([]*redis.S
 			cmds[n].SetVal("done 0 0")
 		}
 	}
+	i.workersGone(ctx, runs, cmds)
 	return cmds, now, nil
 }
 
@@ -293,9 +298,9 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 	}
 	// A first look by the local clock; the script decides by Redis'.
 	now := time.Now().Add(500 * time.Millisecond).UnixMilli()
-	dead := map[string]bool{} // active tasks whose worker is gone (asynq's lease ran out), by queue and id
+	dead := map[string]bool{} // active tasks whose worker is gone (asynq's lease tells), by queue and id
 	for _, r := range runs {
-		if r.task.IsOrphaned {
+		if r.gone {
 			dead[r.task.Queue+"/"+r.task.ID] = true
 		}
 	}
@@ -317,13 +322,14 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 			// run and before asynq recorded the failure ("free"; also when
 			// asynq's own write failed). No run record says whether that
 			// worker lives: asynq's lease of the task does, which its
-			// server renews every 5 s. Taken over once that lease has run
-			// out (asynq's recoverer moves the task on 30 s to 90 s later),
+			// server renews every 5 s. Taken over once its server stopped
+			// renewing it (workersGone: about 12 s after the worker died,
+			// where asynq's recoverer moves the task 30 s to 90 s later),
 			// for a task type this middleware handles (others are not its
 			// work). A task with no asynq lease at all is left as asynq
 			// leaves it: its run may have finished longer ago than
 			// Retention, and a copy would run it again.
-			if _, ok := i.types.Load(r.task.Type); !ok || !r.task.IsOrphaned {
+			if _, ok := i.types.Load(r.task.Type); !ok || !r.gone {
 				continue
 			}
 			if i.takeOver(ctx, r, token, state == "free", dead) {
@@ -356,7 +362,7 @@ func finalRelease(r activeRun, until int64) bool {
 // (its task's and its token), so a run taken over again while its copy
 // waits in asynq (a backlog ahead of it, no free worker) gets no second
 // copy: asynq refuses the TaskID. A copy that dead names (its own worker
-// died before it began: asynq's lease of it ran out) holds its TaskID in
+// died before it began: asynq's lease of it says so) holds its TaskID in
 // asynq until asynq's recovery moves it, a minute or more later; the run
 // gets a copy of the next generation, "<id>.2", "<id>.3", instead. It
 // reports whether it enqueued one.

@@ -136,9 +136,11 @@ func runsNoted(t *testing.T, rdb redis.UniversalClient, sink string) map[string]
 // live process of the same shape runs each of those occurrences again
 // within seconds, once each, as resumed runs: a run's within Lease + 3 s
 // on an idle machine; a task with no run record, or a released one, once
-// asynq's lease of it has run out too (up to 30 s after the kill: the test
-// moves it to the moment of the kill), where asynq's own recovery waits
-// 30 s to 90 s longer. The originals, still active in asynq, would be
+// the dead server has missed two renewals of asynq's lease of it (12 s to
+// 17 s after the kill) or that lease has run out: the test keeps the
+// never-begun tasks' leases as last renewed 13 s before, and moves the
+// released ones' out at the kill. asynq's own recovery waits 30 s to 90 s
+// longer. The originals, still active in asynq, would be
 // skipped when asynq brings them back (their keys are done). With
 // takeover turned off nothing runs again within Lease + 3 s: the runs
 // wait for asynq's own recovery.
@@ -191,13 +193,20 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 			killed := time.Now()
 			victim.Wait()
 			// asynq's lease of each task, which the victim renewed every
-			// 5 s, runs out within 30 s of the kill: the test moves it to
-			// now. (It decides the takeover of a task with no run record.)
+			// 5 s, is what decides the takeover of a task with no run
+			// record. The test keeps the leases of the runs killed before
+			// Begin as last renewed 13 s ago (each runs 17 s more: asynq
+			// never calls them orphaned), and moves those of the others to
+			// now (they ran out).
 			ids := make([]string, n)
 			for k := range ids {
 				ids[k] = "tk-" + strconv.Itoa(k)
 			}
-			lapseAsynqLeases(t, rdb, q, false, ids...)
+			if v.block == "outer" {
+				renewAsynqLeases(t, rdb, q, 13*time.Second, true, ids...)
+			} else {
+				lapseAsynqLeases(t, rdb, q, false, ids...)
+			}
 			limit := lease + 3*time.Second
 			if !takeover {
 				time.Sleep(limit)
@@ -693,16 +702,24 @@ func deadRun(t *testing.T, rdb redis.UniversalClient, q, id string, n int) (<-ch
 // holdingWorker plays a dead one.
 func lapseAsynqLeases(t *testing.T, rdb redis.UniversalClient, q string, keep bool, ids ...string) {
 	t.Helper()
+	renewAsynqLeases(t, rdb, q, asynqLease+time.Second, keep, ids...)
+}
+
+// renewAsynqLeases sets asynq's leases of the tasks ids of queue q as
+// asynq's server would have renewed them ago before now; with keep, again
+// every 20 ms until the test ends, each time from the time then.
+func renewAsynqLeases(t *testing.T, rdb redis.UniversalClient, q string, ago time.Duration, keep bool, ids ...string) {
+	t.Helper()
 	key := "asynq:{" + q + "}:lease"
-	lapse := func() error {
-		past := float64(time.Now().Add(-time.Second).Unix())
+	set := func() error {
+		deadline := float64(time.Now().Add(asynqLease - ago).Unix())
 		zs := make([]redis.Z, len(ids))
 		for k, id := range ids {
-			zs[k] = redis.Z{Score: past, Member: id}
+			zs[k] = redis.Z{Score: deadline, Member: id}
 		}
 		return rdb.ZAddXX(context.Background(), key, zs...).Err()
 	}
-	must(t, lapse())
+	must(t, set())
 	if !keep {
 		return
 	}
@@ -714,7 +731,7 @@ func lapseAsynqLeases(t *testing.T, rdb redis.UniversalClient, q string, keep bo
 			case <-stop:
 				return
 			case <-time.After(20 * time.Millisecond):
-				lapse()
+				set()
 			}
 		}
 	}()
@@ -1040,20 +1057,23 @@ func TestTakeoverCustomKey(t *testing.T) {
 // Runs tells a task whose worker died before its run began from one a live
 // worker holds: both have no run record, and asynq's lease of the task
 // decides, as it decides the takeover. A worker without the middleware
-// holds four tasks; two of them had their run released after a failure,
+// holds five tasks; two of them had their run released after a failure,
 // one with retries left and one whose failure ended its task. Before
 // asynq's leases run out every one is "no record"; once they have run out
-// (but for one task's), the never-begun task and the released run with
-// retries left are abandoned, as a takeover would start them again, and
-// the other two stay "no record". A Broker's Stats counts the two.
+// (but for one task's), or, for one more never-begun task, once its lease
+// was last renewed 13 s ago (it has not run out), the never-begun tasks
+// and the released run with retries left are abandoned, as a takeover
+// would start them again, and the other two stay "no record" (the live
+// one's lease kept as renewed 7 s ago: a renewal 2 s late). A Broker's
+// Stats counts the three.
 func TestRunsShowNotBegunAbandoned(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
 	q := testQueue(t)
 	idem := newIdem(t, rdb, IdempotencyOptions{Lease: 100 * time.Millisecond, TakeoverQueues: []string{q}, DisableTakeover: true})
-	started := holdingWorker(t, rdb, q, 4)
+	started := holdingWorker(t, rdb, q, 5)
 	c := newAsynqClient(t, testAddr)
-	ids := []string{"alive", "not-begun", "released", "final"}
+	ids := []string{"alive", "not-begun", "silent", "released", "final"}
 	for _, id := range ids {
 		_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID(id))
 		must(t, err)
@@ -1080,7 +1100,10 @@ func TestRunsShowNotBegunAbandoned(t *testing.T) {
 		}
 	}
 	lapseAsynqLeases(t, rdb, q, true, "not-begun", "released", "final")
-	want := map[string]RunState{"alive": RunNone, "not-begun": RunAbandoned, "released": RunAbandoned, "final": RunNone}
+	renewAsynqLeases(t, rdb, q, 13*time.Second, true, "silent")
+	renewAsynqLeases(t, rdb, q, 7*time.Second, true, "alive") // a live server's renewal, 2 s late
+	want := map[string]RunState{"alive": RunNone, "not-begun": RunAbandoned, "silent": RunAbandoned, "released": RunAbandoned,
+		"final": RunNone}
 	b := newBroker(t, BrokerOptions{Runs: idem})
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		got := states()
@@ -1100,11 +1123,11 @@ func TestRunsShowNotBegunAbandoned(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		st, err := b.Stats(ctx)
 		must(t, err)
-		if st.Abandoned == 2 {
+		if st.Abandoned == 3 {
 			break
 		}
-		if st.Abandoned > 2 || time.Now().After(deadline) {
-			t.Fatalf("Stats().Abandoned = %d, want 2", st.Abandoned)
+		if st.Abandoned > 3 || time.Now().After(deadline) {
+			t.Fatalf("Stats().Abandoned = %d, want 3", st.Abandoned)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
