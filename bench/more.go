@@ -166,7 +166,7 @@ func handOffs(next asynq.Handler) (asynq.Handler, func()) {
 func middlewareScenario() {
 	n := 20000
 	if *quick {
-		n = 1000
+		n = 3000
 	}
 	type run struct {
 		rate         float64
