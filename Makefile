@@ -7,20 +7,23 @@
 # ZCLAIM_TEST_POSTGRES (a URL), else 127.0.0.1:5432, else a server they start
 # from initdb (internal/pgproc), each test in a schema of its own. Output: go test's line
 # per package, failed tests' output, and slow tests' progress as it happens.
-# -p 2 -parallel 8: most tests wait on servers, not on the 2 cores; two
-# packages at a time keep the throughput tests (asynq servers working off
-# thousands of tasks) fed on a slow VM.
+# -p 3 -parallel 8: most tests wait on servers, not on the 2 cores. The
+# packages start in the order MODULES lists them: first the two fault tests,
+# which mostly wait for their kills and takeovers, then the packages that
+# take longest, so that the short ones fill in at the end.
 GO ?= go
 SHELL := /bin/bash
 
-# Every module's packages, from the root (go.work joins them).
-MODULES := ./... ./cmd/zclaimvet/... ./example/... ./zclaimpg/... ./zclaimprom/... ./zclaimvet/... ./zclaimweb/browser/...
+# Every module's packages, from the root (go.work joins them), the
+# longest first (go test names a package once, where it first comes).
+MODULES := ./zclaimpg/internal/pgchaos ./chaos . ./zclaimvet/... ./zclaimweb/browser/... ./bench \
+	./... ./cmd/zclaimvet/... ./example/... ./zclaimpg/... ./zclaimprom/...
 
 .PHONY: test vet fmt
 test: vet
 	@set -o pipefail; dir=$$($(GO) run ./internal/findredis) || exit 1; \
 	$(GO) build -o .cache/testlog ./internal/testlog && \
-	PATH="$$dir:$$PATH" $(GO) test -race -count=1 -p 2 -parallel 8 -json $(MODULES) | .cache/testlog
+	PATH="$$dir:$$PATH" $(GO) test -race -count=1 -p 3 -parallel 8 -json $(MODULES) | .cache/testlog
 
 vet:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt needed"; exit 1; }
