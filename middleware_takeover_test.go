@@ -136,8 +136,8 @@ func runsNoted(t *testing.T, rdb redis.UniversalClient, sink string) map[string]
 // live process of the same shape runs each of those occurrences again
 // within seconds, once each, as resumed runs: a run's within Lease + 3 s
 // on an idle machine; a task with no run record, or a released one, once
-// the dead server has missed two renewals of asynq's lease of it (12 s to
-// 17 s after the kill) or that lease has run out: the test keeps the
+// the dead server has missed two renewals of asynq's lease of it (7 s to
+// 14 s after the kill) or that lease has run out: the test keeps the
 // never-begun tasks' leases as last renewed 13 s before, and moves the
 // released ones' out at the kill. asynq's own recovery waits 30 s to 90 s
 // longer. The originals, still active in asynq, would be
