@@ -844,9 +844,11 @@ func takeoverCopiesOnce(t *testing.T, orig string) {
 
 // A copy whose own worker dies before it begins holds its TaskID in asynq
 // until asynq's recovery moves it, a minute or more after its lease ran
-// out. Once that lease has run out, the run, still marked taken over,
-// gets a copy of the next generation, "<original>~takeover-<token>.2",
-// which a live worker runs at once, resumed, and once.
+// out. Once that worker's server has missed two renewals of asynq's lease
+// of the copy (the test keeps it as last renewed 13 s ago; the original's
+// has run out), the run, still marked taken over, gets a copy of the next
+// generation, "<original>~takeover-<token>.2", which a live worker runs at
+// once, resumed, and once.
 func TestTakeoverCopyOfDeadCopy(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
@@ -861,7 +863,8 @@ func TestTakeoverCopyOfDeadCopy(t *testing.T) {
 	if id := wait.Recv(t, started, 20*time.Second, "the first copy to start"); id != first {
 		t.Fatalf("started %s, want the first copy, %s", id, first)
 	}
-	lapseAsynqLeases(t, rdb, q, true, "orig", first)
+	lapseAsynqLeases(t, rdb, q, true, "orig")
+	renewAsynqLeases(t, rdb, q, 13*time.Second, true, first)
 	runs := make(chan string, 16)
 	startAsynq(t, testAddr, q, idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
 		e, _ := ExecutionFromContext(ctx)
@@ -1060,11 +1063,12 @@ func TestTakeoverCustomKey(t *testing.T) {
 // holds five tasks; two of them had their run released after a failure,
 // one with retries left and one whose failure ended its task. Before
 // asynq's leases run out every one is "no record"; once they have run out
-// (but for one task's), or, for one more never-begun task, once its lease
-// was last renewed 13 s ago (it has not run out), the never-begun tasks
-// and the released run with retries left are abandoned, as a takeover
-// would start them again, and the other two stay "no record" (the live
-// one's lease kept as renewed 7 s ago: a renewal 2 s late). A Broker's
+// (for one never-begun task and the final release), or once they were
+// last renewed 13 s ago (they have not run out: for another never-begun
+// task and the release with retries left), the never-begun tasks and the
+// released run with retries left are abandoned, as a takeover would start
+// them again, and the other two stay "no record" (the live one's lease
+// kept as renewed 7 s ago: a renewal 2 s late). A Broker's
 // Stats counts the three.
 func TestRunsShowNotBegunAbandoned(t *testing.T) {
 	t.Parallel()
@@ -1099,8 +1103,8 @@ func TestRunsShowNotBegunAbandoned(t *testing.T) {
 			t.Fatalf("%s is %q while its worker holds it live; want %q", id, s, RunNone)
 		}
 	}
-	lapseAsynqLeases(t, rdb, q, true, "not-begun", "released", "final")
-	renewAsynqLeases(t, rdb, q, 13*time.Second, true, "silent")
+	lapseAsynqLeases(t, rdb, q, true, "not-begun", "final")
+	renewAsynqLeases(t, rdb, q, 13*time.Second, true, "silent", "released")
 	renewAsynqLeases(t, rdb, q, 7*time.Second, true, "alive") // a live server's renewal, 2 s late
 	want := map[string]RunState{"alive": RunNone, "not-begun": RunAbandoned, "silent": RunAbandoned, "released": RunAbandoned,
 		"final": RunNone}
