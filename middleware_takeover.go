@@ -323,8 +323,9 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 			// asynq's own write failed). No run record says whether that
 			// worker lives: asynq's lease of the task does, which its
 			// server renews every 5 s. Taken over once its server stopped
-			// renewing it (workersGone: about 12 s after the worker died,
-			// where asynq's recoverer moves the task 30 s to 90 s later),
+			// renewing it (workersGone: last renewed more than 12 s ago,
+			// 7 s to 14 s after the worker died, where asynq's recoverer
+			// moves the task 30 s to 90 s after that renewal),
 			// for a task type this middleware handles (others are not its
 			// work). A task with no asynq lease at all is left as asynq
 			// leaves it: its run may have finished longer ago than

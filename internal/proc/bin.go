@@ -17,22 +17,21 @@ import (
 // changed, so a test run after an unchanged one does not pay for the link
 // again. go build writes its output by renaming it into place, so test
 // processes that build the same binary at once each get a whole one.
-func Build(name string, flags ...string) (bin string, err error) {
-	dir, err := BinDir()
+func Build(name string) (bin string, err error) {
+	dir, err := binDir()
 	if err != nil {
 		return "", err
 	}
 	bin = filepath.Join(dir, name)
-	args := append(append([]string{"build"}, flags...), "-o", bin, ".")
-	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}
 	return bin, nil
 }
 
-// BinDir returns, creating it if need be, the folder where Build keeps the
+// binDir returns, creating it if need be, the folder where Build keeps the
 // binaries of the main package in the current folder.
-func BinDir() (string, error) {
+func binDir() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", err
