@@ -138,12 +138,12 @@ const (
 // workersGone marks the runs whose worker is gone: asynq's lease of the
 // task ran out (IsOrphaned), or, for a run whose record does not tell
 // whether its worker lives (cmds[n] holds none, or a "free" or "take"
-// one), its server last renewed the lease more than asynqGone ago, as the lease's deadline
-// (Unix seconds, by the worker's clock, which asynq's recoverer and
-// IsOrphaned compare with their own too) tells. The deadlines are read
-// from asynq's lease sets in one pipeline, only when such runs have a
-// lease that has not run out; one that cannot be read leaves its run to
-// IsOrphaned.
+// one), its server last renewed the lease more than asynqGone ago, as the
+// lease's deadline tells (Unix seconds, by the worker's clock, which
+// asynq's recoverer and IsOrphaned compare with their own too). The
+// deadlines are read from asynq's lease sets in one pipeline, only when
+// such runs have a lease that has not run out; one that cannot be read
+// leaves its run to IsOrphaned.
 func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []*redis.StringCmd) {
 	var ask []int
 	for n := range runs {
