@@ -89,9 +89,10 @@ func TestScriptsBounded(t *testing.T) {
 	// Expired batch leases (a dispatcher's claims): a pass takes whole
 	// leases until it has touched its batch of jobs.
 	bb := newBroker(t, BrokerOptions{BatchSize: 100, Lease: time.Minute})
-	for i := 0; i < 100_000; i += 10000 {
+	const leases = 10_000
+	for i := 0; i < leases; i += 5000 {
 		p := rdb.Pipeline()
-		for j := i; j < i+10000; j++ {
+		for j := i; j < i+5000; j++ {
 			first := strconv.Itoa(1000*j + 1)
 			p.ZAdd(ctx, bb.keys.batches, redis.Z{Score: float64(pastMS), Member: first + ":3"})
 			var blob strings.Builder
@@ -103,7 +104,7 @@ func TestScriptsBounded(t *testing.T) {
 		_, err := p.Exec(ctx)
 		must(t, err)
 	}
-	must(t, rdb.HSet(ctx, bb.keys.runs, "batched", 300_000).Err())
+	must(t, rdb.HSet(ctx, bb.keys.runs, "batched", 3*leases).Err())
 	r, err = bb.Recover(ctx)
 	must(t, err)
 	if r.Requeued+r.Dead != 102 || r.scanned != 102 {
