@@ -705,8 +705,8 @@ func lapseAsynqLeases(t *testing.T, rdb redis.UniversalClient, q string, keep bo
 	renewAsynqLeases(t, rdb, q, asynqLease+time.Second, keep, ids...)
 }
 
-// renewAsynqLeases sets asynq's leases of the tasks ids of queue q as
-// asynq's server would have renewed them ago before now; with keep, again
+// renewAsynqLeases sets asynq's leases of the tasks ids of queue q as if
+// asynq's server had last renewed them ago before now; with keep, again
 // every 20 ms until the test ends, each time from the time then.
 func renewAsynqLeases(t *testing.T, rdb redis.UniversalClient, q string, ago time.Duration, keep bool, ids ...string) {
 	t.Helper()
@@ -1068,8 +1068,8 @@ func TestTakeoverCustomKey(t *testing.T) {
 // task and the release with retries left), the never-begun tasks and the
 // released run with retries left are abandoned, as a takeover would start
 // them again, and the other two stay "no record" (the live one's lease
-// kept as renewed 7 s ago: a renewal 2 s late). A Broker's
-// Stats counts the three.
+// kept as renewed 7 s ago: a renewal 2 s late). A Broker's Stats counts
+// the three.
 func TestRunsShowNotBegunAbandoned(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
