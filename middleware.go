@@ -95,8 +95,9 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 // Begin: asynq's server renews the lease of every task it holds every 5 s,
 // whether or not the middleware ran yet, so a live worker without this
 // middleware or still in an outer one is not taken for dead; one whose
-// server missed two renewals, about 12 s, is, as asynq's own list of
-// servers drops it then), and so is one whose run failed and
+// server missed two renewals, about 12 s, and no longer lists it among its
+// workers' (that list expires by Redis' clock) is, as asynq's own list of
+// servers drops that server then), and so is one whose run failed and
 // was released while asynq still holds the task (its worker died before
 // asynq recorded the failure, or asynq's write failed), with the retries
 // it had left; a failure that ends its task (SkipRetry, RevokeTask, its

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -140,10 +141,13 @@ const (
 // whether its worker lives (cmds[n] holds none, or a "free" or "take"
 // one), its server last renewed the lease more than asynqGone ago, as the
 // lease's deadline tells (Unix seconds, by the worker's clock, which
-// asynq's recoverer and IsOrphaned compare with their own too). The
-// deadlines are read from asynq's lease sets in one pipeline, only when
-// such runs have a lease that has not run out; one that cannot be read
-// leaves its run to IsOrphaned.
+// asynq's recoverer and IsOrphaned compare with their own too), and no
+// live asynq server lists the task among its workers' (asynqHeld: a
+// worker whose clock runs behind this process's is not taken for dead).
+// The deadlines are read from asynq's lease sets in one pipeline, only
+// when such runs have a lease that has not run out, and the servers'
+// lists only when one of those looks stale; what cannot be read leaves
+// its run to IsOrphaned.
 func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []*redis.StringCmd) {
 	var ask []int
 	for n := range runs {
@@ -169,9 +173,53 @@ func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []
 		return nil
 	})
 	renewedBy := time.Now().Add(asynqLease - asynqGone)
+	var stale []int
 	for k, n := range ask {
 		if deadline, err := scores[k].Result(); err == nil && deadline < float64(renewedBy.Unix()) {
-			runs[n].gone = true
+			stale = append(stale, n)
 		}
 	}
+	if len(stale) == 0 {
+		return
+	}
+	held, err := i.asynqHeld(ctx)
+	if err != nil {
+		return
+	}
+	for _, n := range stale {
+		runs[n].gone = !held[runs[n].task.ID]
+	}
+}
+
+// asynqHeld returns the ids of the tasks that the workers of asynq's live
+// servers hold. At each beat a server writes them as the fields of a hash
+// of its own (asynq:workers:{host:pid:id}, listed in asynq:workers), which
+// expires two beats later by Redis' clock: a task a live server listed is
+// not taken for its worker's, whatever the clocks of the two processes
+// say of its lease. The list's scores are deadlines by the servers'
+// clocks; entries that ran out more than ten minutes ago by this one's are
+// left out (a killed server's entry stays there).
+func (i *Idempotency) asynqHeld(ctx context.Context) (map[string]bool, error) {
+	rdb := i.asynqRedis()
+	since := strconv.FormatInt(time.Now().Add(-10*time.Minute).Unix(), 10)
+	keys, err := rdb.ZRangeByScore(ctx, "asynq:workers", &redis.ZRangeBy{Min: since, Max: "+inf"}).Result()
+	if err != nil {
+		return nil, err
+	}
+	fields := make([]*redis.StringSliceCmd, len(keys))
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, key := range keys {
+			fields[k] = p.HKeys(ctx, key)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	held := map[string]bool{}
+	for _, f := range fields {
+		for _, id := range f.Val() {
+			held[id] = true
+		}
+	}
+	return held, nil
 }

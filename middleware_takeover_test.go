@@ -196,14 +196,17 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 			// 5 s, is what decides the takeover of a task with no run
 			// record. The test keeps the leases of the runs killed before
 			// Begin as last renewed 13 s ago (each runs 17 s more: asynq
-			// never calls them orphaned), and moves those of the others to
-			// now (they ran out).
+			// never calls them orphaned) and takes them out of the dead
+			// server's list of its workers' (which expires 10 s after its
+			// last beat), and moves the leases of the others to now (they
+			// ran out).
 			ids := make([]string, n)
 			for k := range ids {
 				ids[k] = "tk-" + strconv.Itoa(k)
 			}
 			if v.block == "outer" {
 				renewAsynqLeases(t, rdb, q, 13*time.Second, true, ids...)
+				unlistAsynqWorkers(t, rdb, ids...)
 			} else {
 				lapseAsynqLeases(t, rdb, q, false, ids...)
 			}
@@ -738,6 +741,57 @@ func renewAsynqLeases(t *testing.T, rdb redis.UniversalClient, q string, ago tim
 	t.Cleanup(func() { close(stop); <-done })
 }
 
+// listAsAsynqWorkers lists the tasks ids as the workers of a live asynq
+// server of its own do at each beat (a hash that expires two beats later),
+// until the test ends.
+func listAsAsynqWorkers(t *testing.T, rdb redis.UniversalClient, ids ...string) {
+	t.Helper()
+	key := "asynq:workers:{" + testKey(t) + "}"
+	p := rdb.Pipeline()
+	for _, id := range ids {
+		p.HSet(ctx, key, id, "{}")
+	}
+	p.Expire(ctx, key, time.Minute)
+	p.ZAdd(ctx, "asynq:workers", redis.Z{Score: float64(time.Now().Add(time.Minute).Unix()), Member: key})
+	_, err := p.Exec(ctx)
+	must(t, err)
+	t.Cleanup(func() {
+		rdb.ZRem(context.Background(), "asynq:workers", key)
+		rdb.Del(context.Background(), key)
+	})
+}
+
+// unlistAsynqWorkers takes the tasks ids out of every asynq server's list
+// of its workers', as a dead server's list is gone two beats after its
+// last; again every 20 ms until the test ends, against a live server's
+// writes at each beat: the worker of a holdingWorker plays a dead one.
+func unlistAsynqWorkers(t *testing.T, rdb redis.UniversalClient, ids ...string) {
+	t.Helper()
+	unlist := func() error {
+		keys, err := rdb.ZRange(context.Background(), "asynq:workers", 0, -1).Result()
+		for _, key := range keys {
+			if err == nil {
+				err = rdb.HDel(context.Background(), key, ids...).Err()
+			}
+		}
+		return err
+	}
+	must(t, unlist())
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				unlist()
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}
+
 // Processes of one shape (a store prefix, the same TakeoverQueues, the
 // same task types) share their passes: five make about one pass an
 // interval between them, not one each, and a dead run among the active
@@ -865,6 +919,7 @@ func TestTakeoverCopyOfDeadCopy(t *testing.T) {
 	}
 	lapseAsynqLeases(t, rdb, q, true, "orig")
 	renewAsynqLeases(t, rdb, q, 13*time.Second, true, first)
+	unlistAsynqWorkers(t, rdb, first)
 	runs := make(chan string, 16)
 	startAsynq(t, testAddr, q, idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
 		e, _ := ExecutionFromContext(ctx)
@@ -1068,16 +1123,18 @@ func TestTakeoverCustomKey(t *testing.T) {
 // task and the release with retries left), the never-begun tasks and the
 // released run with retries left are abandoned, as a takeover would start
 // them again, and the other two stay "no record" (the live one's lease
-// kept as renewed 7 s ago: a renewal 2 s late). A Broker's Stats counts
+// kept as renewed 7 s ago: a renewal 2 s late). So does a task whose
+// lease looks renewed 13 s ago but which a live server lists among its
+// workers' (a server whose clock runs behind). A Broker's Stats counts
 // the three.
 func TestRunsShowNotBegunAbandoned(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
 	q := testQueue(t)
 	idem := newIdem(t, rdb, IdempotencyOptions{Lease: 100 * time.Millisecond, TakeoverQueues: []string{q}, DisableTakeover: true})
-	started := holdingWorker(t, rdb, q, 5)
+	started := holdingWorker(t, rdb, q, 6)
 	c := newAsynqClient(t, testAddr)
-	ids := []string{"alive", "not-begun", "silent", "released", "final"}
+	ids := []string{"alive", "skewed", "not-begun", "silent", "released", "final"}
 	for _, id := range ids {
 		_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID(id))
 		must(t, err)
@@ -1105,13 +1162,18 @@ func TestRunsShowNotBegunAbandoned(t *testing.T) {
 	}
 	lapseAsynqLeases(t, rdb, q, true, "not-begun", "final")
 	renewAsynqLeases(t, rdb, q, 13*time.Second, true, "silent", "released")
+	unlistAsynqWorkers(t, rdb, "silent", "released")
 	renewAsynqLeases(t, rdb, q, 7*time.Second, true, "alive") // a live server's renewal, 2 s late
-	want := map[string]RunState{"alive": RunNone, "not-begun": RunAbandoned, "silent": RunAbandoned, "released": RunAbandoned,
-		"final": RunNone}
+	// A live server whose clock runs 13 s behind: its renewals look 13 s
+	// old, but it lists the task among its workers'.
+	renewAsynqLeases(t, rdb, q, 13*time.Second, true, "skewed")
+	listAsAsynqWorkers(t, rdb, "skewed")
+	want := map[string]RunState{"alive": RunNone, "skewed": RunNone, "not-begun": RunAbandoned, "silent": RunAbandoned,
+		"released": RunAbandoned, "final": RunNone}
 	b := newBroker(t, BrokerOptions{Runs: idem})
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		got := states()
-		if got["alive"] != RunNone || got["final"] != RunNone {
+		if got["alive"] != RunNone || got["skewed"] != RunNone || got["final"] != RunNone {
 			t.Fatalf("runs %v: a task held live, or one whose failure ended it, is not %q", got, RunNone)
 		}
 		if maps.Equal(got, want) {
