@@ -723,22 +723,9 @@ func renewAsynqLeases(t *testing.T, rdb redis.UniversalClient, q string, ago tim
 		return rdb.ZAddXX(context.Background(), key, zs...).Err()
 	}
 	must(t, set())
-	if !keep {
-		return
+	if keep {
+		again(t, set)
 	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-				set()
-			}
-		}
-	}()
-	t.Cleanup(func() { close(stop); <-done })
 }
 
 // listAsAsynqWorkers lists the tasks ids as the workers of a live asynq
@@ -777,6 +764,11 @@ func unlistAsynqWorkers(t *testing.T, rdb redis.UniversalClient, ids ...string) 
 		return err
 	}
 	must(t, unlist())
+	again(t, unlist)
+}
+
+// again calls f every 20 ms until the test ends.
+func again(t *testing.T, f func() error) {
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
@@ -785,7 +777,7 @@ func unlistAsynqWorkers(t *testing.T, rdb redis.UniversalClient, ids ...string) 
 			case <-stop:
 				return
 			case <-time.After(20 * time.Millisecond):
-				unlist()
+				f()
 			}
 		}
 	}()
