@@ -11,6 +11,9 @@
 # packages start in the order MODULES lists them: first the two fault tests,
 # which mostly wait for their kills and takeovers, then the packages that
 # take longest, so that the short ones fill in at the end.
+# GORACE atexit_sleep_ms=0: a race-built binary otherwise sleeps a second
+# before it exits, to let a goroutine still running report a race; every
+# test binary and every child process of one would hold its slot for it.
 GO ?= go
 SHELL := /bin/bash
 
@@ -23,7 +26,7 @@ MODULES := ./zclaimpg/internal/pgchaos ./chaos . ./zclaimvet/... ./zclaimweb/bro
 test: vet
 	@set -o pipefail; dir=$$($(GO) run ./internal/findredis) || exit 1; \
 	$(GO) build -o .cache/testlog ./internal/testlog && \
-	PATH="$$dir:$$PATH" $(GO) test -race -count=1 -p 3 -parallel 8 -json $(MODULES) | .cache/testlog
+	PATH="$$dir:$$PATH" GORACE="atexit_sleep_ms=0 $$GORACE" $(GO) test -race -count=1 -p 3 -parallel 8 -json $(MODULES) | .cache/testlog
 
 vet:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt needed"; exit 1; }

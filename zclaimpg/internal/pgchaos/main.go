@@ -5,7 +5,7 @@
 // Redis is SIGKILLed and restarted from an older RDB snapshot, so it
 // forgets the runs finished since. At the end every job must have exactly
 // one row; the "control" mode, without Complete, shows how many rows a
-// plain handler writes twice.
+// plain handler writes twice. The modes run at the same time.
 //
 //	go run ./internal/pgchaos                        # short form
 //	go run ./internal/pgchaos -jobs 2000 -over 60s   # make chaos
@@ -79,9 +79,21 @@ func main() {
 		c.jobs, c.over, c.workers, c.lease, c.killEvery)
 	fmt.Println("| handler | jobs | rows | lost | applied twice | worker kills | runs the database refused (ErrAlreadyDone) | last row after its due time |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
+	// The modes run at once, each with a Redis, a schema and workers of
+	// its own.
+	results, errs := make([]result, len(c.modes)), make([]error, len(c.modes))
+	var wg sync.WaitGroup
+	for k, m := range c.modes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[k], errs[k] = run(c, pg.URL, m)
+		}()
+	}
+	wg.Wait()
 	ok := true
-	for _, m := range c.modes {
-		r, err := run(c, pg.URL, m)
+	for k, m := range c.modes {
+		r, err := results[k], errs[k]
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "pgchaos: %s: %v\n", m, err)
 			os.Exit(2)

@@ -7,12 +7,12 @@ import (
 	"testing"
 )
 
-// The short form of zclaimpg's fault test, in make test: 300 jobs over
-// 10 s, a worker SIGKILLed every second, Redis restarted from an older RDB
+// The short form of zclaimpg's fault test, in make test: 200 jobs over
+// 5 s, a worker SIGKILLed every 500 ms, Redis restarted from an older RDB
 // snapshot; 0 lost and 0 twice with Complete, duplicates in the control.
 func TestPGChaosShort(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs for about a quarter of a minute")
+		t.Skip("runs for about ten seconds")
 	}
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatal("the fault test needs redis-server on PATH (apt-get install redis-server)")
