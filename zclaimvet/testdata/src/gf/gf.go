@@ -96,6 +96,18 @@ func popThenClean(ctx context.Context, key string) { // want popThenClean:`^zset
 	}
 }
 
+// The same with RPop.
+func popRightThenClean(ctx context.Context, key string) { // want popRightThenClean:`^zset\(read ⟨p1⟩\)$`
+	ids, _ := g.Redis().ZRange(ctx, key, 0, 100, gredis.ZRangeOption{ByScore: true})
+	for _, id := range ids.Strings() {
+		if v, _ := g.Redis().RPop(ctx, "ready:"+id); v.IsNil() {
+			continue
+		}
+		g.Redis().ZRem(ctx, key, id)
+		run(id)
+	}
+}
+
 // Their twins: a read by rank whose scores are never read is no read of
 // due members; another command sent by name is none of the set's.
 func rankRead(ctx context.Context, key string) { // want rankRead:`^zset\(rank ⟨p1⟩, rm ⟨p1⟩\)$`

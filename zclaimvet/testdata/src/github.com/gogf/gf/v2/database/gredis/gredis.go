@@ -28,6 +28,7 @@ type IGroupSortedSet interface {
 
 type IGroupList interface {
 	LPop(ctx context.Context, key string, count ...int) (*gvar.Var, error)
+	RPop(ctx context.Context, key string, count ...int) (*gvar.Var, error)
 }
 
 type IGroupString interface {
