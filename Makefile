@@ -12,8 +12,9 @@
 # which mostly wait for their kills and takeovers, then the packages that
 # take longest, so that the short ones fill in at the end.
 # GORACE atexit_sleep_ms=0: a race-built binary otherwise sleeps a second
-# before it exits, to let a goroutine still running report a race; every
-# test binary and every child process of one would hold its slot for it.
+# before it exits, to let a goroutine still running report a race: each
+# test binary would hold its slot of -p that second, and each child process
+# of one that exits on its own would hold its test back as long.
 GO ?= go
 SHELL := /bin/bash
 
