@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -365,14 +366,24 @@ func (i *Idempotency) wrap(ctx context.Context, op, rk, bucket string, err error
 	return wrap(ctx, op, err, nil)
 }
 
-// settle runs settle.lua's op for e. The record it leaves (running,
-// released, or the bucket of finished ones) lives Lease + Retention.
+// settle runs settle.lua's op (extend, release) for e, or complete.lua for
+// "complete". The record it leaves (running, released, or the bucket of
+// finished ones) lives Lease + Retention.
 func (e *Execution) settle(ctx context.Context, op string) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, wrap(ctx, op, err, nil)
 	}
-	reply, err := e.i.script(ctx, settleScript, e.keys, e.Token, op,
-		e.i.args.lease, e.i.args.ttl, e.field, e.i.sweepOdds).Result()
+	var cmd *redis.Cmd
+	if op == "complete" {
+		args := []any{e.Token, e.i.args.ttl, e.field}
+		if e.i.sweepOdds <= 1 || rand.IntN(e.i.sweepOdds) == 0 {
+			args = append(args, 1)
+		}
+		cmd = e.i.script(ctx, completeScript, e.keys, args...)
+	} else {
+		cmd = e.i.script(ctx, settleScript, e.keys[:1], e.Token, op, e.i.args.lease, e.i.args.ttl)
+	}
+	reply, err := cmd.Result()
 	if err != nil {
 		return 0, e.i.wrap(ctx, op, e.keys[0], e.keys[1], err)
 	}

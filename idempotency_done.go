@@ -8,9 +8,9 @@ package zclaim
 // digest, that Redis keeps as a listpack while it holds at most 128 fields
 // (hash-max-listpack-entries): about 32 bytes a record where a key of its
 // own costs 210. A lookup is one HGET inside Begin's script. A bucket
-// expires Retention + Lease after its last write, and every 32nd Complete
-// into it, by its deadline's last bits, drops its fields past Retention; a
-// field past Retention is not done.
+// expires Retention + Lease after its last write, and one Complete into it
+// in 32, drawn at random, drops its fields past Retention; a field past
+// Retention is not done.
 //
 // On Redis Cluster a bucket must sit in the slot of the run records it
 // serves, since one script writes both: a prefix with a hash tag of its own

@@ -92,6 +92,35 @@ func TestDoneRecordsCompact(t *testing.T) {
 	}
 }
 
+// With the default odds, about one Complete in doneSweepOdds sweeps its
+// bucket: a field long past its retention, put back after each sweep,
+// goes 30 times in 960 Completes on average, and at least 3 and at most
+// 100 times all but never (a Complete that swept every time, or never,
+// fails).
+func TestDoneSweepOdds(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	i := newIdem(t, rdb, IdempotencyOptions{DoneBuckets: 1})
+	bucket, _ := i.doneOf("k0")
+	const n = 960
+	sweeps := 0
+	must(t, rdb.HSet(ctx, bucket, "old", 1).Err())
+	for k := range n {
+		e, err := i.Begin(ctx, fmt.Sprint("k", k))
+		must(t, err)
+		must(t, e.Complete(ctx))
+		if rdb.HExists(ctx, bucket, "old").Val() {
+			continue
+		}
+		sweeps++
+		must(t, rdb.HSet(ctx, bucket, "old", 1).Err())
+	}
+	if sweeps < 3 || sweeps > 100 {
+		t.Fatalf("%d of %d Completes swept their bucket, where 1 in %d do on average", sweeps, n, doneSweepOdds)
+	}
+	t.Logf("%d of %d Completes swept", sweeps, n)
+}
+
 // The number of buckets is recorded with the store's records at its first
 // start: zero adopts it, another number is refused, and so is a prefix
 // whose hash tag the buckets could not follow.

@@ -67,6 +67,8 @@ var (
 	beginLua string
 	//go:embed lua/settle.lua
 	settleLua string
+	//go:embed lua/complete.lua
+	completeLua string
 	//go:embed lua/takeover.lua
 	takeoverLua string
 	//go:embed lua/marker.lua
@@ -76,6 +78,7 @@ var (
 	// it, and defining its helpers costs each call.
 	beginScript    = redis.NewScript(beginLua)
 	settleScript   = redis.NewScript(settleLua)
+	completeScript = redis.NewScript(completeLua)
 	takeoverScript = redis.NewScript(takeoverLua)
 	markerScript   = redis.NewScript(markerLua)
 )
