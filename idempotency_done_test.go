@@ -94,9 +94,9 @@ func TestDoneRecordsCompact(t *testing.T) {
 
 // With the default odds, about one Complete in doneSweepOdds sweeps its
 // bucket: a field long past its retention, put back after each sweep,
-// goes 30 times in 960 Completes on average, and at least 3 and at most
-// 100 times all but never (a Complete that swept every time, or never,
-// fails).
+// goes 30 times in 960 Completes on average. Fewer than 3 or more than
+// 100 sweeps come by chance with odds below 1 in 10^10; a Complete that
+// swept every time, or never, fails.
 func TestDoneSweepOdds(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
