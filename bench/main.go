@@ -5,7 +5,7 @@
 //	go run ./bench                    # starts its own redis-server (from PATH)
 //	go run ./bench -redis host:port   # or uses yours (only keys of its own; never flushed)
 //	go run ./bench -quick             # smaller numbers, for a smoke test
-//	go run ./bench -only claim,lag    # some scenarios: claim, lag, zadd, throughput, middleware, e2e, memory, replicas, scale, recovery, takeover, idle, periodic, cluster, instructions
+//	go run ./bench -only claim,lag    # some scenarios: claim, lag, zadd, throughput, middleware, inside, e2e, memory, replicas, scale, recovery, takeover, idle, periodic, cluster, instructions
 //	go run ./bench -only middleware -cpuprofile mw.pprof   # and look with go tool pprof (-memprofile: allocations)
 //
 // Exit codes: 0 done, 2 bad flags (an unknown scenario, -rounds below 1,
@@ -40,8 +40,8 @@ import (
 var (
 	addrFlag = flag.String("redis", "", "Redis address (default: start redis-server on a free port)")
 	quick    = flag.Bool("quick", false, "smaller numbers: a smoke test, not a measurement")
-	rounds   = flag.Int("rounds", 3, "rounds per contender (interleaved), for median and spread (default: 3, and 9 for throughput, middleware and e2e)")
-	only     = flag.String("only", "", "comma-separated scenarios to run (claim, lag, zadd, throughput, middleware, e2e, memory, replicas, scale, recovery, takeover, idle, periodic, cluster, instructions)")
+	rounds   = flag.Int("rounds", 3, "rounds per contender (interleaved), for median and spread (default: 3, and 9 for throughput, middleware, inside and e2e)")
+	only     = flag.String("only", "", "comma-separated scenarios to run (claim, lag, zadd, throughput, middleware, inside, e2e, memory, replicas, scale, recovery, takeover, idle, periodic, cluster, instructions)")
 	cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of this process (all scenarios run) to this file")
 	memProf  = flag.String("memprofile", "", "write an allocation profile of this process (all scenarios run) to this file")
 )
@@ -49,7 +49,7 @@ var (
 var redisAddr string
 
 // shortRounds is the rounds of the short, noisy scenarios (dispatch
-// throughput, middleware, e2e): 9 unless -rounds says (or -quick).
+// throughput, middleware, inside, e2e): 9 unless -rounds says (or -quick).
 func shortRounds() int {
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rounds" })
@@ -69,6 +69,7 @@ var scenarios = []struct {
 	{"zadd", zaddScenario},
 	{"throughput", dispatchThroughput},
 	{"middleware", middlewareScenario},
+	{"inside", insideScenario},
 	{"e2e", e2eScenario},
 	{"memory", memoryScenario},
 	{"replicas", replicaScenario},
@@ -163,7 +164,7 @@ func run() int {
 	if host, _, _ := net.SplitHostPort(redisAddr); host != "localhost" && !net.ParseIP(host).IsLoopback() {
 		where = "at " + redisAddr
 	}
-	fmt.Printf("# zclaim benchmarks\n\n%s, %d CPUs, %s, Redis %s %s; %d round(s) per contender (%d for throughput and middleware)%s.\n",
+	fmt.Printf("# zclaim benchmarks\n\n%s, %d CPUs, %s, Redis %s %s; %d round(s) per contender (%d for throughput, middleware, inside and e2e)%s.\n",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), version, where,
 		*rounds, shortRounds(), map[bool]string{true: " (-quick: smoke test, not a measurement)", false: ""}[*quick])
 	fmt.Printf("Command: `go run ./bench%s`\n", strings.Join(append([]string{""}, os.Args[1:]...), " "))

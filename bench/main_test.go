@@ -120,6 +120,27 @@ func TestQuickRun(t *testing.T) {
 	}
 }
 
+// Table 3b swaps asynq's dequeue and done for scripts that also make a
+// Begin's and a Complete's commands: seven commands a task more than asynq
+// alone, in no round trip of their own (the program exits 2 when a swap
+// missed a task, as it would under an asynq whose scripts take other keys).
+func TestQuickInside(t *testing.T) {
+	t.Parallel()
+	out, errOut, code := runBench(t, "-quick", "-only", "inside")
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	alone, err := strconv.ParseFloat(row(t, out, "asynq alone")[4], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside := row(t, out, "the records' commands inside asynq's dequeue and done scripts "+
+		"(that client, hooked): a Begin's and a Complete's Redis work, no round trip of their own")[4]
+	if got, err := strconv.ParseFloat(inside, 64); err != nil || got != alone+7 {
+		t.Errorf("inside: %q Redis commands a task, want asynq alone's %.1f + 7", inside, alone)
+	}
+}
+
 // The middle half of per-round figures: the first to the third quartile,
 // and none for fewer than four rounds.
 func TestMiddleHalf(t *testing.T) {

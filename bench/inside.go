@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim"
+)
+
+// Scenario 3b (-only inside): what the run records would cost asynq if
+// their commands ran inside asynq's own scripts, with no round trip of
+// their own. A hook on the asynq server's go-redis client sends, in place
+// of asynq v0.26's dequeue and done scripts, scripts that make the same
+// writes to asynq's keys (recognized by their names) and then a Begin's
+// commands on the popped task's run record (TIME, the finished record's
+// HGET, SET NX GET) or a Complete's (GET, HSET and PEXPIRE of a bucket,
+// DEL). Nothing reaches a handler from them: the row measures Redis work
+// and round trips, not a middleware that could be shipped (its record keys
+// are named inside the scripts, which Redis Cluster refuses).
+
+// insideDequeue is asynq's dequeue (a task moves from the pending list to
+// the active one, under a lease) followed by a Begin's commands.
+// KEYS: pending, paused, active, lease; ARGV: lease deadline, task key
+// prefix. PREFIX is replaced with the records' prefix.
+const insideDequeue = `
+if redis.call('EXISTS', KEYS[2]) == 1 then return false end
+local id = redis.call('RPOPLPUSH', KEYS[1], KEYS[3])
+if not id then return false end
+local task = ARGV[2] .. id
+redis.call('HSET', task, 'state', 'active')
+redis.call('HDEL', task, 'pending_since')
+redis.call('ZADD', KEYS[4], ARGV[1], id)
+local t = redis.call('TIME')
+local now_us = t[1] * 1000000 + t[2]
+if not redis.call('HGET', 'PREFIX' .. 'done:' .. string.sub(id, -3), id) then
+  redis.call('SET', 'PREFIX' .. 'run:' .. id, string.format('run %d %d', now_us, math.floor(now_us / 1000) + 30000),
+    'NX', 'PX', 86430000, 'GET')
+end
+return redis.call('HGET', task, 'msg')`
+
+// insideDone is asynq's done (the task leaves the active list, its lease
+// and its hash; the queue's processed counters count it) followed by a
+// Complete's commands. KEYS: active, lease, task, processed of the day,
+// processed; ARGV: task id, the day counter's expiry, the largest int64.
+const insideDone = `
+if redis.call('LREM', KEYS[1], 0, ARGV[1]) == 0 then return redis.error_reply('NOT FOUND') end
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return redis.error_reply('NOT FOUND') end
+if redis.call('DEL', KEYS[3]) == 0 then return redis.error_reply('NOT FOUND') end
+if redis.call('INCR', KEYS[4]) == 1 then redis.call('EXPIREAT', KEYS[4], ARGV[2]) end
+if tonumber(redis.call('GET', KEYS[5])) == tonumber(ARGV[3]) then
+  redis.call('SET', KEYS[5], 1)
+else
+  redis.call('INCR', KEYS[5])
+end
+local run = 'PREFIX' .. 'run:' .. ARGV[1]
+local rec = redis.call('GET', run)
+if rec then
+  local bucket = 'PREFIX' .. 'done:' .. string.sub(ARGV[1], -3)
+  redis.call('HSET', bucket, ARGV[1], string.match(rec, '%d+$'))
+  redis.call('PEXPIRE', bucket, 86430000)
+  redis.call('DEL', run)
+end
+return redis.status_reply('OK')`
+
+// insideHook sends the scripts above in place of asynq's dequeue and
+// done, which it tells by their key names, and counts them.
+type insideHook struct {
+	dequeue, done   string // the SHA1s of the scripts it sends instead
+	dequeues, dones *atomic.Int64
+}
+
+func (h insideHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h insideHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h insideHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		a := cmd.Args()
+		if len(a) > 3 && a[0] == "evalsha" {
+			key := func(i int) string { s, _ := a[3+i].(string); return s }
+			switch n, _ := a[2].(int); {
+			case n == 4 && strings.HasSuffix(key(0), ":pending") && strings.HasSuffix(key(3), ":lease"):
+				a[1] = h.dequeue
+				h.dequeues.Add(1)
+			case n == 5 && strings.HasSuffix(key(0), ":active") && strings.HasSuffix(key(4), ":processed"):
+				a[1] = h.done
+				h.dones.Add(1)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func insideScenario() {
+	n := 20000
+	if *quick {
+		n = 3000
+	}
+	contenders := []string{
+		"asynq alone",
+		"asynq alone, its server on a go-redis client of the bench's (NewServerFromRedisClient)",
+		"the records' commands inside asynq's dequeue and done scripts (that client, hooked): a Begin's and a Complete's Redis work, no round trip of their own",
+		"asynq + idempotency middleware (two round trips a task)",
+		"asynq alone, again (the first row's twin: its ratio is the noise of a ratio)",
+	}
+	ctx := context.Background()
+	rates := make([]samples, len(contenders))
+	cpu := make([]cpuRounds, len(contenders))
+	cmds := make([]float64, len(contenders))
+	for round := 1; round <= shortRounds(); round++ {
+		for k, name := range contenders {
+			admin := newClient(4)
+			key := ns("inside")
+			queue := key
+			ac := asynq.NewClient(asynq.RedisClientOpt{Addr: redisAddr, PoolSize: 20})
+			parallel(n, 16, func(i int) {
+				ac.Enqueue(asynq.NewTask("noop", nil), asynq.Queue(queue), asynq.TaskID("t"+strconv.Itoa(i)))
+			})
+			ac.Close()
+			h, done := noopHandler(n)
+			cfg := asynq.Config{Queues: map[string]int{queue: 1}, Concurrency: 16, TaskCheckInterval: 10 * time.Millisecond,
+				IsFailure: zclaim.IsFailure, RetryDelayFunc: zclaim.RetryDelay, Logger: quietLog{}, LogLevel: asynq.FatalLevel}
+			var own *redis.Client
+			var idem *zclaim.Idempotency
+			var dequeues, dones atomic.Int64
+			var srv *asynq.Server
+			switch k {
+			case 1, 2:
+				own = newClient(0) // go-redis' default pool, as asynq's RedisClientOpt makes it
+				if k == 2 {
+					deq, dn := strings.ReplaceAll(insideDequeue, "PREFIX", key+":"), strings.ReplaceAll(insideDone, "PREFIX", key+":")
+					hook := insideHook{dequeue: admin.ScriptLoad(ctx, deq).Val(), done: admin.ScriptLoad(ctx, dn).Val(), dequeues: &dequeues, dones: &dones}
+					if hook.dequeue == "" || hook.done == "" {
+						panic("inside: SCRIPT LOAD failed")
+					}
+					own.AddHook(hook)
+				}
+				srv = asynq.NewServerFromRedisClient(own, cfg)
+			case 3:
+				own = newClient(32)
+				var err error
+				if idem, err = zclaim.NewIdempotency(own, zclaim.IdempotencyOptions{Prefix: key + ":run:"}); err != nil {
+					panic(err)
+				}
+				h = idem.Middleware()(h)
+			}
+			if srv == nil {
+				srv = asynq.NewServer(asynq.RedisClientOpt{Addr: redisAddr}, cfg)
+			}
+			calls0 := commandCalls(admin)
+			r0, s0 := cpuMeter(admin)
+			start := time.Now()
+			if err := srv.Start(h); err != nil {
+				panic(err)
+			}
+			<-done
+			el := time.Since(start)
+			r1, s1 := cpuMeter(admin)
+			cmds[k] = float64(commandCalls(admin)-calls0) / float64(n)
+			srv.Shutdown()
+			if idem != nil {
+				idem.Close()
+			}
+			if own != nil {
+				own.Close()
+			}
+			// Every task was dequeued and done by the scripts sent instead
+			// (a dequeue of an empty queue is swapped too).
+			if k == 2 && (dequeues.Load() < int64(n) || dones.Load() < int64(n)) {
+				panic(fmt.Sprintf("inside: %d dequeues and %d dones swapped, for %d tasks", dequeues.Load(), dones.Load(), n))
+			}
+			rates[k] = append(rates[k], float64(n)/el.Seconds())
+			cpu[k] = append(cpu[k], [2]time.Duration{(r1 - r0) / time.Duration(n), (s1 - s0) / time.Duration(n)})
+			progress("inside round %d/%d, %s: %s tasks/s", round, shortRounds(), name, human(rates[k][len(rates[k])-1]))
+			dropKeys(admin, key)
+			admin.SRem(ctx, "asynq:queues", queue)
+			admin.Close()
+		}
+	}
+	var rows [][]string
+	for k, name := range contenders {
+		ratio := paired(rates[k], rates[0])
+		rows = append(rows, []string{name, human(rates[k].median()), fmt.Sprintf("%.2f×", ratio.median()), ratio.middleHalf(),
+			fmt.Sprintf("%.1f", cmds[k]), cpu[k].cell(), cpu[k].over(cpu[0])})
+	}
+	table(fmt.Sprintf("3b. The run records inside asynq's own scripts (a floor of another design): asynq server, no-op handler, %s tasks, Concurrency 16", human(float64(n))),
+		[]string{"contender", "tasks/s (median)", "ratio", "ratio's middle half of rounds", "Redis commands / task (last round)", "CPU / task: Redis + client (the round of median total)", "CPU / task beyond asynq alone's (median)"},
+		rows,
+		"The third row swaps asynq v0.26's dequeue and done scripts, on the asynq server's own go-redis client, for scripts that write what they write and then make a Begin's and a Complete's commands on the task's run record: "+
+			"the Redis work of the middleware's records without their round trips, and without the handler ever seeing a token (nothing could fence it). "+
+			"It is not a middleware: it measures how far from asynq alone a design that puts the records into asynq's own calls could come, against the middleware's two round trips a task. "+
+			"Ratios, middle halves and CPU as in table 3.")
+}
