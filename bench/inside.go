@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -116,16 +114,10 @@ func insideScenario() {
 	for round := 1; round <= shortRounds(); round++ {
 		for k, name := range contenders {
 			admin := newClient(4)
-			key := ns("inside")
+			key := noopBacklog(n, "inside")
 			queue := key
-			ac := asynq.NewClient(asynq.RedisClientOpt{Addr: redisAddr, PoolSize: 20})
-			parallel(n, 16, func(i int) {
-				ac.Enqueue(asynq.NewTask("noop", nil), asynq.Queue(queue), asynq.TaskID("t"+strconv.Itoa(i)))
-			})
-			ac.Close()
 			h, done := noopHandler(n)
-			cfg := asynq.Config{Queues: map[string]int{queue: 1}, Concurrency: 16, TaskCheckInterval: 10 * time.Millisecond,
-				IsFailure: zclaim.IsFailure, RetryDelayFunc: zclaim.RetryDelay, Logger: quietLog{}, LogLevel: asynq.FatalLevel}
+			cfg := noopServerConfig(queue)
 			var own *redis.Client
 			var idem *zclaim.Idempotency
 			var dequeues, dones atomic.Int64
@@ -153,17 +145,8 @@ func insideScenario() {
 			if srv == nil {
 				srv = asynq.NewServer(asynq.RedisClientOpt{Addr: redisAddr}, cfg)
 			}
-			calls0 := commandCalls(admin)
-			r0, s0 := cpuMeter(admin)
-			start := time.Now()
-			if err := srv.Start(h); err != nil {
-				panic(err)
-			}
-			<-done
-			el := time.Since(start)
-			r1, s1 := cpuMeter(admin)
-			cmds[k] = float64(commandCalls(admin)-calls0) / float64(n)
-			srv.Shutdown()
+			rate, perTask, calls := serveBacklog(admin, srv, h, done, n)
+			cmds[k] = calls
 			if idem != nil {
 				idem.Close()
 			}
@@ -175,9 +158,9 @@ func insideScenario() {
 			if k == 2 && (dequeues.Load() < int64(n) || dones.Load() < int64(n)) {
 				panic(fmt.Sprintf("inside: %d dequeues and %d dones swapped, for %d tasks", dequeues.Load(), dones.Load(), n))
 			}
-			rates[k] = append(rates[k], float64(n)/el.Seconds())
-			cpu[k] = append(cpu[k], [2]time.Duration{(r1 - r0) / time.Duration(n), (s1 - s0) / time.Duration(n)})
-			progress("inside round %d/%d, %s: %s tasks/s", round, shortRounds(), name, human(rates[k][len(rates[k])-1]))
+			rates[k] = append(rates[k], rate)
+			cpu[k] = append(cpu[k], perTask)
+			progress("inside round %d/%d, %s: %s tasks/s", round, shortRounds(), name, human(rate))
 			dropKeys(admin, key)
 			admin.SRem(ctx, "asynq:queues", queue)
 			admin.Close()

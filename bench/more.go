@@ -89,6 +89,43 @@ func noopHandler(n int) (asynq.Handler, <-chan struct{}) {
 	}), done
 }
 
+// noopBacklog enqueues n no-op tasks (ids t0, t1, ...) into a queue of
+// their own, named by a fresh key of name (ns), which it returns.
+func noopBacklog(n int, name string) string {
+	queue := ns(name)
+	ac := asynq.NewClient(asynq.RedisClientOpt{Addr: redisAddr, PoolSize: 20})
+	parallel(n, 16, func(i int) {
+		ac.Enqueue(asynq.NewTask("noop", nil), asynq.Queue(queue), asynq.TaskID("t"+strconv.Itoa(i)))
+	})
+	ac.Close()
+	return queue
+}
+
+// noopServerConfig is the asynq server of tables 3 and 3b: queue alone,
+// 16 workers, a dequeue every 10 ms when it is empty.
+func noopServerConfig(queue string) asynq.Config {
+	return asynq.Config{Queues: map[string]int{queue: 1}, Concurrency: 16, TaskCheckInterval: 10 * time.Millisecond,
+		IsFailure: zclaim.IsFailure, RetryDelayFunc: zclaim.RetryDelay, Logger: quietLog{}, LogLevel: asynq.FatalLevel}
+}
+
+// serveBacklog starts srv with h, waits for done (n tasks handled), shuts
+// srv down and returns its rate, the CPU a task meanwhile (Redis', this
+// process') and the commands a task Redis ran.
+func serveBacklog(admin *redis.Client, srv *asynq.Server, h asynq.Handler, done <-chan struct{}, n int) (rate float64, perTask [2]time.Duration, cmds float64) {
+	calls0 := commandCalls(admin)
+	r0, s0 := cpuMeter(admin)
+	start := time.Now()
+	if err := srv.Start(h); err != nil {
+		panic(err)
+	}
+	<-done
+	el := time.Since(start)
+	r1, s1 := cpuMeter(admin)
+	calls := commandCalls(admin) - calls0
+	srv.Shutdown()
+	return float64(n) / el.Seconds(), [2]time.Duration{(r1 - r0) / time.Duration(n), (s1 - s0) / time.Duration(n)}, float64(calls) / float64(n)
+}
+
 // aroundTask wraps next in calls made before and after the handler, each
 // given the task's key under prefix; after may be nil.
 func aroundTask(prefix string, before, after func(ctx context.Context, key string) error) asynq.MiddlewareFunc {
@@ -198,14 +235,8 @@ func middlewareScenario() {
 	for round := 1; round <= shortRounds(); round++ {
 		for k, c := range contenders {
 			admin := newClient(4)
-			key := ns("mw")
+			key := noopBacklog(n, "mw")
 			queue := key
-			ac := asynq.NewClient(asynq.RedisClientOpt{Addr: redisAddr, PoolSize: 20})
-			parallel(n, 16, func(i int) {
-				ac.Enqueue(asynq.NewTask("noop", nil), asynq.Queue(queue), asynq.TaskID("t"+strconv.Itoa(i)))
-			})
-			ac.Close()
-
 			h, done := noopHandler(n)
 			var trips atomic.Int64
 			idemClient := newClient(32)
@@ -239,27 +270,15 @@ func middlewareScenario() {
 			case "handoff":
 				h, stopHandOffs = handOffs(h)
 			}
-			calls0 := commandCalls(admin)
-			r0, s0 := cpuMeter(admin)
-			srv := asynq.NewServer(asynq.RedisClientOpt{Addr: redisAddr}, asynq.Config{
-				Queues: map[string]int{queue: 1}, Concurrency: 16, TaskCheckInterval: 10 * time.Millisecond,
-				IsFailure: zclaim.IsFailure, RetryDelayFunc: zclaim.RetryDelay, Logger: quietLog{}, LogLevel: asynq.FatalLevel})
-			start := time.Now()
-			if err := srv.Start(h); err != nil {
-				panic(err)
-			}
-			<-done
-			el := time.Since(start)
-			r1, s1 := cpuMeter(admin)
-			calls := commandCalls(admin) - calls0
-			srv.Shutdown()
+			srv := asynq.NewServer(asynq.RedisClientOpt{Addr: redisAddr}, noopServerConfig(queue))
+			rate, perTask, calls := serveBacklog(admin, srv, h, done, n)
 			stopHandOffs()
 			if idem != nil {
 				idem.Close()
 			}
-			last[k] = run{rate: float64(n) / el.Seconds(), cmdsPerTask: float64(calls) / float64(n), tripsPerTask: float64(trips.Load()) / float64(n)}
+			last[k] = run{rate: rate, cmdsPerTask: calls, tripsPerTask: float64(trips.Load()) / float64(n)}
 			rates[k] = append(rates[k], last[k].rate)
-			cpu[k] = append(cpu[k], [2]time.Duration{(r1 - r0) / time.Duration(n), (s1 - s0) / time.Duration(n)})
+			cpu[k] = append(cpu[k], perTask)
 			progress("middleware round %d/%d, %s: %s tasks/s", round, shortRounds(), c.name, human(last[k].rate))
 			idemClient.Close()
 			dropKeys(admin, key)
