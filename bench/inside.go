@@ -114,8 +114,7 @@ func insideScenario() {
 	for round := 1; round <= shortRounds(); round++ {
 		for k, name := range contenders {
 			admin := newClient(4)
-			key := noopBacklog(n, "inside")
-			queue := key
+			queue := noopBacklog(n, "inside") // also the prefix of the run records' keys
 			h, done := noopHandler(n)
 			cfg := noopServerConfig(queue)
 			var own *redis.Client
@@ -126,7 +125,7 @@ func insideScenario() {
 			case 1, 2:
 				own = newClient(0) // go-redis' default pool, as asynq's RedisClientOpt makes it
 				if k == 2 {
-					deq, dn := strings.ReplaceAll(insideDequeue, "PREFIX", key+":"), strings.ReplaceAll(insideDone, "PREFIX", key+":")
+					deq, dn := strings.ReplaceAll(insideDequeue, "PREFIX", queue+":"), strings.ReplaceAll(insideDone, "PREFIX", queue+":")
 					hook := insideHook{dequeue: admin.ScriptLoad(ctx, deq).Val(), done: admin.ScriptLoad(ctx, dn).Val(), dequeues: &dequeues, dones: &dones}
 					if hook.dequeue == "" || hook.done == "" {
 						panic("inside: SCRIPT LOAD failed")
@@ -137,7 +136,7 @@ func insideScenario() {
 			case 3:
 				own = newClient(32)
 				var err error
-				if idem, err = zclaim.NewIdempotency(own, zclaim.IdempotencyOptions{Prefix: key + ":run:"}); err != nil {
+				if idem, err = zclaim.NewIdempotency(own, zclaim.IdempotencyOptions{Prefix: queue + ":run:"}); err != nil {
 					panic(err)
 				}
 				h = idem.Middleware()(h)
@@ -161,7 +160,7 @@ func insideScenario() {
 			rates[k] = append(rates[k], rate)
 			cpu[k] = append(cpu[k], perTask)
 			progress("inside round %d/%d, %s: %s tasks/s", round, shortRounds(), name, human(rate))
-			dropKeys(admin, key)
+			dropKeys(admin, queue)
 			admin.SRem(ctx, "asynq:queues", queue)
 			admin.Close()
 		}
