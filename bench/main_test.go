@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -136,7 +137,10 @@ func TestQuickInside(t *testing.T) {
 	}
 	inside := row(t, out, "the records' commands inside asynq's dequeue and done scripts "+
 		"(that client, hooked): a Begin's and a Complete's Redis work, no round trip of their own")[4]
-	if got, err := strconv.ParseFloat(inside, 64); err != nil || got != alone+7 {
+	// Within half a command: the servers' own polls and beats add a few
+	// commands a round, more in a slow one; with one swap missed the
+	// records add 1 or 3, not 7.
+	if got, err := strconv.ParseFloat(inside, 64); err != nil || math.Abs(got-(alone+7)) > 0.5 {
 		t.Errorf("inside: %q Redis commands a task, want asynq alone's %.1f + 7", inside, alone)
 	}
 }
