@@ -7,7 +7,7 @@
 --   record and keeps the finish in KEYS[2])
 -- KEYS[2] the bucket of finished records that holds the key's (a hash:
 --   field = digest of the key, value = the run's lease deadline when it
---   finished, Unix ms; see settle.lua)
+--   finished, Unix ms; see complete.lua)
 -- ARGV[1] lease in ms   ARGV[2] ttl of a running record in ms
 -- ARGV[3] the key's field in KEYS[2]   ARGV[4] retention in ms
 -- Returns the token alone when it acquired a key with no record (the
