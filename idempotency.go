@@ -151,6 +151,7 @@ type Idempotency struct {
 
 	defaultKey bool     // Key is OccurrenceKey: takeovers tell a task's key from its id
 	takeover   takeover // the loop that takes over dead workers' runs
+	guards     guards   // the lease guards of running handlers whose heartbeat has not started
 	// types are the task types the middleware has handled (string ->
 	// bool): true where a takeover can tell their tasks' keys (always, for
 	// OccurrenceKey; see learnKey for a Key function of the user's).

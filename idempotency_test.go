@@ -570,6 +570,68 @@ func TestMiddlewareRenewsLease(t *testing.T) {
 	})
 }
 
+// The heartbeats of many handlers running at once start from the store's
+// one loop, which ends when no handler is left and starts again with the
+// next: each run's lease is renewed while its handler runs, and each
+// completes.
+func TestLeaseGuardsLoop(t *testing.T) {
+	t.Parallel()
+	i := newIdem(t, newClient(t), IdempotencyOptions{Lease: time.Second, Key: payloadKey})
+	running := func() bool {
+		i.guards.mu.Lock()
+		defer i.guards.mu.Unlock()
+		return i.guards.running
+	}
+	// runs starts n handlers that each wait for release, and returns
+	// whether each saw its lease renewed, and its error, once released.
+	runs := func(round, n int, release <-chan struct{}) (renewed []atomic.Bool, errs chan error) {
+		renewed, errs = make([]atomic.Bool, n), make(chan error, n)
+		for k := range n {
+			h := i.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+				e, _ := ExecutionFromContext(ctx)
+				first := e.LeaseUntil()
+				for {
+					select {
+					case <-release:
+						return nil
+					case <-ctx.Done():
+						return context.Cause(ctx)
+					case <-time.After(5 * time.Millisecond):
+						if e.LeaseUntil().After(first) {
+							renewed[k].Store(true)
+						}
+					}
+				}
+			}))
+			task := asynq.NewTask("x", []byte(fmt.Sprintf("guarded-%d-%d", round, k)))
+			go func() { errs <- h.ProcessTask(ctx, task) }()
+		}
+		return renewed, errs
+	}
+	for round := range 2 {
+		release := make(chan struct{})
+		const n = 16
+		renewed, errs := runs(round, n, release)
+		waitFor(t, 10*time.Second, fmt.Sprintf("round %d: every run's lease renewed", round), func() bool {
+			for k := range renewed {
+				if !renewed[k].Load() {
+					return false
+				}
+			}
+			return true
+		})
+		close(release)
+		for range n {
+			must(t, <-errs)
+		}
+		// No handler left: the loop ends, and the next round starts it again.
+		waitFor(t, 5*time.Second, "the guards' loop to end", func() bool { return !running() })
+	}
+	if st := i.Stats(); st.Completed != 32 || st.LeaseLost != 0 {
+		t.Fatalf("stats %+v, want 32 completed and no lease lost", st)
+	}
+}
+
 // The fence compares whole tokens: one whose digits begin the current
 // token's, or run past them, is not current and changes nothing.
 func TestSettleWholeToken(t *testing.T) {

@@ -214,19 +214,81 @@ func lastRetry(ctx context.Context) bool {
 }
 
 // leaseGuard renews a run's lease while its handler runs: its heartbeat
-// starts only if the handler outlives Lease/3 (most do not, and make no
-// goroutine or channel for it).
+// starts only if the handler outlives Lease/4 (most do not, and make no
+// goroutine, channel or timer for it: the store's guards start it).
 type leaseGuard struct {
 	i      *Idempotency
 	e      *Execution
 	ctx    context.Context // the handler's
 	cancel context.CancelCauseFunc
-	timer  *time.Timer // starts the heartbeat
+	since  time.Time // when the handler was called
 
 	mu      sync.Mutex
 	stopped bool
 	stop    chan struct{} // closed to end the heartbeat
 	hbDone  chan struct{} // closed when it has ended
+}
+
+// guards are the lease guards of a store's handlers whose heartbeat has not
+// started. One loop, running while there are any, starts the heartbeat of
+// each whose handler has run Lease/4, within Lease/12 of that, so that its
+// first renewal comes by Lease/3. A timer per run would cost each task
+// the wake-up of an idle thread, which Go's runtime makes when a timer is
+// added ahead of the others.
+type guards struct {
+	mu      sync.Mutex
+	set     map[*leaseGuard]struct{}
+	running bool // the loop runs
+}
+
+// add adds g, and starts the loop unless it runs.
+func (gs *guards) add(g *leaseGuard, lease time.Duration) {
+	gs.mu.Lock()
+	if gs.set == nil {
+		gs.set = make(map[*leaseGuard]struct{})
+	}
+	gs.set[g] = struct{}{}
+	if !gs.running {
+		gs.running = true
+		go gs.loop(lease)
+	}
+	gs.mu.Unlock()
+}
+
+// remove removes g (its handler returned, or its heartbeat started).
+func (gs *guards) remove(g *leaseGuard) {
+	gs.mu.Lock()
+	delete(gs.set, g)
+	gs.mu.Unlock()
+}
+
+// loop starts, every Lease/12, the heartbeats of the guards whose handler
+// has run Lease/4; it ends when it finds none left.
+func (gs *guards) loop(lease time.Duration) {
+	tick := time.NewTicker(max(lease/12, time.Millisecond/4))
+	defer tick.Stop()
+	var due []*leaseGuard
+	for range tick.C {
+		now := time.Now()
+		gs.mu.Lock()
+		if len(gs.set) == 0 {
+			gs.running = false
+			gs.mu.Unlock()
+			return
+		}
+		for g := range gs.set {
+			if now.Sub(g.since) >= lease/4 {
+				due = append(due, g)
+				delete(gs.set, g)
+			}
+		}
+		gs.mu.Unlock()
+		for k, g := range due {
+			g.start()
+			due[k] = nil
+		}
+		due = due[:0]
+	}
 }
 
 // start starts the heartbeat, unless the handler has returned.
@@ -246,9 +308,9 @@ func (g *leaseGuard) start() {
 // end stops the heartbeat (waiting for it to end) and cancels the
 // handler's context.
 func (g *leaseGuard) end() {
+	g.i.guards.remove(g)
 	g.mu.Lock()
 	g.stopped = true
-	g.timer.Stop()
 	stop, done := g.stop, g.hbDone
 	g.mu.Unlock()
 	if stop != nil {
@@ -260,9 +322,9 @@ func (g *leaseGuard) end() {
 
 // run calls the handler under e's lease and settles e after it.
 func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler, t *asynq.Task) (err error) {
-	g := &leaseGuard{i: i, e: e}
+	g := &leaseGuard{i: i, e: e, since: time.Now()}
 	g.ctx, g.cancel = context.WithCancelCause(contextWithExecution(ctx, e))
-	g.timer = time.AfterFunc(i.opts.Lease/3, g.start)
+	i.guards.add(g, i.opts.Lease)
 	hctx := g.ctx
 	settle := func(handlerErr error, panicked bool) error {
 		g.end()
@@ -339,7 +401,7 @@ func (i *Idempotency) heartbeat(ctx context.Context, e *Execution,
 	defer expire.Stop()
 	tick := time.NewTicker(lease / 3)
 	defer tick.Stop()
-	kick := make(chan struct{}, 1) // renew at once: the first Lease/3 has passed
+	kick := make(chan struct{}, 1) // renew at once: the first Lease/4 has passed
 	kick <- struct{}{}
 	type result struct {
 		start time.Time
