@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -145,9 +146,12 @@ type Idempotency struct {
 	doneBuckets int         // buckets of finished records (setupDone)
 	doneSub     int         // of them, in each slot (doneTagged: all)
 	sweepOdds   int         // a Complete sweeps its bucket with odds 1 in this (doneSweepOdds)
-	// args are the scripts' arguments that the options fix, in ms, made
+	// args are settle.lua's arguments that the options fix, in ms, made
 	// into interface values once rather than at every call.
-	args struct{ lease, ttl, retention any }
+	args struct{ lease, ttl any }
+	// begin and complete are begin.lua and complete.lua with the options
+	// written in (storeScript).
+	begin, complete *redis.Script
 
 	defaultKey bool     // Key is OccurrenceKey: takeovers tell a task's key from its id
 	takeover   takeover // the loop that takes over dead workers' runs
@@ -218,7 +222,10 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 		state: &stateMarker{rdb: rdb, key: opts.Prefix, log: opts.Logger,
 			what:  "the idempotency records (" + opts.Prefix + "*)",
 			every: stateCheckInterval}}
-	i.args.lease, i.args.ttl, i.args.retention = ms(opts.Lease), ms(opts.Lease+opts.Retention), ms(opts.Retention)
+	lease, ttl := ms(opts.Lease), ms(opts.Lease+opts.Retention)
+	i.args.lease, i.args.ttl = lease, ttl
+	i.begin = storeScript(beginLua, lease, ttl, ms(opts.Retention))
+	i.complete = storeScript(completeLua, lease, ttl, ms(opts.Retention))
 	if err := startup(rdb, opts.Prefix, opts.AllowEviction, i.log, i.state); err != nil {
 		return nil, err
 	}
@@ -297,7 +304,7 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 	i.state.poll()
 	e := i.execution(key, 0)
 	e.sent = time.Now()
-	reply, err := i.script(ctx, beginScript, e.keys, i.args.lease, i.args.ttl, e.field, i.args.retention).Result()
+	reply, err := i.script(ctx, i.begin, e.keys, e.field).Result()
 	if err != nil {
 		return nil, i.wrap(ctx, "begin", e.keys[0], e.keys[1], err)
 	}
@@ -376,11 +383,17 @@ func (e *Execution) settle(ctx context.Context, op string) (int64, error) {
 	}
 	var cmd *redis.Cmd
 	if op == "complete" {
-		args := []any{e.Token, e.i.args.ttl, e.field}
+		e.mu.Lock()
+		dl := e.leaseUntil.UnixMilli()
+		e.mu.Unlock()
+		// The record as this run last wrote it: complete.lua's fence is
+		// then one comparison.
+		rec := strconv.AppendInt(append(strconv.AppendInt(append(make([]byte, 0, 40), "run "...), e.Token, 10), ' '), dl, 10)
+		args := []any{rec, e.field, dl}
 		if e.i.sweepOdds <= 1 || rand.IntN(e.i.sweepOdds) == 0 {
 			args = append(args, 1)
 		}
-		cmd = e.i.script(ctx, completeScript, e.keys, args...)
+		cmd = e.i.script(ctx, e.i.complete, e.keys, args...)
 	} else {
 		cmd = e.i.script(ctx, settleScript, e.keys[:1], e.Token, op, e.i.args.lease, e.i.args.ttl)
 	}

@@ -654,6 +654,32 @@ func TestSettleWholeToken(t *testing.T) {
 	must(t, e.Complete(ctx))
 }
 
+// Complete's fence is the token, not the whole record the run last saw: a
+// run whose record moved on without it (an Extend of its own whose reply
+// it never saw) completes, and its finish is the record's deadline.
+func TestCompleteAfterUnseenExtend(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	i := newIdem(t, rdb, IdempotencyOptions{Lease: time.Minute})
+	e, err := i.Begin(ctx, "k")
+	must(t, err)
+	other := i.execution(e.Key, e.Token)
+	time.Sleep(3 * time.Millisecond) // Redis' clock moves on: the Extend's deadline is later
+	must(t, other.Extend(ctx))
+	if !other.LeaseUntil().After(e.LeaseUntil()) {
+		t.Fatalf("Extend gave %v, not later than Begin's %v", other.LeaseUntil(), e.LeaseUntil())
+	}
+	must(t, e.Complete(ctx))
+	bucket, field := i.doneOf("k")
+	got, err := rdb.HGet(ctx, bucket, field).Int64()
+	must(t, err)
+	if want := other.LeaseUntil().UnixMilli(); got != want {
+		t.Fatalf("finished at %d, want the extended deadline %d", got, want)
+	}
+	_, err = i.Begin(ctx, "k")
+	wantErr(t, err, ErrAlreadyDone)
+}
+
 // Execution.Resumed tells a run whose key had an earlier run that began and
 // did not complete: one whose lease ran out, or one released after an
 // error; a new key, or one whose record was lost, is not resumed.

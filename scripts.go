@@ -7,6 +7,8 @@ package zclaim
 import (
 	"context"
 	_ "embed"
+	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -75,13 +77,25 @@ var (
 	markerLua string
 
 	// Without the broker's prelude: a run record's scripts need none of
-	// it, and defining its helpers costs each call.
-	beginScript    = redis.NewScript(beginLua)
+	// it, and defining its helpers costs each call. begin.lua and
+	// complete.lua are made for each store (storeScript).
 	settleScript   = redis.NewScript(settleLua)
-	completeScript = redis.NewScript(completeLua)
 	takeoverScript = redis.NewScript(takeoverLua)
 	markerScript   = redis.NewScript(markerLua)
 )
+
+// storeScript returns the script of body with a store's options written
+// into it: lease and retention in ms for LEASE_MS and RETENTION_MS, and
+// ttl, the life of a record in ms, for TTL_MS. Redis spends less on a
+// constant of the script than on an argument (each one a string made for
+// the call), on the path that every run takes; stores with the same
+// options share a script.
+func storeScript(body string, lease, ttl, retention int64) *redis.Script {
+	return redis.NewScript(strings.NewReplacer(
+		"LEASE_MS", strconv.FormatInt(lease, 10),
+		"TTL_MS", strconv.FormatInt(ttl, 10),
+		"RETENTION_MS", strconv.FormatInt(retention, 10)).Replace(body))
+}
 
 // eachShard runs script s, a read, on every shard of the schedule, with
 // the keys and arguments args gives for each, in one pipeline: one round

@@ -8,8 +8,11 @@
 -- KEYS[2] the bucket of finished records that holds the key's (a hash:
 --   field = digest of the key, value = the run's lease deadline when it
 --   finished, Unix ms; see complete.lua)
--- ARGV[1] lease in ms   ARGV[2] ttl of a running record in ms
--- ARGV[3] the key's field in KEYS[2]   ARGV[4] retention in ms
+-- ARGV[1] the key's field in KEYS[2]
+-- The store's options are written into the script's first line
+-- (storeScript), as constants cost Redis less than arguments: the lease,
+-- the ttl of a running record (a string, as SET takes it) and the
+-- retention, in ms.
 -- Returns the token alone when it acquired a key with no record (the
 --   common case: its deadline is floor(token / 1000) + lease, and no
 --   earlier run is unfinished); {0, token, deadline_ms, prev} acquired
@@ -22,17 +25,18 @@
 -- microseconds, so it keeps growing after a record has expired.
 -- Errors: Redis' WRONGTYPE (from the HGET or the first SET, which then
 --   writes nothing), "ZCLAIM_CORRUPT key".
+local lease, ttl, retention = LEASE_MS, 'TTL_MS', RETENTION_MS
 local t = redis.call('TIME')
 local now_us = t[1] * 1000000 + t[2]
-local now_ms = math.floor(now_us / 1000)
-local fin = redis.call('HGET', KEYS[2], ARGV[3])
+local now_ms = (now_us - now_us % 1000) / 1000
+local fin = redis.call('HGET', KEYS[2], ARGV[1])
 -- A field older than the retention is not done: its sweep is late.
-if fin and tonumber(fin) + tonumber(ARGV[4]) > now_ms then return {1, 0, 0} end
-local deadline = now_ms + tonumber(ARGV[1])
+if fin and tonumber(fin) + retention > now_ms then return {1, 0, 0} end
+local deadline = now_ms + lease
 -- The common case, a key never seen (or long expired), in one call: SET NX
 -- writes the new run only if there is no record, and GET answers the
 -- record it found instead.
-local rec = redis.call('SET', KEYS[1], string.format('run %d %d', now_us, deadline), 'NX', 'PX', ARGV[2], 'GET')
+local rec = redis.call('SET', KEYS[1], string.format('run %d %d', now_us, deadline), 'NX', 'PX', ttl, 'GET')
 if not rec then return now_us end
 -- A record exists: it must be one of ours.
 local s, tok, n = string.match(rec, '^(%l+) (%d+) (%d+)$')
@@ -48,7 +52,7 @@ if s == 'done' then return {1, tok, 0} end
 if s == 'run' and n > now_ms then return {2, tok, n - now_ms} end
 local new = now_us
 if tok + 1 > new then new = tok + 1 end
-redis.call('SET', KEYS[1], string.format('run %d %d', new, deadline), 'PX', ARGV[2])
+redis.call('SET', KEYS[1], string.format('run %d %d', new, deadline), 'PX', ttl)
 local prev = 2
 if s == 'run' or s == 'take' then prev = 1 end
 return {0, new, deadline, prev}

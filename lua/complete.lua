@@ -3,35 +3,43 @@
 -- and branch costs Redis work on that path.
 -- KEYS[1] run record (see begin.lua)   KEYS[2] the key's bucket of finished
 --   records (see begin.lua)
--- ARGV[1] token (decimal, as Begin gave it)   ARGV[2] the bucket's ttl in
---   ms: the retention of a finished record plus the lease
--- ARGV[3] the key's field in KEYS[2]
+-- ARGV[1] the run record as the client last saw it, "run <token>
+--   <deadline>"   ARGV[2] the key's field in KEYS[2]   ARGV[3] that
+--   deadline (Unix ms)
 -- ARGV[4] present: sweep KEYS[2]'s expired fields too (the client draws
 --   it, with odds doneSweepOdds)
+-- The store's options are written into the script's first line
+-- (storeScript): the bucket's ttl in ms (a string, as PEXPIRE takes it),
+-- the retention of a finished record plus the lease.
 -- Returns 1, or 0 when the token is not current (nothing changed).
+local ttl = 'TTL_MS'
 -- A run record of another type fails the GET below, before anything is written.
 local rec = redis.call('GET', KEYS[1])
--- The fence: the record is this token's run. A prefix comparison, not a
--- pattern: the token ends at the space.
-local run = 'run ' .. ARGV[1] .. ' '
-if not rec or string.sub(rec, 1, #run) ~= run then return 0 end
+local n = ARGV[3]
+if rec ~= ARGV[1] then
+  -- The fence is the token. The record as the client saw it is the common
+  -- case, one comparison; else the record moved on without this client
+  -- (an Extend of its own that raced this call, or another run). A prefix
+  -- comparison, not a pattern: the token ends at the space.
+  local run = string.match(ARGV[1], '^run %d+ ')
+  if not rec or not run or string.sub(rec, 1, #run) ~= run then return 0 end
+  n = string.sub(rec, #run + 1)
+  if not tonumber(n) then return redis.error_reply('ZCLAIM_CORRUPT ' .. KEYS[1]) end
+end
 -- The run record goes; the finish is one field of a small hash, which
 -- lives Retention + Lease past its last write. Its time is the run's
 -- lease deadline (Redis' clock): from its last renewal, no earlier than
 -- now - Lease, so a field is done until at least Retention after the
 -- finish of a run that held its lease.
-local n = string.sub(rec, #run + 1)
-local dl = tonumber(n)
-if not dl then return redis.error_reply('ZCLAIM_CORRUPT ' .. KEYS[1]) end
 -- The first write: a bucket of another type fails it, before anything changed.
-redis.call('HSET', KEYS[2], ARGV[3], n)
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[2], n)
+redis.call('PEXPIRE', KEYS[2], ttl)
 redis.call('DEL', KEYS[1])
 if ARGV[4] then
   -- A field f is past its retention when f + Retention <= now, which
   -- holds for f <= dl - Lease - Retention.
   local all, old = redis.call('HGETALL', KEYS[2]), {}
-  local before = dl - tonumber(ARGV[2])
+  local before = tonumber(n) - tonumber(ttl)
   for j = 1, #all, 2 do
     if tonumber(all[j + 1]) <= before then old[#old + 1] = all[j] end
   end
