@@ -386,8 +386,8 @@ func (e *Execution) settle(ctx context.Context, op string) (int64, error) {
 		e.mu.Lock()
 		dl := e.leaseUntil.UnixMilli()
 		e.mu.Unlock()
-		// The record as this run last wrote it: complete.lua's fence is
-		// then one comparison.
+		// The run record as Begin or this run's last Extend left it:
+		// complete.lua's fence is then one comparison.
 		rec := strconv.AppendInt(append(strconv.AppendInt(append(make([]byte, 0, 40), "run "...), e.Token, 10), ' '), dl, 10)
 		args := []any{rec, e.field, dl}
 		if e.i.sweepOdds <= 1 || rand.IntN(e.i.sweepOdds) == 0 {

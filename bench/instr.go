@@ -88,18 +88,20 @@ func instructionsScenario() {
 			}
 			return nil
 		}},
-		{"two scripts that only return (2 keys, 4 arguments each, as Begin's)", 1, nil, func(ctx context.Context, rdb *redis.Client, k int) error {
-			s := redis.NewScript("return 1")
-			for j := range k {
-				keys := []string{"k" + strconv.Itoa(j), "b"}
-				for range 2 {
-					if err := s.Run(ctx, rdb, keys, 5000, 86405000, "0123456789abcdef", 86400000).Err(); err != nil {
+		{"two scripts that only return, with Begin's and Complete's keys and arguments (2 keys each; 1 argument, then 3)", 1, nil,
+			func(ctx context.Context, rdb *redis.Client, k int) error {
+				s := redis.NewScript("return 1")
+				for j := range k {
+					keys := []string{"k" + strconv.Itoa(j), "b"}
+					if err := s.Run(ctx, rdb, keys, "0123456789abcdef").Err(); err != nil {
+						return err
+					}
+					if err := s.Run(ctx, rdb, keys, "run 1787991500000000 1787991505000", "0123456789abcdef", 1787991505000).Err(); err != nil {
 						return err
 					}
 				}
-			}
-			return nil
-		}},
+				return nil
+			}},
 		{"Broker.Claim of 32 + AckMany, per job (jobs with a type and queue)", 32, scheduleDue, func(ctx context.Context, rdb *redis.Client, k int) error {
 			b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Lease: time.Minute})
 			if err != nil {
