@@ -9,10 +9,9 @@
 --   field = digest of the key, value = the run's lease deadline when it
 --   finished, Unix ms; see complete.lua)
 -- ARGV[1] the key's field in KEYS[2]
--- The store's options are written into the script's first line
--- (storeScript), as constants cost Redis less than arguments: the lease,
--- the ttl of a running record (a string, as SET takes it) and the
--- retention, in ms.
+-- The store's options are written into the script (storeScript), as
+-- constants cost Redis less than arguments: the lease, the ttl of a
+-- running record (a string, as SET takes it) and the retention, in ms.
 -- Returns the token alone when it acquired a key with no record (the
 --   common case: its deadline is floor(token / 1000) + lease, and no
 --   earlier run is unfinished); {0, token, deadline_ms, prev} acquired

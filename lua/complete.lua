@@ -8,9 +8,9 @@
 --   deadline (Unix ms)
 -- ARGV[4] present: sweep KEYS[2]'s expired fields too (the client draws
 --   it, with odds doneSweepOdds)
--- The store's options are written into the script's first line
--- (storeScript): the bucket's ttl in ms (a string, as PEXPIRE takes it),
--- the retention of a finished record plus the lease.
+-- The store's options are written into the script (storeScript): the
+-- bucket's ttl in ms (a string, as PEXPIRE takes it), the retention of a
+-- finished record plus the lease.
 -- Returns 1, or 0 when the token is not current (nothing changed).
 local ttl = 'TTL_MS'
 -- A run record of another type fails the GET below, before anything is written.
@@ -37,7 +37,7 @@ redis.call('PEXPIRE', KEYS[2], ttl)
 redis.call('DEL', KEYS[1])
 if ARGV[4] then
   -- A field f is past its retention when f + Retention <= now, which
-  -- holds for f <= dl - Lease - Retention.
+  -- holds for f <= n - Lease - Retention.
   local all, old = redis.call('HGETALL', KEYS[2]), {}
   local before = tonumber(n) - tonumber(ttl)
   for j = 1, #all, 2 do
