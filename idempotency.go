@@ -222,10 +222,10 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 		state: &stateMarker{rdb: rdb, key: opts.Prefix, log: opts.Logger,
 			what:  "the idempotency records (" + opts.Prefix + "*)",
 			every: stateCheckInterval}}
-	lease, ttl := ms(opts.Lease), ms(opts.Lease+opts.Retention)
+	lease, ttl, retention := ms(opts.Lease), ms(opts.Lease+opts.Retention), ms(opts.Retention)
 	i.args.lease, i.args.ttl = lease, ttl
-	i.begin = storeScript(beginLua, lease, ttl, ms(opts.Retention))
-	i.complete = storeScript(completeLua, lease, ttl, ms(opts.Retention))
+	i.begin = storeScript(beginLua, lease, ttl, retention)
+	i.complete = storeScript(completeLua, lease, ttl, retention)
 	if err := startup(rdb, opts.Prefix, opts.AllowEviction, i.log, i.state); err != nil {
 		return nil, err
 	}
