@@ -146,12 +146,9 @@ type Idempotency struct {
 	doneBuckets int         // buckets of finished records (setupDone)
 	doneSub     int         // of them, in each slot (doneTagged: all)
 	sweepOdds   int         // a Complete sweeps its bucket with odds 1 in this (doneSweepOdds)
-	// args are settle.lua's arguments that the options fix, in ms, made
-	// into interface values once rather than at every call.
-	args struct{ lease, ttl any }
-	// begin and complete are begin.lua and complete.lua with the options
-	// written in (storeScript).
-	begin, complete *redis.Script
+	// begin, complete and settle are begin.lua, complete.lua and
+	// settle.lua with the options written in (storeScript).
+	begin, complete, settle *redis.Script
 
 	defaultKey bool     // Key is OccurrenceKey: takeovers tell a task's key from its id
 	takeover   takeover // the loop that takes over dead workers' runs
@@ -223,9 +220,9 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 			what:  "the idempotency records (" + opts.Prefix + "*)",
 			every: stateCheckInterval}}
 	lease, ttl, retention := ms(opts.Lease), ms(opts.Lease+opts.Retention), ms(opts.Retention)
-	i.args.lease, i.args.ttl = lease, ttl
 	i.begin = storeScript(beginLua, lease, ttl, retention)
 	i.complete = storeScript(completeLua, lease, ttl, retention)
+	i.settle = storeScript(settleLua, lease, ttl, retention)
 	if err := startup(rdb, opts.Prefix, opts.AllowEviction, i.log, i.state); err != nil {
 		return nil, err
 	}
@@ -395,7 +392,7 @@ func (e *Execution) settle(ctx context.Context, op string) (int64, error) {
 		}
 		cmd = e.i.script(ctx, e.i.complete, e.keys, args...)
 	} else {
-		cmd = e.i.script(ctx, settleScript, e.keys[:1], e.Token, op, e.i.args.lease, e.i.args.ttl)
+		cmd = e.i.script(ctx, e.i.settle, e.keys[:1], e.Token, op)
 	}
 	reply, err := cmd.Result()
 	if err != nil {

@@ -654,6 +654,35 @@ func TestSettleWholeToken(t *testing.T) {
 	must(t, e.Complete(ctx))
 }
 
+// Extend renews the lease for Lease from now by Redis' clock, and the
+// record lives Lease + Retention from then.
+func TestExtendRenewsForLease(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	lease, retention := 2*time.Second, time.Hour // a lease long enough that the checks below run within it
+	i := newIdem(t, rdb, IdempotencyOptions{Lease: lease, Retention: retention})
+	e, err := i.Begin(ctx, "k")
+	must(t, err)
+	t0, err := rdb.Time(ctx).Result()
+	must(t, err)
+	must(t, e.Extend(ctx))
+	t1, err := rdb.Time(ctx).Result()
+	must(t, err)
+	lo, hi := t0.Truncate(time.Millisecond).Add(lease), t1.Add(lease)
+	if got := e.LeaseUntil(); got.Before(lo) || got.After(hi) {
+		t.Fatalf("lease until %v, want from %v to %v", got, lo, hi)
+	}
+	ttl, err := rdb.PTTL(ctx, i.recordKey("k")).Result()
+	must(t, err)
+	if ttl <= retention || ttl > lease+retention {
+		t.Fatalf("record lives %v, want up to %v and more than %v", ttl, lease+retention, retention)
+	}
+	must(t, e.Release(ctx))
+	if ttl, err = rdb.PTTL(ctx, i.recordKey("k")).Result(); err != nil || ttl <= retention || ttl > lease+retention {
+		t.Fatalf("released record lives %v (%v), want up to %v and more than %v", ttl, err, lease+retention, retention)
+	}
+}
+
 // Complete's fence is the token, not the whole record the run last saw: a
 // run whose record moved on without it (an Extend of its own whose reply
 // it never saw) completes, and its finish is the record's deadline.

@@ -77,9 +77,8 @@ var (
 	markerLua string
 
 	// Without the broker's prelude: a run record's scripts need none of
-	// it, and defining its helpers costs each call. begin.lua and
-	// complete.lua are made for each store (storeScript).
-	settleScript   = redis.NewScript(settleLua)
+	// it, and defining its helpers costs each call. begin.lua,
+	// complete.lua and settle.lua are made for each store (storeScript).
 	takeoverScript = redis.NewScript(takeoverLua)
 	markerScript   = redis.NewScript(markerLua)
 )
