@@ -110,7 +110,8 @@ func (i *Idempotency) readyDone(ctx context.Context) error {
 	return nil
 }
 
-// setupDone settles the store's number of buckets: the one its records
+// setupDone settles the store's number of buckets, and loads the
+// scripts of its runs. The number of buckets is the one its records
 // were written with (recorded at Prefix + doneInfix), else DoneBuckets
 // or DefaultDoneBuckets, recorded then. A DoneBuckets other than the
 // recorded number is refused: its lookups would miss the records written
@@ -143,6 +144,14 @@ func (i *Idempotency) setupDone(ctx context.Context) error {
 	i.doneSub = n
 	if !i.doneTagged {
 		i.doneSub = max(1, (n+16383)/16384)
+	}
+	// The scripts of every run go to Redis (every master of a cluster)
+	// now, so that the calls of the store's first moment do not each meet
+	// NOSCRIPT and send their script again whole. Best effort: a script
+	// not loaded (an ACL without SCRIPT LOAD, a server restarted since)
+	// is sent whole at its first call, as any.
+	for _, s := range []*redis.Script{i.begin, i.complete} {
+		_ = s.Load(ctx, i.rdb).Err()
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -680,6 +681,21 @@ func TestExtendRenewsForLease(t *testing.T) {
 	must(t, e.Release(ctx))
 	if ttl, err = rdb.PTTL(ctx, i.recordKey("k")).Result(); err != nil || ttl <= retention || ttl > lease+retention {
 		t.Fatalf("released record lives %v (%v), want up to %v and more than %v", ttl, err, lease+retention, retention)
+	}
+}
+
+// NewIdempotency loads the scripts of a store's runs, so that the calls of
+// its first moment find them: none meets NOSCRIPT and is sent again whole,
+// a round trip more.
+func TestNewIdempotencyLoadsScripts(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	// A retention no other store of the server has: scripts of its own.
+	i := newIdem(t, rdb, IdempotencyOptions{Retention: time.Hour + time.Duration(rand.Int64N(1<<30))*time.Millisecond})
+	in, err := rdb.ScriptExists(ctx, i.begin.Hash(), i.complete.Hash()).Result()
+	must(t, err)
+	if !in[0] || !in[1] {
+		t.Fatalf("Begin's and Complete's scripts on the server before the store's first call: %v, want both", in)
 	}
 }
 
