@@ -1,5 +1,7 @@
-# make test: vet and race-test every module (the root, zclaimpg, zclaimprom,
-# zclaimvet, cmd/zclaimvet, example and zclaimweb/browser, joined by go.work) against a real Redis and PostgreSQL. It finds a
+# make test: vet every module (the root, zclaimpg, zclaimprom, zclaimvet,
+# cmd/zclaimvet, example and zclaimweb/browser, joined by go.work) and test
+# it against a real Redis and PostgreSQL, with -race but for the analyzer's
+# packages (NORACE, below). It finds a
 # redis-server 7 on PATH, or downloads Debian's package into .cache/redis
 # (internal/findredis), and puts it first on PATH; the tests start their
 # own servers from it on free ports, or use the server named by
@@ -10,7 +12,10 @@
 # -p 3 -parallel 8: most tests wait on servers, not on the 2 cores. The
 # packages start in the order MODULES lists them: first the two fault tests,
 # which mostly wait for their kills and takeovers, then the packages that
-# take longest, so that the short ones fill in at the end.
+# take longest, so that the short ones fill in at the end. The analyzer's
+# packages (NORACE) run beside them without -race: they start no goroutine
+# of their own and share no mutable state, and type-checking their test
+# programs under -race would cost the machine three times the CPU.
 # GORACE atexit_sleep_ms=0: a race-built binary otherwise sleeps a second
 # before it exits, to let a goroutine still running report a race: each
 # test binary would hold its slot of -p that second, and each child process
@@ -20,18 +25,21 @@ SHELL := /bin/bash
 
 # Every module's packages, from the root (go.work joins them), the
 # longest first (go test names a package once, where it first comes).
-MODULES := ./zclaimpg/internal/pgchaos ./chaos . ./zclaimvet/... ./zclaimweb/browser/... ./bench \
-	./... ./cmd/zclaimvet/... ./example/... ./zclaimpg/... ./zclaimprom/...
+MODULES := ./zclaimpg/internal/pgchaos ./chaos . ./zclaimweb/browser/... ./bench \
+	./... ./example/... ./zclaimpg/... ./zclaimprom/...
+NORACE := ./zclaimvet/... ./cmd/zclaimvet/...
 
 .PHONY: test vet fmt
 test: vet
 	@set -o pipefail; dir=$$($(GO) run ./internal/findredis) || exit 1; \
 	$(GO) build -o .cache/testlog ./internal/testlog && \
-	PATH="$$dir:$$PATH" GORACE="atexit_sleep_ms=0 $$GORACE" $(GO) test -race -count=1 -p 3 -parallel 8 -json $(MODULES) | .cache/testlog
+	{ PATH="$$dir:$$PATH" $(GO) test -count=1 -p 1 -json $(NORACE) > .cache/norace.json 2>&1 & n=$$!; \
+	PATH="$$dir:$$PATH" GORACE="atexit_sleep_ms=0 $$GORACE" $(GO) test -race -count=1 -p 3 -parallel 8 -json $(MODULES); \
+	r=$$?; wait $$n || r=1; cat .cache/norace.json; exit $$r; } | .cache/testlog
 
 vet:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt needed"; exit 1; }
-	$(GO) vet $(MODULES)
+	$(GO) vet $(MODULES) $(NORACE)
 
 fmt:
 	gofmt -w .

@@ -203,7 +203,7 @@ func handOffs(next asynq.Handler) (asynq.Handler, func()) {
 func middlewareScenario() {
 	n := 20000
 	if *quick {
-		n = 3000
+		n = 1000
 	}
 	type run struct {
 		rate         float64
