@@ -90,10 +90,11 @@ func (i *Idempotency) checkDoneOptions() error {
 	return nil
 }
 
-// readyDone settles the store's number of buckets once (setupDone); until
-// it could, it tries again at each call, and the store's calls fail with
-// its error (a server that cannot be reached, a user without access to
-// the prefix).
+// readyDone readies the store once: it settles its number of buckets
+// (setupDone) and loads the scripts of its runs (loadScripts). Until it
+// could, it tries again at each call, and the store's calls fail with its
+// error (a server that cannot be reached, a user without access to the
+// prefix).
 func (i *Idempotency) readyDone(ctx context.Context) error {
 	if i.doneReady.Load() {
 		return nil
@@ -106,12 +107,12 @@ func (i *Idempotency) readyDone(ctx context.Context) error {
 	if err := i.setupDone(ctx); err != nil {
 		return err
 	}
+	i.loadScripts(ctx)
 	i.doneReady.Store(true)
 	return nil
 }
 
-// setupDone settles the store's number of buckets, and loads the
-// scripts of its runs. The number of buckets is the one its records
+// setupDone settles the store's number of buckets: the one its records
 // were written with (recorded at Prefix + doneInfix), else DoneBuckets
 // or DefaultDoneBuckets, recorded then. A DoneBuckets other than the
 // recorded number is refused: its lookups would miss the records written
@@ -145,13 +146,16 @@ func (i *Idempotency) setupDone(ctx context.Context) error {
 	if !i.doneTagged {
 		i.doneSub = max(1, (n+16383)/16384)
 	}
-	// The scripts of every run go to Redis (every master of a cluster)
-	// now, so that the calls of the store's first moment do not each meet
-	// NOSCRIPT and send their script again whole. Best effort: a script
-	// not loaded (an ACL without SCRIPT LOAD, a server restarted since)
-	// is sent whole at its first call, as any.
+	return nil
+}
+
+// loadScripts sends the scripts of every run to Redis (every master of a
+// cluster), so that the calls of the store's first moment do not each
+// meet NOSCRIPT and send their script again whole. Best effort: a script
+// not loaded (an ACL without SCRIPT LOAD, a server restarted since) is
+// sent whole at its first call, as any.
+func (i *Idempotency) loadScripts(ctx context.Context) {
 	for _, s := range []*redis.Script{i.begin, i.complete} {
 		_ = s.Load(ctx, i.rdb).Err()
 	}
-	return nil
 }
