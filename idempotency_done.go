@@ -149,7 +149,7 @@ func (i *Idempotency) setupDone(ctx context.Context) error {
 	return nil
 }
 
-// loadScripts sends the scripts of every run to Redis (every master of a
+// loadScripts sends the scripts of every run to Redis (every node of a
 // cluster), so that the calls of the store's first moment do not each
 // meet NOSCRIPT and send their script again whole. Best effort: a script
 // not loaded (an ACL without SCRIPT LOAD, a server restarted since) is
