@@ -35,10 +35,13 @@ func callsOf(rdb *redis.Client, prefix string) int64 {
 }
 
 // scriptCounter counts a middleware's round trips of a task: each script
-// or SET on a key of its run records (prefix) sent alone, and each
-// pipeline that holds one as one. Connection set-up, such as HELLO, is not
-// counted, nor the takeover loop's passes (asynq's inspector and a
-// pipeline of reads), which come once a second whatever the tasks.
+// or SET on a key of its run records (prefix + the task's key) sent alone,
+// and each pipeline that holds one as one. Connection set-up, such as
+// HELLO, is not counted, nor the takeover loop's passes (asynq's inspector
+// and a pipeline of reads), nor the store's own keys, which come at its
+// start and once a second whatever the tasks: its state marker (the bare
+// prefix, checked by a script) and its number of buckets (the prefix and
+// a NUL byte, "\x00done", written by a SET).
 type scriptCounter struct {
 	n      *atomic.Int64
 	prefix string
@@ -55,7 +58,7 @@ func (h scriptCounter) ofTask(cmd redis.Cmder) bool {
 		return false
 	}
 	k, _ := args[min(key, len(args)-1)].(string)
-	return strings.HasPrefix(k, h.prefix)
+	return strings.HasPrefix(k, h.prefix) && len(k) > len(h.prefix) && k[len(h.prefix)] != 0
 }
 
 func (h scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
