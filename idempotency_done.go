@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -152,10 +153,19 @@ func (i *Idempotency) setupDone(ctx context.Context) error {
 // loadScripts sends the scripts of every run to Redis (every node of a
 // cluster), so that the calls of the store's first moment do not each
 // meet NOSCRIPT and send their script again whole. Best effort: a script
-// not loaded (an ACL without SCRIPT LOAD, a server restarted since) is
-// sent whole at its first call, as any.
+// not loaded (an ACL without SCRIPT LOAD, a server restarted since, a node
+// that does not answer within loadScriptsFor) is sent whole at its first
+// call, as any.
 func (i *Idempotency) loadScripts(ctx context.Context) {
+	// A cluster's node that is down or cut off would hold the load, and
+	// with it the store's start or first call, for go-redis' dial timeouts
+	// and retries.
+	ctx, cancel := context.WithTimeout(ctx, loadScriptsFor)
+	defer cancel()
 	for _, s := range []*redis.Script{i.begin, i.complete} {
 		_ = s.Load(ctx, i.rdb).Err()
 	}
 }
+
+// loadScriptsFor bounds loadScripts.
+const loadScriptsFor = 500 * time.Millisecond

@@ -699,6 +699,42 @@ func TestNewIdempotencyLoadsScripts(t *testing.T) {
 	}
 }
 
+// A SCRIPT LOAD that gets no answer (a cluster's node that is down or cut
+// off) holds a store's start no longer than loadScriptsFor: the load is
+// best effort, and the store works without it.
+func TestScriptLoadBounded(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	rdb.AddHook(unansweredLoads{})
+	start := time.Now()
+	i := newIdem(t, rdb, IdempotencyOptions{Retention: time.Hour + time.Duration(rand.Int64N(1<<30))*time.Millisecond})
+	// NewIdempotency gives its start 5 s; the load alone takes 500 ms of them.
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("NewIdempotency took %v behind a SCRIPT LOAD that gets no answer", took)
+	}
+	e, err := i.Begin(ctx, "k")
+	must(t, err)
+	must(t, e.Complete(ctx))
+}
+
+// unansweredLoads holds each SCRIPT LOAD until its context ends.
+type unansweredLoads struct{}
+
+func (unansweredLoads) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (unansweredLoads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (unansweredLoads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 && strings.EqualFold(cmd.Name(), "script") && strings.EqualFold(fmt.Sprint(a[1]), "load") {
+			<-ctx.Done()
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+
 // Complete's fence is the token, not the whole record the run last saw: a
 // run whose record moved on without it (an Extend of its own whose reply
 // it never saw) completes, and its finish is the record's deadline.
