@@ -15,7 +15,7 @@
 # take longest, so that the short ones fill in at the end. The analyzer's
 # packages (NORACE) run beside them without -race: they start no goroutine
 # of their own and share no mutable state, and type-checking their test
-# programs under -race would cost the machine three times the CPU.
+# programs under -race would cost the machine 2.5 times the CPU.
 # GORACE atexit_sleep_ms=0: a race-built binary otherwise sleeps a second
 # before it exits, to let a goroutine still running report a race: each
 # test binary would hold its slot of -p that second, and each child process
