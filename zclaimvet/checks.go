@@ -172,7 +172,7 @@ func (st *analysisState) valueTested(s *fnScope, value, p ast.Node) bool {
 	if e, ok := value.(ast.Expr); ok && isError(pass.TypesInfo.TypeOf(e)) {
 		return false // a wrapper that returns only the error
 	}
-	if inCondition(s, value) {
+	if inCondition(s, value) || returned(s, value) {
 		return true
 	}
 	if as, ok := p.(*ast.AssignStmt); ok && len(as.Rhs) == 1 && len(as.Lhs) >= 1 {
@@ -244,10 +244,28 @@ func inCondition(s *fnScope, n ast.Node) bool {
 	return false
 }
 
+// returned reports n among the results of a return statement of the
+// function itself, not of a closure within it: a wrapper that returns the
+// count (return rdb.ZRem(...).Val(), or n after its error is tested)
+// leaves the test to its callers, as one that returns the outcome of its
+// own test does (see the Checked of a summary's access).
+func returned(s *fnScope, n ast.Node) bool {
+	r, ok := s.parent[n].(*ast.ReturnStmt)
+	if !ok {
+		return false
+	}
+	for p := s.parent[ast.Node(r)]; p != nil; p = s.parent[p] {
+		if _, ok := p.(*ast.FuncLit); ok {
+			return false
+		}
+	}
+	return true
+}
+
 func varTested(s *fnScope, o types.Object, pass *analysis.Pass) bool {
 	tested := false
 	ast.Inspect(s.body, func(n ast.Node) bool {
-		if id, ok := n.(*ast.Ident); ok && pass.TypesInfo.Uses[id] == o && inCondition(s, id) {
+		if id, ok := n.(*ast.Ident); ok && pass.TypesInfo.Uses[id] == o && (inCondition(s, id) || returned(s, id)) {
 			tested = true
 		}
 		return !tested
