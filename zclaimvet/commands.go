@@ -22,10 +22,30 @@ func goRedisMethod(pass *analysis.Pass, call *ast.CallExpr) (*types.Func, string
 		return nil, ""
 	}
 	fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
-	if !ok || fn.Pkg() == nil || !isGoRedis(fn.Pkg().Path()) && !isCompat(fn.Pkg().Path()) {
+	if !ok || fn.Pkg() == nil || !isGoRedis(fn.Pkg().Path()) && !isCompat(fn.Pkg().Path()) && !goRedisShaped(fn) {
 		return nil, ""
 	}
 	return fn, sel.Sel.Name
+}
+
+// goRedisShaped reports a method of an interface that a project declares
+// over go-redis' client (ZRangeByScore(ctx, key, opt) *redis.StringSliceCmd
+// and the like): its first result is of go-redis' types. Its calls are
+// read as the client's.
+func goRedisShaped(fn *types.Func) bool {
+	sig, ok := fn.Type().(*types.Signature)
+	if !ok || sig.Recv() == nil || !types.IsInterface(sig.Recv().Type()) || sig.Results().Len() == 0 {
+		return false
+	}
+	t := types.Unalias(sig.Results().At(0).Type())
+	switch u := t.(type) {
+	case *types.Pointer:
+		t = types.Unalias(u.Elem())
+	case *types.Slice:
+		t = types.Unalias(u.Elem())
+	}
+	n, ok := t.(*types.Named)
+	return ok && n.Obj().Pkg() != nil && isGoRedis(n.Obj().Pkg().Path())
 }
 
 var (
@@ -244,8 +264,34 @@ func isRedigoSend(pass *analysis.Pass, call *ast.CallExpr) bool {
 		return false
 	}
 	fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
-	return ok && fn.Pkg() != nil && isRedigo(fn.Pkg().Path()) ||
+	return ok && fn.Pkg() != nil && (isRedigo(fn.Pkg().Path()) || redigoShaped(fn) && importsRedigo(pass.Pkg)) ||
 		pass.TypesInfo.Uses[sel.Sel] == nil && importsRedigo(pass.Pkg)
+}
+
+// redigoShaped reports a method of an interface that a project declares
+// over redigo's connection, in a package that imports redigo: Do(cmd
+// string, args ...interface{}) (interface{}, error), or Send(cmd string,
+// args ...interface{}) error.
+func redigoShaped(fn *types.Func) bool {
+	sig, ok := fn.Type().(*types.Signature)
+	if !ok || sig.Recv() == nil || !types.IsInterface(sig.Recv().Type()) || !sig.Variadic() || sig.Params().Len() != 2 {
+		return false
+	}
+	if args, ok := sig.Params().At(1).Type().(*types.Slice); !ok || !types.IsInterface(args.Elem()) {
+		return false
+	}
+	name, ok := sig.Params().At(0).Type().Underlying().(*types.Basic)
+	if !ok || name.Kind() != types.String {
+		return false
+	}
+	res := sig.Results()
+	switch fn.Name() {
+	case "Do":
+		return res.Len() == 2 && types.IsInterface(res.At(0).Type()) && isError(res.At(1).Type())
+	case "Send":
+		return res.Len() == 1 && isError(res.At(0).Type())
+	}
+	return false
 }
 
 // doCommand reads a command sent as Do(name, key, args...).

@@ -22,6 +22,55 @@ func isCompat(path string) bool {
 	return path == "github.com/redis/rueidis/rueidiscompat" || path == "github.com/valkey-io/valkey-go/valkeycompat"
 }
 
+// sendsBuilt reports whether fn may send commands built with rueidis' or
+// valkey-go's builder: it is theirs (but for the go-redis-like adapters),
+// or it is a Do, DoCache, DoMulti or DoMultiCache whose command parameter,
+// the second, is of their types: a method of an interface a project
+// declares over the client, or of a wrapper of its own.
+func sendsBuilt(fn *types.Func) bool {
+	if fn.Pkg() == nil {
+		return false
+	}
+	if p := fn.Pkg().Path(); isRueidis(p) {
+		return !isCompat(p)
+	}
+	switch fn.Name() {
+	case "Do", "DoCache", "DoMulti", "DoMultiCache":
+	default:
+		return false
+	}
+	sig, ok := fn.Type().(*types.Signature)
+	if !ok || sig.Params().Len() < 2 {
+		return false
+	}
+	t := sig.Params().At(1).Type()
+	if sl, ok := t.(*types.Slice); ok && sig.Variadic() && sig.Params().Len() == 2 {
+		t = sl.Elem()
+	}
+	return ofRueidis(t)
+}
+
+// givesBuilder reports whether fn is rueidis' or valkey-go's (but for the
+// go-redis-like adapters'), or a B() that returns their builder (a
+// project's interface over the client, or its wrapper).
+func givesBuilder(fn *types.Func) bool {
+	if fn.Pkg() == nil {
+		return false
+	}
+	if p := fn.Pkg().Path(); isRueidis(p) {
+		return !isCompat(p)
+	}
+	sig, ok := fn.Type().(*types.Signature)
+	return ok && fn.Name() == "B" && sig.Params().Len() == 0 && sig.Results().Len() == 1 &&
+		ofRueidis(sig.Results().At(0).Type())
+}
+
+// ofRueidis reports a type that rueidis or valkey-go declares.
+func ofRueidis(t types.Type) bool {
+	n, ok := types.Unalias(t).(*types.Named)
+	return ok && n.Obj().Pkg() != nil && isRueidis(n.Obj().Pkg().Path())
+}
+
 // built is a command read off a builder chain.
 type built struct {
 	cmd    string                // the command: the builder's method after B(), upper case
@@ -41,7 +90,7 @@ func (st *analysisState) rueidisEvents(s *fnScope, call *ast.CallExpr, group any
 		return nil, false, false
 	}
 	fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
-	if !ok || fn.Pkg() == nil || !isRueidis(fn.Pkg().Path()) || isCompat(fn.Pkg().Path()) || len(call.Args) < 2 {
+	if !ok || !sendsBuilt(fn) || len(call.Args) < 2 {
 		return nil, false, false
 	}
 	var cmds []ast.Expr
@@ -142,7 +191,7 @@ func (st *analysisState) builtCmd(s *fnScope, e ast.Expr) (built, bool) {
 		}
 		if sel.Sel.Name == "B" && len(call.Args) == 0 {
 			fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
-			if !ok || fn.Pkg() == nil || !isRueidis(fn.Pkg().Path()) || len(steps) == 0 {
+			if !ok || !givesBuilder(fn) || len(steps) == 0 {
 				return built{}, false
 			}
 			break

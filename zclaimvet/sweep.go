@@ -490,7 +490,7 @@ func (st *analysisState) redisCmd(call *ast.CallExpr) (cmd string, client bool) 
 		return "?"
 	}
 	switch {
-	case isRedigo(path):
+	case isRedigo(path) || redigoShaped(o) && importsRedigo(st.pass.Pkg):
 		switch {
 		case recv == "Script" && name != "Load" && name != "Hash":
 			return "?", true // a script: it may write anything
@@ -513,7 +513,7 @@ func (st *analysisState) redisCmd(call *ast.CallExpr) (cmd string, client bool) 
 			return "?", true // a script: it may write anything
 		}
 		return "", true
-	case isRueidis(path) && !isCompat(path):
+	case sendsBuilt(o) || givesBuilder(o) || isRueidis(path) && !isCompat(path):
 		switch recv {
 		case "Builder":
 			return strings.ToUpper(name), true
@@ -521,7 +521,7 @@ func (st *analysisState) redisCmd(call *ast.CallExpr) (cmd string, client bool) 
 			return "?", true // a script: it may write anything
 		}
 		return "", true
-	case isGoRedis(path) || isCompat(path): // rueidis' and valkey-go's adapters are go-redis-like
+	case isGoRedis(path) || isCompat(path) || goRedisShaped(o): // rueidis' and valkey-go's adapters are go-redis-like
 		switch {
 		case strings.HasSuffix(recv, "Cmd") || recv == "":
 			return "", true

@@ -24,7 +24,10 @@
 // WATCH; their go-redis-like adapters rueidiscompat and valkeycompat as
 // go-redis), and GoFrame's gredis (Do, v1's DoVar, and its sorted-set
 // methods: ZRange with ByScore, ZScore, ZRem, ZRemRangeByScore and
-// ZRemRangeByRank).
+// ZRemRangeByRank). An interface a project declares over a client (for
+// its tests' fakes) is read as the client: methods whose first result is
+// of go-redis' types, redigo's Do and Send, rueidis' Do and B (also a
+// wrapper's that take and give rueidis' types).
 //
 // A removal of one member whose count decides who runs the job (a checked
 // ZREM, also when several are sent in a pipeline whose replies are kept in

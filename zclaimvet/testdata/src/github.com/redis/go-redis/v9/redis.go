@@ -112,12 +112,16 @@ func (cmdable) SetNX(ctx context.Context, key string, value any, exp time.Durati
 	return nil
 }
 func (cmdable) SetArgs(ctx context.Context, key string, value any, a SetArgs) *StatusCmd { return nil }
-func (*Client) Pipelined(ctx context.Context, fn func(Pipeliner) error) ([]any, error) {
+func (*Client) Pipelined(ctx context.Context, fn func(Pipeliner) error) ([]Cmder, error) {
 	return nil, nil
 }
-func (*Client) TxPipelined(ctx context.Context, fn func(Pipeliner) error) ([]any, error) {
+func (*Client) TxPipelined(ctx context.Context, fn func(Pipeliner) error) ([]Cmder, error) {
 	return nil, nil
 }
+
+// Cmder is any command's reply.
+type Cmder interface{}
+
 func (*Client) TxPipeline() Pipeliner { return nil }
 
 type FloatCmd struct{}
