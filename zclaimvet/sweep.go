@@ -534,28 +534,61 @@ func (st *analysisState) redisCmd(call *ast.CallExpr) (cmd string, client bool) 
 }
 
 // quietFunc reports a function of this package whose body only makes
-// quiet calls and returns quiet expressions (a key's name: return
-// "trace:" + id; a log line of its own: log.Println("expired", id)).
+// quiet calls and returns what it computes (a key's name: return
+// "trace:" + id; a log line of its own: log.Println("expired", id); a
+// field read and parsed: v, err := rdb.HGet(...).Result(); if err != nil
+// { return 0, err }; return strconv.Atoi(v)). Its statements are
+// expressions, returns, assignments and declarations of its own locals,
+// and ifs of them: it keeps nothing outside itself, starts nothing, and
+// sends on no channel.
 func (st *analysisState) quietFunc(fn *types.Func, depth int) bool {
 	fd := st.decls[fn]
 	if fd == nil || fd.Body == nil || len(fd.Body.List) == 0 {
 		return false
 	}
-	for i, s := range fd.Body.List {
-		switch s.(type) {
-		case *ast.ExprStmt:
-		case *ast.ReturnStmt:
-			if i != len(fd.Body.List)-1 {
+	local := func(e ast.Expr) bool {
+		id, ok := ast.Unparen(e).(*ast.Ident)
+		if !ok {
+			return false
+		}
+		o := st.pass.TypesInfo.ObjectOf(id)
+		return id.Name == "_" || o != nil && o.Pos() >= fd.Pos() && o.Pos() < fd.End()
+	}
+	var stmts func(list []ast.Stmt) bool
+	stmt := func(s ast.Stmt) bool {
+		switch x := s.(type) {
+		case nil, *ast.ExprStmt, *ast.ReturnStmt, *ast.DeclStmt:
+		case *ast.AssignStmt:
+			for _, l := range x.Lhs {
+				if !local(l) {
+					return false
+				}
+			}
+		case *ast.BlockStmt:
+			return stmts(x.List)
+		case *ast.IfStmt:
+			if !quietWalk(x.Cond, func(c *ast.CallExpr) (bool, bool) { return st.quietCall(c, depth), true }) {
 				return false
 			}
+			var els []ast.Stmt
+			if x.Else != nil {
+				els = []ast.Stmt{x.Else}
+			}
+			return stmts([]ast.Stmt{x.Init}) && stmts(x.Body.List) && stmts(els)
 		default:
 			return false
 		}
-		if !quietWalk(s, func(c *ast.CallExpr) (bool, bool) { return st.quietCall(c, depth), true }) {
-			return false
-		}
+		return quietWalk(s, func(c *ast.CallExpr) (bool, bool) { return st.quietCall(c, depth), true })
 	}
-	return true
+	stmts = func(list []ast.Stmt) bool {
+		for _, s := range list {
+			if s != nil && !stmt(s) {
+				return false
+			}
+		}
+		return true
+	}
+	return stmts(fd.Body.List)
 }
 
 // logPkgs are logging packages, by the last element of their path: a log

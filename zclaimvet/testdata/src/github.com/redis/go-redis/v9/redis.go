@@ -61,6 +61,7 @@ func (cmdable) ZRemRangeByScore(ctx context.Context, key, min, max string) *IntC
 }
 func (cmdable) ZAdd(ctx context.Context, key string, members ...any) *IntCmd { return nil }
 func (cmdable) Do(ctx context.Context, args ...any) *Cmd                     { return nil }
+func (cmdable) HGet(ctx context.Context, key, field string) *StringCmd       { return nil }
 func (*Client) Watch(ctx context.Context, fn func(*Tx) error, keys ...string) error {
 	return nil
 }
@@ -79,7 +80,8 @@ func (ZSliceCmd) Val() []Z { return nil }
 
 type StringCmd struct{}
 
-func (StringCmd) Val() string { return "" }
+func (StringCmd) Val() string             { return "" }
+func (StringCmd) Result() (string, error) { return "", nil }
 
 type BoolCmd struct{}
 
