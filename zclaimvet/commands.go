@@ -264,17 +264,21 @@ func isRedigoSend(pass *analysis.Pass, call *ast.CallExpr) bool {
 		return false
 	}
 	fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
-	return ok && fn.Pkg() != nil && (isRedigo(fn.Pkg().Path()) || redigoShaped(fn) && importsRedigo(pass.Pkg)) ||
+	return ok && fn.Pkg() != nil && (isRedigo(fn.Pkg().Path()) || redigoShaped(fn, pass.Pkg)) ||
 		pass.TypesInfo.Uses[sel.Sel] == nil && importsRedigo(pass.Pkg)
 }
 
 // redigoShaped reports a method of an interface that a project declares
-// over redigo's connection, in a package that imports redigo: Do(cmd
-// string, args ...interface{}) (interface{}, error), or Send(cmd string,
-// args ...interface{}) error.
-func redigoShaped(fn *types.Func) bool {
+// over redigo's connection: Do(cmd string, args ...interface{})
+// (interface{}, error), or Send(cmd string, args ...interface{}) error,
+// where the package declaring it, or pkg (the one calling it), imports
+// redigo.
+func redigoShaped(fn *types.Func, pkg *types.Package) bool {
 	sig, ok := fn.Type().(*types.Signature)
 	if !ok || sig.Recv() == nil || !types.IsInterface(sig.Recv().Type()) || !sig.Variadic() || sig.Params().Len() != 2 {
+		return false
+	}
+	if fn.Pkg() == nil || !importsRedigo(fn.Pkg()) && !importsRedigo(pkg) {
 		return false
 	}
 	if args, ok := sig.Params().At(1).Type().(*types.Slice); !ok || !types.IsInterface(args.Elem()) {

@@ -490,7 +490,7 @@ func (st *analysisState) redisCmd(call *ast.CallExpr) (cmd string, client bool) 
 		return "?"
 	}
 	switch {
-	case isRedigo(path) || redigoShaped(o) && importsRedigo(st.pass.Pkg):
+	case isRedigo(path) || redigoShaped(o, st.pass.Pkg):
 		switch {
 		case recv == "Script" && name != "Load" && name != "Hash":
 			return "?", true // a script: it may write anything
@@ -557,7 +557,7 @@ func (st *analysisState) quietFunc(fn *types.Func, depth int) bool {
 	var stmts func(list []ast.Stmt) bool
 	stmt := func(s ast.Stmt) bool {
 		switch x := s.(type) {
-		case nil, *ast.ExprStmt, *ast.ReturnStmt, *ast.DeclStmt:
+		case *ast.ExprStmt, *ast.ReturnStmt, *ast.DeclStmt:
 		case *ast.AssignStmt:
 			for _, l := range x.Lhs {
 				if !local(l) {

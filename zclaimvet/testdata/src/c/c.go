@@ -58,3 +58,12 @@ func tickDropped(now int64) {
 		rwrap.LPUSH("ready", id)
 	}
 }
+
+// Through the wrapper package's interface over redigo's connection.
+func viaConn(c rwrap.Conn, now int64) {
+	ids, _ := c.Do("ZRANGEBYSCORE", delayKey(), "0", now) // want `racy poller: ZRANGEBYSCORE reads due members of delayKey\(\) here, and ZREM at c.go:\d+`
+	for _, id := range ids.([]interface{}) {
+		c.Do("ZREM", delayKey(), id)
+		rwrap.LPUSH("ready", id)
+	}
+}

@@ -24,3 +24,9 @@ func LPUSH(args ...interface{}) error {
 	_, err := Do("LPUSH", args...)
 	return err
 }
+
+// Conn is the project's interface over redigo's connection, for its
+// tests' fakes: its callers need not import redigo.
+type Conn interface {
+	Do(commandName string, args ...interface{}) (reply interface{}, err error)
+}
