@@ -25,8 +25,8 @@ func isCompat(path string) bool {
 // sendsBuilt reports whether fn may send commands built with rueidis' or
 // valkey-go's builder: it is theirs (but for the go-redis-like adapters),
 // or it is a Do, DoCache, DoMulti or DoMultiCache whose command parameter,
-// the second, is of their types: a method of an interface a project
-// declares over the client, or of a wrapper of its own.
+// the second, is such a command (isBuiltCmd): a method of an interface a
+// project declares over the client, or of a wrapper of its own.
 func sendsBuilt(fn *types.Func) bool {
 	if fn.Pkg() == nil {
 		return false
@@ -40,14 +40,7 @@ func sendsBuilt(fn *types.Func) bool {
 		return false
 	}
 	sig, ok := fn.Type().(*types.Signature)
-	if !ok || sig.Params().Len() < 2 {
-		return false
-	}
-	t := sig.Params().At(1).Type()
-	if sl, ok := t.(*types.Slice); ok && sig.Variadic() && sig.Params().Len() == 2 {
-		t = sl.Elem()
-	}
-	return ofRueidis(t)
+	return ok && sig.Params().Len() >= 2 && isBuiltCmd(sig.Params().At(1).Type())
 }
 
 // givesBuilder reports whether fn is rueidis' or valkey-go's (but for the
@@ -61,13 +54,10 @@ func givesBuilder(fn *types.Func) bool {
 		return !isCompat(p)
 	}
 	sig, ok := fn.Type().(*types.Signature)
-	return ok && fn.Name() == "B" && sig.Params().Len() == 0 && sig.Results().Len() == 1 &&
-		ofRueidis(sig.Results().At(0).Type())
-}
-
-// ofRueidis reports a type that rueidis or valkey-go declares.
-func ofRueidis(t types.Type) bool {
-	n, ok := types.Unalias(t).(*types.Named)
+	if !ok || fn.Name() != "B" || sig.Params().Len() != 0 || sig.Results().Len() != 1 {
+		return false
+	}
+	n, ok := types.Unalias(sig.Results().At(0).Type()).(*types.Named)
 	return ok && n.Obj().Pkg() != nil && isRueidis(n.Obj().Pkg().Path())
 }
 

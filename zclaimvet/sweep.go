@@ -513,7 +513,7 @@ func (st *analysisState) redisCmd(call *ast.CallExpr) (cmd string, client bool) 
 			return "?", true // a script: it may write anything
 		}
 		return "", true
-	case sendsBuilt(o) || givesBuilder(o) || isRueidis(path) && !isCompat(path):
+	case sendsBuilt(o) || givesBuilder(o): // rueidis' and valkey-go's (not their adapters), or shaped like them
 		switch recv {
 		case "Builder":
 			return strings.ToUpper(name), true
