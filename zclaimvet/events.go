@@ -148,7 +148,7 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 				return true
 			}
 			if claim, lock := claimOf(pass, x); claim {
-				evs = append(evs, event{node: x, claim: true, Access: Access{Name: lock, Pos: pos(pass, x)}})
+				evs = append(evs, event{node: x, claim: true, Access: Access{Name: lock, Key: st.claimKey(s, x), Pos: pos(pass, x)}})
 				return true
 			}
 			if lock := st.helperLock(x); lock != "" {

@@ -25,10 +25,11 @@ func scoresRead(evs []event, key string) bool {
 
 // guarded reports an access after an atomic claim in the same function,
 // or a removal after a gate: the claim or the gate decided who runs the
-// job.
-func guarded(evs []event, i int) bool {
+// job. A lock that the function lets go after the removal (rels) decided
+// nothing.
+func guarded(evs []event, i int, rels []release) bool {
 	for j := range i {
-		if evs[j].claim || gates(evs[j], evs[i]) {
+		if evs[j].claim && releasedAt(evs[j], evs[i], rels) == nil || gates(evs[j], evs[i]) {
 			return true
 		}
 	}
@@ -51,8 +52,10 @@ func gates(g, rm event) bool {
 // the poll correct while it is held, which gets a report of its own; any
 // other claim there leaves the removal unreported, as cleanup after it.
 // So does a read whose members body hands to nothing but the removal (a
-// sweep of expired members, sweep): no job runs on them.
-func (st *analysisState) pair(evs []event, body ast.Node) map[int]bool {
+// sweep of expired members, sweep): no job runs on them. A lock on the
+// member that body lets go (rels: after the removal, or deferred) is no
+// claim: the pair gets a report of its own.
+func (st *analysisState) pair(evs []event, body ast.Node, rels []release) map[int]bool {
 	paired := map[int]bool{}
 	for i, rm := range evs {
 		if rm.Read || rm.Score || rm.claim {
@@ -78,22 +81,30 @@ func (st *analysisState) pair(evs []event, body ast.Node) map[int]bool {
 				break // one MULTI/EXEC: atomic; or a gate between them
 			}
 			var lock *event
-			if claimed >= 0 {
-				if lock = lockBefore(evs[:j]); claimed > j || lock == nil {
+			var free *freed
+			before := claimed
+			if claimed > j {
+				if free = releasedAll(evs[j+1:i], rm, rels); free == nil {
+					break
+				}
+				before = slices.IndexFunc(evs[:j], func(e event) bool { return e.claim })
+			}
+			if before >= 0 {
+				if lock = lockBefore(evs[:j]); lock == nil {
 					break
 				}
 			}
 			paired[i], paired[j] = true, true
 			if st.final && !st.sweep(r, rm, body) {
-				if lock == nil && claimed < 0 {
+				if lock == nil && before < 0 {
 					lock = st.callerLock(body)
 				}
-				st.report(r, rm, lock)
+				st.report(r, rm, lock, free)
 			}
 			break
 		}
 		if rm.Async && !paired[i] {
-			st.pairLater(evs, i, paired)
+			st.pairLater(evs, i, paired, rels)
 		}
 	}
 	return paired
@@ -102,13 +113,26 @@ func (st *analysisState) pair(evs []event, body ast.Node) map[int]bool {
 // pairLater pairs removal evs[i], sent by a goroutine started before the
 // read (a worker that removes what the poll loop after it hands over),
 // with a later read of its key outside that goroutine. A claim before the
-// removal in its goroutine makes it cleanup. Other claims before the read
-// are judged as pair judges a claim before a read: a lock makes a poll
-// under a lock, a pop alone no poll.
-func (st *analysisState) pairLater(evs []event, i int, paired map[int]bool) {
+// removal in its goroutine makes it cleanup, unless the goroutine lets
+// it go after the removal (rels). Other claims before the read are judged
+// as pair judges a claim before a read: a lock makes a poll under a lock,
+// a pop alone no poll.
+func (st *analysisState) pairLater(evs []event, i int, paired map[int]bool, rels []release) {
 	rm := evs[i]
+	var free *freed
 	for k := i - 1; k >= 0; k-- {
-		if (evs[k].claim || gates(evs[k], rm)) && evs[k].gor == rm.gor {
+		if evs[k].gor != rm.gor {
+			continue
+		}
+		if evs[k].claim {
+			if r := releasedAt(evs[k], rm, rels); r != nil {
+				if free == nil {
+					free = &freed{evs[k], r}
+				}
+				continue
+			}
+		}
+		if evs[k].claim || gates(evs[k], rm) {
 			return
 		}
 	}
@@ -129,7 +153,7 @@ func (st *analysisState) pairLater(evs []event, i int, paired map[int]bool) {
 		}
 		paired[i], paired[j] = true, true
 		if st.final {
-			st.report(r, rm, lock)
+			st.report(r, rm, lock, free)
 		}
 		return
 	}
@@ -311,7 +335,31 @@ func lockBefore(evs []event) *event {
 	return nil
 }
 
-func (st *analysisState) report(r, rm event, lock *event) {
+// freed is a claim of the member that the poller lets go after the
+// removal (releasedAll).
+type freed struct {
+	claim event
+	rel   *release
+}
+
+// releasedAll returns the last claim among evs, those between a read and
+// removal rm, when rels let every one of them go after rm; else nil.
+func releasedAll(evs []event, rm event, rels []release) *freed {
+	var f *freed
+	for _, e := range evs {
+		if !e.claim {
+			continue
+		}
+		r := releasedAt(e, rm, rels)
+		if r == nil {
+			return nil
+		}
+		f = &freed{e, r}
+	}
+	return f
+}
+
+func (st *analysisState) report(r, rm event, lock *event, free *freed) {
 	for _, e := range []event{r, rm} {
 		if e.callee != nil {
 			if st.paired[e.callee] == nil {
@@ -334,6 +382,8 @@ func (st *analysisState) report(r, rm event, lock *event) {
 		st.pass.Reportf(r.node.Pos(), CheckedMessage, at, r.Name, key)
 	case lock != nil:
 		st.pass.Reportf(r.node.Pos(), LockedMessage, r.Name, key, lock.Name, lock.Pos, rm.Name, at)
+	case free != nil:
+		st.pass.Reportf(r.node.Pos(), ReleasedMessage, r.Name, key, free.claim.Name, free.claim.Pos, rm.Name, at, free.rel.at)
 	default:
 		st.pass.Reportf(r.node.Pos(), RacyMessage, r.Name, key, rm.Name, at)
 	}
@@ -386,7 +436,7 @@ func (st *analysisState) pairFields() {
 				if rm.a.Read || rm.a.Score || rm.fn == r.fn {
 					continue
 				}
-				st.report(event{Access: r.a, node: r.node}, event{Access: rm.a, node: rm.node}, nil)
+				st.report(event{Access: r.a, node: r.node}, event{Access: rm.a, node: rm.node}, nil, nil)
 				break
 			}
 		}

@@ -37,7 +37,10 @@
 // wasted: it gets a milder report of its own. A removal after an atomic
 // claim of the id (LPOP or LMOVE from a ready list, SET NX of the id), or
 // after a checked ZREM (of the member from another set, say), only cleans
-// up, and is not reported; a poll under a lock (a SET NX, redsync's
+// up, and is not reported, unless the function lets that lock go after
+// the removal or in a defer (a DEL of its key, a lock library's release,
+// or a helper named for unlocking that sends one: Summary's Unlock), which
+// gets a report of its own; a poll under a lock (a SET NX, redsync's
 // Mutex.Lock, redislock's Obtain, or a project's helper named for taking
 // a lock that takes one and sends nothing else) taken before the read in
 // the same function, or by every caller before its call of a function no
@@ -100,6 +103,9 @@ const (
 		"correct while that lock is held, but a lock that expires first (a pause, a slow job) lets a second worker " +
 		"read the same members and the job runs twice, and the workers take turns; zclaim's Broker.Claim takes " +
 		"a batch in one script, without a lock"
+	ReleasedMessage = "racy poller with a lock per job: %s reads due members of %s, the %s at %s locks one, and %s at %s " +
+		"removes it, but the lock is let go at %s: a worker that read the member before the removal takes the lock " +
+		"after that, and the job runs twice. Claim in one script instead: zclaim's Broker.Claim, or its Dispatcher into asynq"
 )
 
 // Summary is the fact of a function: the reads and removals of sorted-set
@@ -114,6 +120,10 @@ type Summary struct {
 	// Lock names the lock a helper named for one (TryLock, acquireLock,
 	// Obtain) takes and returns holding: a SET NX, or a lock library's.
 	Lock string
+	// Unlock is set for a helper named for letting a lock go (Unlock,
+	// releaseLock) that sends a DEL, an UNLINK, a script or a lock
+	// library's release: calling it lets go a lock on a member.
+	Unlock bool
 }
 
 // Uses is the fact of a package whose code (its test files aside) imports
@@ -184,6 +194,9 @@ func (s *Summary) String() string {
 	}
 	if s.Lock != "" {
 		b = append(b, "lock "+s.Lock)
+	}
+	if s.Unlock {
+		b = append(b, "unlock")
 	}
 	return "zset(" + strings.Join(b, ", ") + ")"
 }
@@ -288,8 +301,9 @@ func run(pass *analysis.Pass) (any, error) {
 				continue
 			}
 			s := st.summarize(fd)
-			if old := st.summaries[fn]; old == nil && (len(s.Accesses) > 0 || s.Sends != nil || s.Lock != "") ||
-				old != nil && (len(old.Accesses) != len(s.Accesses) || (old.Sends == nil) != (s.Sends == nil) || old.Lock != s.Lock) {
+			if old := st.summaries[fn]; old == nil && (len(s.Accesses) > 0 || s.Sends != nil || s.Lock != "" || s.Unlock) ||
+				old != nil && (len(old.Accesses) != len(s.Accesses) || (old.Sends == nil) != (s.Sends == nil) || old.Lock != s.Lock ||
+					old.Unlock != s.Unlock) {
 				st.summaries[fn] = s
 				changed = true
 			}
@@ -306,7 +320,7 @@ func run(pass *analysis.Pass) (any, error) {
 	}
 	st.pairFields()
 	for fn, s := range st.summaries {
-		if len(s.Accesses) > 0 || s.Sends != nil || s.Lock != "" {
+		if len(s.Accesses) > 0 || s.Sends != nil || s.Lock != "" || s.Unlock {
 			pass.ExportObjectFact(fn, s)
 		}
 	}

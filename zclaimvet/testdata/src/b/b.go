@@ -53,3 +53,15 @@ func (s *Service) PollLocked() {
 		run(id)
 	}
 }
+
+// A lock per job through the wrapper, let go after the removal.
+func (s *Service) PollLockEach() {
+	for _, id := range s.rds.ZRangeByScoreByOffset("delay:jobs", "-inf", "+inf", 0, 100) { // want `racy poller with a lock per job: .* the SETNX \(in TryLock\) at b.go:60 locks one, .* let go at b.go:65`
+		if !s.rds.TryLock("lock:" + id) {
+			continue
+		}
+		run(id)
+		s.rds.ZRem("delay:jobs", id)
+		s.rds.Unlock("lock:" + id)
+	}
+}

@@ -24,6 +24,11 @@ func (r *Redis) TryLock(key string) bool { // want TryLock:`^zset\(lock SETNX\)$
 	return r.c.SetNX(context.Background(), key, 1, 0).Val()
 }
 
+// Unlock lets TryLock's lock go.
+func (r *Redis) Unlock(key string) { // want Unlock:`^zset\(unlock\)$`
+	r.c.Del(context.Background(), key)
+}
+
 // Client is the wrapper as an interface, the way callers hold it.
 type Client interface {
 	ZRangeByScoreByOffset(key, min, max string, offset, count int64) []string

@@ -1,0 +1,210 @@
+package zclaimvet
+
+// Releases: a lock on one member let go in the function that took it. A
+// SET NX of the member's lock key is a claim only while the key lives: a
+// poller that takes it after the read, runs the job, removes the member
+// and then deletes the key (or unlocks a lock library's lock, or calls a
+// helper that does) lets a second worker, which read the member before
+// the removal, take the lock after the release and run the job again.
+
+import (
+	"go/ast"
+	"go/token"
+	"strings"
+	"unicode"
+)
+
+// release is a lock let go: a DEL or UNLINK of key, or (key "") a lock
+// library's Release or Unlock, or a call of an unlock helper (Summary's
+// Unlock).
+type release struct {
+	pos      token.Pos
+	key      string
+	deferred bool // in a defer statement: sent when the function returns
+	at       string
+}
+
+// releases returns the locks body lets go, in source order, those of the
+// function literals within it included.
+func (st *analysisState) releases(s *fnScope, body ast.Node) []release {
+	var out []release
+	var visit func(n ast.Node, deferred bool) bool
+	visit = func(n ast.Node, deferred bool) bool {
+		switch x := n.(type) {
+		case *ast.DeferStmt:
+			ast.Inspect(x.Call, func(n ast.Node) bool { return visit(n, true) })
+			return false
+		case *ast.CallExpr:
+			keys, ok := st.releaseOf(s, x)
+			if !ok {
+				return true
+			}
+			if len(keys) == 0 {
+				keys = []string{""}
+			}
+			for _, k := range keys {
+				out = append(out, release{pos: x.Pos(), key: k, deferred: deferred, at: pos(st.pass, x)})
+			}
+		}
+		return true
+	}
+	ast.Inspect(body, func(n ast.Node) bool { return visit(n, false) })
+	return out
+}
+
+// releaseOf tells whether call lets a lock go, and the keys it deletes
+// (none for a library's or a helper's release).
+func (st *analysisState) releaseOf(s *fnScope, call *ast.CallExpr) (keys []string, ok bool) {
+	pass := st.pass
+	var args []ast.Expr
+	if fn, name := goRedisMethod(pass, call); fn != nil {
+		switch k := keyIndex(fn); {
+		case name == "Del" || name == "Unlink":
+			args = call.Args[min(k, len(call.Args)):]
+		case name == "Do" && len(call.Args) > k:
+			args = call.Args[k:]
+			if c, ok := stringConst(pass, args[0]); !ok || !deletes(c) {
+				return nil, false
+			}
+			args = args[1:]
+		default:
+			return nil, false
+		}
+	} else if named, ok := namedArgs(pass, call); ok {
+		if c, ok := stringConst(pass, named[0]); !ok || !deletes(c) {
+			return nil, false
+		}
+		args = named[1:]
+	} else if libraryRelease(call, st) || st.unlockHelper(call) {
+		return nil, true
+	} else {
+		return nil, false
+	}
+	for _, a := range args {
+		keys = append(keys, st.norm(s, a, 0))
+	}
+	return keys, len(keys) > 0
+}
+
+// claimKey returns the key of a SET NX (or SETNX) that call sends,
+// normalized, or "": what a DEL must name to let that claim go.
+func (st *analysisState) claimKey(s *fnScope, call *ast.CallExpr) string {
+	pass := st.pass
+	var args []ast.Expr
+	if fn, name := goRedisMethod(pass, call); fn != nil {
+		k := keyIndex(fn)
+		switch {
+		case (name == "SetNX" || name == "SetArgs") && len(call.Args) > k:
+			return st.norm(s, call.Args[k], 0)
+		case name == "Do":
+			args = call.Args[min(k, len(call.Args)):]
+		}
+	} else if named, ok := namedArgs(pass, call); ok {
+		args = named
+	}
+	if len(args) < 2 {
+		return ""
+	}
+	if c, ok := stringConst(pass, args[0]); ok && (strings.EqualFold(c, "SET") || strings.EqualFold(c, "SETNX")) {
+		return st.norm(s, args[1], 0)
+	}
+	return ""
+}
+
+func deletes(cmd string) bool {
+	return strings.EqualFold(cmd, "DEL") || strings.EqualFold(cmd, "UNLINK")
+}
+
+// libraryRelease reports a call that lets a distributed-lock library's
+// lock go: redislock's Release, redsync Mutex's Unlock and UnlockContext.
+func libraryRelease(call *ast.CallExpr, st *analysisState) bool {
+	fn := calleeOf(st.pass, call)
+	if fn == nil || fn.Pkg() == nil {
+		return false
+	}
+	path, name := fn.Pkg().Path(), fn.Name()
+	switch {
+	case strings.HasPrefix(path, "github.com/go-redsync/redsync") || strings.HasPrefix(path, "github.com/hjr265/redsync.go/"):
+		return name == "Unlock" || name == "UnlockContext"
+	case strings.HasPrefix(path, "github.com/bsm/redislock"):
+		return name == "Release"
+	}
+	return false
+}
+
+// unlockHelper reports a call of a function whose summary says it lets a
+// lock go (Summary's Unlock).
+func (st *analysisState) unlockHelper(call *ast.CallExpr) bool {
+	fn := calleeOf(st.pass, call)
+	if fn == nil {
+		return false
+	}
+	sum := st.summaryOf(fn)
+	return sum != nil && sum.Unlock
+}
+
+// isUnlock reports whether a function named name, which lets go the locks
+// rels, is an unlock helper: named for it (unlockName) and sending a DEL,
+// an UNLINK or a lock library's release. A compare-and-delete script is
+// also how locks are let go: a helper so named that runs a script (evals)
+// counts too.
+func isUnlock(name string, rels []release, evals bool) bool {
+	return unlockName(name) && (len(rels) > 0 || evals)
+}
+
+// unlockName reports a name for letting a lock go: "unlock" in it, or the
+// word "release" first (Release, releaseLock, release_lock; not
+// releasedJobs).
+func unlockName(name string) bool {
+	const w = "release"
+	if strings.Contains(strings.ToLower(name), "unlock") {
+		return true
+	}
+	if len(name) < len(w) || !strings.EqualFold(name[:len(w)], w) {
+		return false
+	}
+	rest := name[len(w):]
+	return rest == "" || rest[0] == '_' || unicode.IsUpper(rune(rest[0]))
+}
+
+// sendsScript reports whether body runs a Lua script: go-redis' Eval,
+// EvalSha, EvalRO, EvalShaRO or a Script's Run, or an EVAL or EVALSHA sent
+// by name.
+func (st *analysisState) sendsScript(body ast.Node) bool {
+	found := false
+	ast.Inspect(body, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok || found {
+			return !found
+		}
+		if _, name := goRedisMethod(st.pass, call); strings.HasPrefix(name, "Eval") {
+			found = true
+		} else if fn := calleeOf(st.pass, call); fn != nil && fn.Pkg() != nil && isGoRedis(fn.Pkg().Path()) &&
+			(fn.Name() == "Run" || fn.Name() == "RunRO") {
+			found = true
+		} else if cmd, ok := namedCmd(st.pass, call); ok && strings.HasPrefix(cmd, "EVAL") {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
+
+// releasedAt returns the release that lets claim c go after removal rm
+// (or, deferred, after c: when the function returns), or nil. A DEL lets
+// go the SET NX of its key; a library's release or a helper's any lock.
+func releasedAt(c, rm event, rels []release) *release {
+	if c.Name == "" {
+		return nil // a pop: nothing to let go
+	}
+	for k := range rels {
+		r := &rels[k]
+		if r.key != "" && r.key != c.Key {
+			continue
+		}
+		if r.deferred && r.pos > c.node.Pos() || r.pos > rm.node.Pos() {
+			return r
+		}
+	}
+	return nil
+}
