@@ -63,6 +63,14 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 				}
 			}
 			return false
+		case *ast.CompositeLit, *ast.ReturnStmt:
+			// A literal kept in a value or returned (a message's
+			// callback that acknowledges it, say) runs when its holder
+			// calls it: after what this function sent before it.
+			for _, lit := range keptLiterals(x) {
+				evs = append(evs, st.events(s, lit.Body, group)...)
+			}
+			return true
 		case *ast.GoStmt:
 			// A goroutine runs beside what follows it.
 			start := len(evs)
@@ -237,6 +245,30 @@ func runLiterals(call *ast.CallExpr) []*ast.FuncLit {
 		return nil
 	}
 	return funcLits(call)
+}
+
+// keptLiterals returns the function literals that composite literal or
+// return statement n holds as values: kept to be called later.
+func keptLiterals(n ast.Node) []*ast.FuncLit {
+	var vals []ast.Expr
+	switch x := n.(type) {
+	case *ast.CompositeLit:
+		for _, e := range x.Elts {
+			if kv, ok := e.(*ast.KeyValueExpr); ok {
+				e = kv.Value
+			}
+			vals = append(vals, e)
+		}
+	case *ast.ReturnStmt:
+		vals = x.Results
+	}
+	var lits []*ast.FuncLit
+	for _, v := range vals {
+		if lit, ok := ast.Unparen(v).(*ast.FuncLit); ok {
+			lits = append(lits, lit)
+		}
+	}
+	return lits
 }
 
 // funcLits returns the function literals among call's arguments.

@@ -10,12 +10,14 @@
 // function reads due members of its key argument i", "this method removes
 // members of its receiver's field key", "this package uses a Redis
 // client"), through the project's own client wrappers, closures,
-// goroutines (a worker started before the read it removes for), the
-// literals handed to retry helpers (retry-go, backoff, go-retry), loops (a
-// ZREM of the batch read in the iteration before, sent before the next
-// read) and pipelines. It knows go-redis (v9 down to v6, and v5 to v2 from
-// gopkg.in/redis.vN, those before v8 without a context: the typed
-// methods, ZRangeArgs with ByScore, Pipelined, TxPipelined, Watch, and Do),
+// goroutines (a worker started before the read it removes for), callbacks
+// (a literal kept in a value or returned, such as a message's Ack, runs
+// after what precedes it), the literals handed to retry helpers (retry-go,
+// backoff, go-retry), loops (a ZREM of the batch read in the iteration
+// before, sent before the next read) and pipelines. It knows go-redis (v9
+// down to v6, and v5 to v2 from gopkg.in/redis.vN, those before v8 without
+// a context: the typed methods, ZRangeArgs with ByScore, Pipelined,
+// TxPipelined, Watch, and Do),
 // redigo (Do, Send, MULTI/EXEC, WATCH, and arguments built with Args or
 // in a slice sent spread, a literal or an empty slice appended to),
 // radix v3 and v4 (Cmd and FlatCmd, their replies read into a receiver,
