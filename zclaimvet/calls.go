@@ -346,6 +346,18 @@ func (st *analysisState) viaCallee(s *fnScope, call *ast.CallExpr, group any) []
 			continue
 		}
 		ev := event{Access: a, node: call, group: group, callee: fn, calleeI: i}
+		if a.MoveArg > 0 {
+			// A ZADD of a parameter: a move of what this caller read, or
+			// of its own parameter (its callers' to tell), or nothing.
+			if a.MoveArg > len(call.Args) {
+				continue
+			}
+			read, param := st.readMember(s, call.Args[a.MoveArg-1:a.MoveArg])
+			if !read && param == 0 {
+				continue
+			}
+			ev.MoveArg = param // 0 where the member is one this caller read
+		}
 		if a.Async {
 			ev.gor = call // the callee's goroutines: their order is the callee's to pair
 		}

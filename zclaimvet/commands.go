@@ -237,6 +237,14 @@ func (st *analysisState) classify(s *fnScope, call *ast.CallExpr) (event, bool) 
 				}
 				return mk(n, key, true), true
 			}
+		case zaddMethods[name]:
+			read, param := st.readMember(s, zaddMembers(call.Args[k+1:]))
+			if !read && param == 0 {
+				return event{}, false
+			}
+			ev := mk("ZADD", call.Args[k], false)
+			ev.Moves, ev.MoveArg = true, param
+			return ev, true
 		case removeMethods[name] != "":
 			ev := mk(removeMethods[name], call.Args[k], false)
 			st.removal(s, &ev, call, name == "ZRem", call.Args[k+1:], call.Ellipsis.IsValid())
@@ -509,6 +517,14 @@ func (st *analysisState) zsetCommand(s *fnScope, call *ast.CallExpr, cmd string,
 	case removeCmds[cmd]:
 		ev := mk(cmd, false)
 		st.removal(s, &ev, call, cmd == "ZREM", members, spread)
+		return ev, true
+	case cmd == "ZADD" && !has("NX"): // ZADD NX only adds
+		read, param := st.readMember(s, members)
+		if !read && param == 0 {
+			return event{}, false
+		}
+		ev := mk(cmd, false)
+		ev.Moves, ev.MoveArg = true, param
 		return ev, true
 	}
 	return event{}, false

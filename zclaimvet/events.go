@@ -198,7 +198,7 @@ func loopParts(x ast.Node) (once, again []ast.Node) {
 
 // byMember reports a removal of members named (ZREM), not by range.
 func byMember(e event) bool {
-	return !e.Read && !e.Score && !e.claim && !strings.HasPrefix(e.Name, "ZREMRANGE")
+	return !e.Read && !e.Score && !e.claim && !strings.HasPrefix(e.Name, "ZREMRANGE") && e.MoveArg == 0
 }
 
 // removesBeforeRead reports a removal of members among evs followed by a

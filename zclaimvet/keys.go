@@ -26,12 +26,15 @@ type fnScope struct {
 	values map[types.Object][]ast.Expr // every value a local is given
 	parent map[ast.Node]ast.Node
 	body   *ast.BlockStmt
+	ranged map[types.Object]ast.Expr // the variables of range statements: what they range over
+	tuple  map[types.Object]ast.Expr // locals defined from a call of several results (ids, err := ...)
 }
 
 func (st *analysisState) scope(fd *ast.FuncDecl) *fnScope {
 	s := &fnScope{params: map[types.Object]int{}, defs: map[types.Object]ast.Expr{}, multi: map[types.Object]bool{},
 		values: map[types.Object][]ast.Expr{},
-		parent: map[ast.Node]ast.Node{}, body: fd.Body}
+		parent: map[ast.Node]ast.Node{}, body: fd.Body, ranged: map[types.Object]ast.Expr{},
+		tuple: map[types.Object]ast.Expr{}}
 	info := st.pass.TypesInfo
 	if fd.Recv != nil && len(fd.Recv.List) == 1 && len(fd.Recv.List[0].Names) == 1 {
 		s.recv = info.Defs[fd.Recv.List[0].Names[0]]
@@ -64,6 +67,9 @@ func (st *analysisState) scope(fd *ast.FuncDecl) *fnScope {
 					continue
 				}
 				o := info.ObjectOf(id)
+				if len(x.Rhs) == 1 && len(x.Lhs) > 1 && x.Tok == token.DEFINE {
+					s.tuple[o] = x.Rhs[0]
+				}
 				if len(x.Lhs) == len(x.Rhs) && (x.Tok == token.DEFINE || x.Tok == token.ASSIGN) {
 					s.values[o] = append(s.values[o], x.Rhs[j])
 				} else {
@@ -85,6 +91,12 @@ func (st *analysisState) scope(fd *ast.FuncDecl) *fnScope {
 		case *ast.IncDecStmt:
 			if id, ok := x.X.(*ast.Ident); ok {
 				s.multi[info.ObjectOf(id)] = true
+			}
+		case *ast.RangeStmt:
+			for _, e := range []ast.Expr{x.Key, x.Value} {
+				if id, ok := e.(*ast.Ident); ok && x.Tok == token.DEFINE {
+					s.ranged[info.Defs[id]] = x.X
+				}
 			}
 		}
 		return true

@@ -58,8 +58,8 @@ func gates(g, rm event) bool {
 func (st *analysisState) pair(evs []event, body ast.Node, rels []release) map[int]bool {
 	paired := map[int]bool{}
 	for i, rm := range evs {
-		if rm.Read || rm.Score || rm.claim {
-			continue
+		if rm.Read || rm.Score || rm.claim || rm.MoveArg > 0 {
+			continue // a ZADD of a parameter is its callers' to judge
 		}
 		claimed, gated := -1, -1 // the last claim and gate before the removal
 		for k := i - 1; k >= 0 && claimed < 0; k-- {
@@ -377,15 +377,20 @@ func (st *analysisState) report(r, rm event, lock *event, free *freed) {
 		key = display(r.Key)
 	}
 	at := rm.Pos
+	them, it, verb, noun := "removes them", "removes it", "removes", "removal"
+	if rm.Moves {
+		them, it, verb, noun = "moves them to a later score", "moves it to a later score", "moves", "move"
+	}
 	switch {
 	case rm.Checked:
 		st.pass.Reportf(r.node.Pos(), CheckedMessage, at, r.Name, key)
 	case lock != nil:
-		st.pass.Reportf(r.node.Pos(), LockedMessage, r.Name, key, lock.Name, lock.Pos, rm.Name, at)
+		st.pass.Reportf(r.node.Pos(), LockedMessage, r.Name, key, lock.Name, lock.Pos, rm.Name, at, them)
 	case free != nil:
-		st.pass.Reportf(r.node.Pos(), ReleasedMessage, r.Name, key, free.claim.Name, free.claim.Pos, rm.Name, at, free.rel.at)
+		st.pass.Reportf(r.node.Pos(), ReleasedMessage, r.Name, key, free.claim.Name, free.claim.Pos, rm.Name, at, it,
+			free.rel.at, noun)
 	default:
-		st.pass.Reportf(r.node.Pos(), RacyMessage, r.Name, key, rm.Name, at)
+		st.pass.Reportf(r.node.Pos(), RacyMessage, r.Name, key, rm.Name, at, them, verb)
 	}
 }
 
@@ -433,7 +438,7 @@ func (st *analysisState) pairFields() {
 				continue
 			}
 			for _, rm := range list {
-				if rm.a.Read || rm.a.Score || rm.fn == r.fn {
+				if rm.a.Read || rm.a.Score || rm.a.MoveArg > 0 || rm.fn == r.fn {
 					continue
 				}
 				st.report(event{Access: r.a, node: r.node}, event{Access: rm.a, node: rm.node}, nil, nil)

@@ -87,6 +87,9 @@ func (st *analysisState) sweep(r, rm event, body ast.Node) bool {
 		return false
 	}
 	sw := &sweeper{st: st, body: body, tainted: st.tainted(body, held)}
+	if c, ok := rm.node.(*ast.CallExpr); ok && rm.Moves {
+		sw.moved = c
+	}
 	if rm.callee != nil {
 		// A helper of the package removes: it is handed members, and
 		// sweeps them itself; its call is quiet here.
@@ -146,6 +149,7 @@ type sweeper struct {
 	body    ast.Node // the function's body
 	tainted map[types.Object]bool
 	helper  *ast.CallExpr // a call of a helper that sweeps the members it is handed: quiet
+	moved   *ast.CallExpr // the ZADD that puts them back at a new score (Access.Moves): quiet
 }
 
 // local reports a variable of the function's body, or an element of one:
@@ -361,7 +365,7 @@ func (sw *sweeper) quietNode(n ast.Node) bool {
 			// as the function's own.
 			return sw.quietUses(body.List, false), false
 		}
-		return c == sw.helper || sw.st.quietCall(c, 0), true
+		return c == sw.helper || c == sw.moved || sw.st.quietCall(c, 0), true
 	})
 }
 

@@ -1,10 +1,11 @@
 // Package zclaimvet is a go/analysis analyzer that finds racy sorted-set
 // pollers: a read of due members (ZRANGEBYSCORE, ZRANGE ... BYSCORE, or a
 // read by rank with scores) and a removal of members of the same key
-// (ZREM, ZREMRANGEBYSCORE, ZREMRANGEBYRANK), sent as separate requests,
-// outside a Lua script, a MULTI/EXEC transaction or a WATCH transaction.
-// Two pollers read the same member before either removes it, and the job
-// runs twice.
+// (ZREM, ZREMRANGEBYSCORE, ZREMRANGEBYRANK, or a ZADD that puts a member
+// it read back at a new score, moving a periodic job to its next time:
+// reschedule.go), sent as separate requests, outside a Lua script, a
+// MULTI/EXEC transaction or a WATCH transaction. Two pollers read the same
+// member before either removes it, and the job runs twice.
 //
 // It follows keys across functions and packages (analysis facts: "this
 // function reads due members of its key argument i", "this method removes
@@ -93,20 +94,22 @@ func init() {
 	Analyzer.Flags.BoolVar(&includeTests, "tests", false, "also analyse _test.go files")
 }
 
-// Messages of the two reports.
+// Messages of the reports. Where a removal stands the verbs say what it
+// does to the members: removes them, or (a ZADD at a new score) moves them
+// to a later score.
 const (
-	RacyMessage = "racy poller: %s reads due members of %s here, and %s at %s removes them in a separate request; " +
-		"two workers read the same member before either removes it, and the job runs twice. " +
+	RacyMessage = "racy poller: %s reads due members of %s here, and %s at %s %s in a separate request; " +
+		"two workers read the same member before either %s it, and the job runs twice. " +
 		"Claim in one script instead: zclaim's Broker.Claim, or its Dispatcher into asynq"
 	CheckedMessage = "checked ZREM at %s after %s on %s: correct (only the worker whose ZREM removed the member " +
 		"runs it), but a ZREM per job and every other worker's read wasted; zclaim's Broker.Claim " +
 		"takes a batch in one script"
-	LockedMessage = "poller under a lock: %s reads due members of %s after the %s at %s, and %s at %s removes them: " +
+	LockedMessage = "poller under a lock: %s reads due members of %s after the %s at %s, and %s at %s %s: " +
 		"correct while that lock is held, but a lock that expires first (a pause, a slow job) lets a second worker " +
 		"read the same members and the job runs twice, and the workers take turns; zclaim's Broker.Claim takes " +
 		"a batch in one script, without a lock"
 	ReleasedMessage = "racy poller with a lock per job: %s reads due members of %s, the %s at %s locks one, and %s at %s " +
-		"removes it, but the lock is let go at %s: a worker that read the member before the removal takes the lock " +
+		"%s, but the lock is let go at %s: a worker that read the member before the %s takes the lock " +
 		"after that, and the job runs twice. Claim in one script instead: zclaim's Broker.Claim, or its Dispatcher into asynq"
 )
 
@@ -214,6 +217,14 @@ type Access struct {
 	// parameter, so its caller's arguments say whether it removes one.
 	Forward bool
 	Batch   bool // a removal of several members, or by range
+	// Moves: a ZADD of a member the function goes over (a range
+	// statement's variable) back on its key, at a new score: it leaves the
+	// due range as a removed one does (reschedule.go).
+	Moves bool
+	// MoveArg: a ZADD whose member is the function's parameter MoveArg-1
+	// (or one it ranges over): a move only where a caller hands it a
+	// member it read, as the caller's event (viaCallee); 0 for none.
+	MoveArg int
 	// Rank: a read by rank without scores (ZRANGE key 0 9), a read of due
 	// members only where the scores are read too (Score) and compared.
 	Rank  bool
@@ -233,6 +244,10 @@ func (a Access) String() string {
 		v = "rank"
 	case a.Read:
 		v = "read"
+	case a.Moves && a.MoveArg > 0:
+		v = "mv ⟨p" + strconv.Itoa(a.MoveArg-1) + "⟩ to"
+	case a.Moves:
+		v = "mv"
 	}
 	return v + " " + a.Key
 }

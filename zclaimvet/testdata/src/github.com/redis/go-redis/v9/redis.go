@@ -59,9 +59,22 @@ func (cmdable) ZRem(ctx context.Context, key string, members ...any) *IntCmd { r
 func (cmdable) ZRemRangeByScore(ctx context.Context, key, min, max string) *IntCmd {
 	return nil
 }
-func (cmdable) ZAdd(ctx context.Context, key string, members ...any) *IntCmd { return nil }
-func (cmdable) Do(ctx context.Context, args ...any) *Cmd                     { return nil }
-func (cmdable) HGet(ctx context.Context, key, field string) *StringCmd       { return nil }
+func (cmdable) ZAdd(ctx context.Context, key string, members ...Z) *IntCmd   { return nil }
+func (cmdable) ZAddNX(ctx context.Context, key string, members ...Z) *IntCmd { return nil }
+func (cmdable) ZRangeByScoreWithScores(ctx context.Context, key string, opt *ZRangeBy) *ZSliceCmd {
+	return nil
+}
+func (cmdable) ZAddArgs(ctx context.Context, key string, args ZAddArgs) *IntCmd {
+	return nil
+}
+
+type ZAddArgs struct {
+	NX, XX, LT, GT, Ch bool
+	Members            []Z
+}
+
+func (cmdable) Do(ctx context.Context, args ...any) *Cmd               { return nil }
+func (cmdable) HGet(ctx context.Context, key, field string) *StringCmd { return nil }
 func (*Client) Watch(ctx context.Context, fn func(*Tx) error, keys ...string) error {
 	return nil
 }
