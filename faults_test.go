@@ -388,7 +388,10 @@ func TestIdempotencyWaitsForReplica(t *testing.T) {
 	primary, replica := ownReplicaPair(t, nil)
 	rrdb := serverClient(t, replica)
 	prdb := serverClient(t, primary)
-	i, err := NewIdempotency(prdb, IdempotencyOptions{WaitReplicas: 1, Logger: slog.New(slog.DiscardHandler)})
+	// A wait long enough for a replica starved of CPU (a loaded machine
+	// runs every test at once): each call returns as soon as it acks.
+	i, err := NewIdempotency(prdb, IdempotencyOptions{WaitReplicas: 1, WaitTimeout: 10 * time.Second,
+		Logger: slog.New(slog.DiscardHandler)})
 	must(t, err)
 	e, err := i.Begin(ctx, "k")
 	must(t, err)
@@ -441,7 +444,8 @@ func TestClaimConcurrentWithWait(t *testing.T) {
 	primary, replica := ownReplicaPair(t, nil)
 	rrdb := serverClient(t, replica)
 	admin := serverClient(t, primary)
-	opts := BrokerOptions{Key: "delay:jobs", WaitReplicas: 1, Lease: time.Minute, Logger: slog.New(slog.DiscardHandler)}
+	opts := BrokerOptions{Key: "delay:jobs", WaitReplicas: 1, WaitTimeout: 10 * time.Second, Lease: time.Minute,
+		Logger: slog.New(slog.DiscardHandler)} // a wait long enough for a replica starved of CPU
 	b, err := NewBroker(admin, opts)
 	must(t, err)
 	const n, workers = 2000, 8
