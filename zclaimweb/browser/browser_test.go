@@ -188,7 +188,13 @@ func TestPaging100k(t *testing.T) {
 					p, start, first, best[0], delivered, best[1], parsed)
 			}
 			if p < 9 {
-				run(t, ctx, chromedp.Click("#next", chromedp.ByQuery), chromedp.WaitVisible("#jobs", chromedp.ByQuery))
+				// Follow the next link by navigating to it, which waits
+				// for the new page's load: a click returns at once, and
+				// the old page's #jobs would satisfy the wait until the
+				// new one replaced it under the next query.
+				var next string
+				run(t, ctx, chromedp.JavascriptAttribute("#next", "href", &next, chromedp.ByQuery))
+				run(t, ctx, chromedp.Navigate(next), chromedp.WaitVisible("#jobs", chromedp.ByQuery))
 			}
 		}
 		t.Logf("10 pages from %s: the slowest delivered in %v, parsed in %v", start, worst[0], worst[1])
