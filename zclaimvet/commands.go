@@ -238,13 +238,8 @@ func (st *analysisState) classify(s *fnScope, call *ast.CallExpr) (event, bool) 
 				return mk(n, key, true), true
 			}
 		case zaddMethods[name]:
-			read, param := st.readMember(s, zaddMembers(call.Args[k+1:]))
-			if !read && param == 0 {
-				return event{}, false
-			}
-			ev := mk("ZADD", call.Args[k], false)
-			ev.Moves, ev.MoveArg = true, param
-			return ev, true
+			noFlags := func(string) bool { return false } // the NX methods are not among them
+			return st.zsetCommand(s, call, "ZADD", call.Args[k], noFlags, zaddMembers(call.Args[k+1:]), false)
 		case removeMethods[name] != "":
 			ev := mk(removeMethods[name], call.Args[k], false)
 			st.removal(s, &ev, call, name == "ZRem", call.Args[k+1:], call.Ellipsis.IsValid())
