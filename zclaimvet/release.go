@@ -75,7 +75,7 @@ func (st *analysisState) releaseOf(s *fnScope, call *ast.CallExpr) (keys []strin
 			return nil, false
 		}
 		args = named[1:]
-	} else if libraryRelease(call, st) || st.unlockHelper(call) {
+	} else if st.libraryRelease(call) || st.unlockHelper(call) {
 		return nil, true
 	} else {
 		return nil, false
@@ -117,7 +117,7 @@ func deletes(cmd string) bool {
 
 // libraryRelease reports a call that lets a distributed-lock library's
 // lock go: redislock's Release, redsync Mutex's Unlock and UnlockContext.
-func libraryRelease(call *ast.CallExpr, st *analysisState) bool {
+func (st *analysisState) libraryRelease(call *ast.CallExpr) bool {
 	fn := calleeOf(st.pass, call)
 	if fn == nil || fn.Pkg() == nil {
 		return false
