@@ -106,6 +106,9 @@ func (st *analysisState) readMember(s *fnScope, es []ast.Expr) (read bool, param
 			if ev, ok := st.classify(s, x); ok {
 				return ev.Read, 0
 			}
+			if evs, _, ok := st.rueidisEvents(s, x, nil); ok {
+				return slices.ContainsFunc(evs, func(e event) bool { return e.Read }), 0
+			}
 			// A function that reads due members (its summary): what it
 			// returns is what it read.
 			if fn := calleeOf(st.pass, x); fn != nil {

@@ -222,7 +222,11 @@ func (st *analysisState) builtEvent(s *fnScope, call *ast.CallExpr, b built) (ev
 		return event{}, false
 	}
 	has := func(flag string) bool { return b.opts[flag] != nil }
-	return st.zsetCommand(s, call, b.cmd, b.key, has, b.opts["MEMBER"], b.spread)
+	members := b.opts["MEMBER"]
+	if b.cmd == "ZADD" {
+		members = b.opts["SCOREMEMBER"] // ScoreMember(score, member), a pair a call
+	}
+	return st.zsetCommand(s, call, b.cmd, b.key, has, members, b.spread)
 }
 
 // isResult reports rueidis' reply type, whose As and To methods give the

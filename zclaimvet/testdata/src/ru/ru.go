@@ -300,3 +300,21 @@ func keptKey(member string) string {
 }
 
 var kept []string
+
+// A periodic job moved to its next time by ZADD: racy; with NX, which
+// only adds, no move.
+func cron(c rueidis.Client, key string) {
+	ids, _ := c.Do(ctx, c.B().Zrangebyscore().Key(key).Min("-inf").Max("100").Build()).AsStrSlice() // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZADD at ru\.go:\d+ moves them to a later score`
+	for _, id := range ids {
+		run(id)
+		c.Do(ctx, c.B().Zadd().Key(key).ScoreMember().ScoreMember(200, id).Build())
+	}
+}
+
+func cronNX(c rueidis.Client, key string) { // want cronNX:`read ⟨p1⟩`
+	ids, _ := c.Do(ctx, c.B().Zrangebyscore().Key(key).Min("-inf").Max("100").Build()).AsStrSlice()
+	for _, id := range ids {
+		run(id)
+		c.Do(ctx, c.B().Zadd().Key(key).Nx().ScoreMember().ScoreMember(200, id).Build())
+	}
+}

@@ -51,6 +51,7 @@ func (Builder) Lpush() Step            { return Step{} }
 func (Builder) Multi() Step            { return Step{} }
 func (Builder) Exec() Step             { return Step{} }
 func (Builder) Watch() Step            { return Step{} }
+func (Builder) Zadd() Step             { return Step{} }
 
 func (Step) Key(...string) Step      { return Step{} }
 func (Step) Min(string) Step         { return Step{} }
@@ -62,6 +63,10 @@ func (Step) Value(string) Step       { return Step{} }
 func (Step) Nx() Step                { return Step{} }
 func (Step) Element(...string) Step  { return Step{} }
 func (Step) Build() Completed        { return Completed{} }
+
+// ScoreMember stands for both of ZADD's steps: ScoreMember() and
+// ScoreMember(score, member).
+func (Step) ScoreMember(...any) Step { return Step{} }
 
 // Lua is a script, run with Exec.
 type Lua struct{}
