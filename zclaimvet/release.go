@@ -22,6 +22,7 @@ type release struct {
 	key      string
 	deferred bool // in a defer statement: sent when the function returns
 	at       string
+	scope    *fnScope
 }
 
 // releases returns the locks body lets go, in source order, those of the
@@ -43,7 +44,7 @@ func (st *analysisState) releases(s *fnScope, body ast.Node) []release {
 				keys = []string{""}
 			}
 			for _, k := range keys {
-				out = append(out, release{pos: x.Pos(), key: k, deferred: deferred, at: pos(st.pass, x)})
+				out = append(out, release{pos: x.Pos(), key: k, deferred: deferred, at: pos(st.pass, x), scope: s})
 			}
 		}
 		return true
@@ -202,9 +203,43 @@ func releasedAt(c, rm event, rels []release) *release {
 		if r.key != "" && r.key != c.Key {
 			continue
 		}
-		if r.deferred && r.pos > c.node.Pos() || r.pos > rm.node.Pos() {
+		if r.deferred && r.pos > c.node.Pos() || r.pos > rm.node.Pos() && !r.scope.leavesBefore(rm.node, r.pos) {
 			return r
 		}
 	}
 	return nil
+}
+
+// leavesBefore reports whether the code after n leaves the blocks around
+// it (a return, continue, break or goto that follows n's statement) before
+// it reaches pos, which lies outside them: a success path that keeps the
+// lock and goes on, the release below it being the failure path's.
+func (s *fnScope) leavesBefore(n ast.Node, pos token.Pos) bool {
+	var stmt ast.Node = n
+	for p := s.parent[n]; p != nil; stmt, p = p, s.parent[p] {
+		var list []ast.Stmt
+		switch b := p.(type) {
+		case *ast.BlockStmt:
+			list = b.List
+		case *ast.CaseClause:
+			list = b.Body
+		case *ast.CommClause:
+			list = b.Body
+		default:
+			continue
+		}
+		if pos >= p.Pos() && pos < p.End() {
+			return false // pos follows n in this block
+		}
+		for _, st := range list {
+			if st.Pos() <= stmt.Pos() {
+				continue
+			}
+			switch st.(type) {
+			case *ast.ReturnStmt, *ast.BranchStmt:
+				return true
+			}
+		}
+	}
+	return false
 }

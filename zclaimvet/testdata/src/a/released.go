@@ -195,3 +195,19 @@ func releasedRedigo(c redigo.Conn, key string) {
 		c.Do("DEL", "lock:"+id)
 	}
 }
+
+// A lock kept as the done mark where the run succeeds (the removal, then
+// on to the next member), and let go only where it failed: the release
+// does not follow the removal.
+func successKeepsLock(rdb *redis.Client, key string) { // want successKeepsLock:`read ⟨p1⟩`
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() {
+		if !rdb.SetNX(ctx, "lock:"+id, 1, time.Hour).Val() {
+			continue
+		}
+		if runErr(id) == nil {
+			rdb.ZRem(ctx, key, id)
+			continue
+		}
+		rdb.Del(ctx, "lock:"+id)
+	}
+}
