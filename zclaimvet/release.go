@@ -76,7 +76,7 @@ func (st *analysisState) releaseOf(s *fnScope, call *ast.CallExpr) (keys []strin
 			return nil, false
 		}
 		args = named[1:]
-	} else if st.libraryRelease(call) || st.unlockHelper(call) {
+	} else if st.lockLibraryRelease(call) || st.unlockHelper(call) {
 		return nil, true
 	} else {
 		return nil, false
@@ -116,9 +116,9 @@ func deletes(cmd string) bool {
 	return strings.EqualFold(cmd, "DEL") || strings.EqualFold(cmd, "UNLINK")
 }
 
-// libraryRelease reports a call that lets a distributed-lock library's
+// lockLibraryRelease reports a call that lets a distributed-lock library's
 // lock go: redislock's Release, redsync Mutex's Unlock and UnlockContext.
-func (st *analysisState) libraryRelease(call *ast.CallExpr) bool {
+func (st *analysisState) lockLibraryRelease(call *ast.CallExpr) bool {
 	fn := calleeOf(st.pass, call)
 	if fn == nil || fn.Pkg() == nil {
 		return false
