@@ -235,9 +235,13 @@ func (s *fnScope) leavesBefore(n ast.Node, pos token.Pos) bool {
 			if st.Pos() <= stmt.Pos() {
 				continue
 			}
-			switch st.(type) {
-			case *ast.ReturnStmt, *ast.BranchStmt:
+			switch x := st.(type) {
+			case *ast.ReturnStmt:
 				return true
+			case *ast.BranchStmt:
+				if x.Tok != token.FALLTHROUGH {
+					return true
+				}
 			}
 		}
 	}
