@@ -78,6 +78,13 @@ func (st *analysisState) releaseOf(s *fnScope, call *ast.CallExpr) (keys []strin
 		args = named[1:]
 	} else if st.lockLibraryRelease(call) || st.unlockHelper(call) {
 		return nil, true
+	} else if cmds, _, ok := st.sentBuilt(s, call); ok {
+		// rueidis: a built DEL or UNLINK, alone or among others.
+		for _, c := range cmds {
+			if b, ok := st.builtCmd(s, c); ok && deletes(b.cmd) {
+				args = append(args, b.opts["KEY"]...)
+			}
+		}
 	} else {
 		return nil, false
 	}

@@ -69,31 +69,37 @@ type built struct {
 	spread bool                  // an argument of Member is spread
 }
 
+// sentBuilt returns the built commands that call sends with rueidis'
+// Do or DoCache (one) or DoMulti or DoMultiCache (multi: several, also
+// spread from a slice appended to).
+func (st *analysisState) sentBuilt(s *fnScope, call *ast.CallExpr) (cmds []ast.Expr, multi, ok bool) {
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok {
+		return nil, false, false
+	}
+	fn, ok := st.pass.TypesInfo.Uses[sel.Sel].(*types.Func)
+	if !ok || !sendsBuilt(fn) || len(call.Args) < 2 {
+		return nil, false, false
+	}
+	switch sel.Sel.Name {
+	case "Do", "DoCache":
+		return call.Args[1:2], false, true
+	case "DoMulti", "DoMultiCache":
+		if call.Ellipsis.IsValid() {
+			return st.appended(s, call.Args[len(call.Args)-1]), true, true
+		}
+		return call.Args[1:], true, true
+	}
+	return nil, false, false
+}
+
 // rueidisEvents returns the accesses and claims that call sends, whether
 // it sends a WATCH (the function is then a WATCH transaction, as a
 // redigo WATCH makes it), and whether it is a rueidis Do, DoCache or
 // DoMulti.
 func (st *analysisState) rueidisEvents(s *fnScope, call *ast.CallExpr, group any) (evs []event, watch, ok bool) {
-	pass := st.pass
-	sel, ok := call.Fun.(*ast.SelectorExpr)
+	cmds, multi, ok := st.sentBuilt(s, call)
 	if !ok {
-		return nil, false, false
-	}
-	fn, ok := pass.TypesInfo.Uses[sel.Sel].(*types.Func)
-	if !ok || !sendsBuilt(fn) || len(call.Args) < 2 {
-		return nil, false, false
-	}
-	var cmds []ast.Expr
-	multi := false
-	switch sel.Sel.Name {
-	case "Do", "DoCache":
-		cmds = call.Args[1:2]
-	case "DoMulti", "DoMultiCache":
-		cmds, multi = call.Args[1:], true
-		if call.Ellipsis.IsValid() {
-			cmds = st.appended(s, call.Args[len(call.Args)-1])
-		}
-	default:
 		return nil, false, false
 	}
 	var txn any // a MULTI in progress
@@ -216,7 +222,11 @@ func (st *analysisState) builtEvent(s *fnScope, call *ast.CallExpr, b built) (ev
 		if b.cmd == "SET" {
 			lock = "SET NX"
 		}
-		return event{node: call, claim: true, Access: Access{Name: lock, Pos: pos(pass, call)}}, true
+		var key string // what a DEL must name to let a SET NX go
+		if b.key != nil {
+			key = st.norm(s, b.key, 0)
+		}
+		return event{node: call, claim: true, Access: Access{Name: lock, Key: key, Pos: pos(pass, call)}}, true
 	}
 	if b.key == nil {
 		return event{}, false

@@ -318,3 +318,17 @@ func cronNX(c rueidis.Client, key string) { // want cronNX:`read ⟨p1⟩`
 		c.Do(ctx, c.B().Zadd().Key(key).Nx().ScoreMember().ScoreMember(200, id).Build())
 	}
 }
+
+// A lock per member, SET NX and DEL from the builder, let go after the
+// removal: racy.
+func lockEach(c rueidis.Client, key string) {
+	ids, _ := c.Do(ctx, c.B().Zrangebyscore().Key(key).Min("-inf").Max("100").Build()).AsStrSlice() // want `racy poller with a lock per job: ZRANGEBYSCORE reads due members of key, the SET NX at ru\.go:\d+ locks one, and ZREM at ru\.go:\d+ removes it, but the lock is let go at ru\.go:\d+`
+	for _, id := range ids {
+		if c.Do(ctx, c.B().Set().Key("lock:"+id).Value("1").Nx().Build()).Error() != nil {
+			continue
+		}
+		run(id)
+		c.Do(ctx, c.B().Zrem().Key(key).Member(id).Build())
+		c.Do(ctx, c.B().Del().Key("lock:"+id).Build())
+	}
+}
