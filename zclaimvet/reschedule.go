@@ -1,8 +1,8 @@
 package zclaimvet
 
-// Reschedules: a ZADD that puts a member the function goes over back on
-// the key it was read from, at a new score, moves it out of the due range
-// as a removal does. A poller of periodic jobs that reads what is due,
+// Reschedules: a ZADD that puts a member the function read back on the
+// key it was read from, at a new score, moves it out of the due range as
+// a removal does. A poller of periodic jobs that reads what is due,
 // runs each and ZADDs it at its next time lets a second worker, which read
 // the member before that ZADD, run it again.
 

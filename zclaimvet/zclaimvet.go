@@ -217,9 +217,9 @@ type Access struct {
 	// parameter, so its caller's arguments say whether it removes one.
 	Forward bool
 	Batch   bool // a removal of several members, or by range
-	// Moves: a ZADD of a member the function goes over (a range
-	// statement's variable) back on its key, at a new score: it leaves the
-	// due range as a removed one does (reschedule.go).
+	// Moves: a ZADD of a member the function read (readMember) back on
+	// its key, at a new score: it leaves the due range as a removed one
+	// does (reschedule.go).
 	Moves bool
 	// MoveArg: a ZADD whose member is the function's parameter MoveArg-1
 	// (or one it ranges over): a move only where a caller hands it a
