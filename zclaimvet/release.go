@@ -210,20 +210,38 @@ func releasedAt(c, rm event, rels []release) *release {
 		if r.key != "" && r.key != c.Key {
 			continue
 		}
-		if r.deferred && r.pos > c.node.Pos() || r.pos > rm.node.Pos() && !r.scope.leavesBefore(rm.node, r.pos) {
+		if r.deferred && r.pos > c.node.Pos() || r.pos > rm.node.Pos() && !r.scope.bypasses(rm.node, r.pos) {
 			return r
 		}
 	}
 	return nil
 }
 
-// leavesBefore reports whether the code after n leaves the blocks around
-// it (a return, continue, break or goto that follows n's statement) before
-// it reaches pos, which lies outside them: a success path that keeps the
-// lock and goes on, the release below it being the failure path's.
-func (s *fnScope) leavesBefore(n ast.Node, pos token.Pos) bool {
+// bypasses reports whether the path through n never reaches pos, which
+// follows it in the source: the code after n leaves the blocks around it
+// before pos (a return or goto; a break or continue whose loop, switch or
+// select holds pos), or n and pos lie on branches of which one runs (an
+// if's body and its else, two clauses of a switch or select that n's does
+// not fall through from). So a success path that keeps the lock and goes
+// on, the release being the failure path's.
+func (s *fnScope) bypasses(n ast.Node, pos token.Pos) bool {
+	holds := func(x ast.Node) bool { return x != nil && pos >= x.Pos() && pos < x.End() }
 	var stmt ast.Node = n
 	for p := s.parent[n]; p != nil; stmt, p = p, s.parent[p] {
+		if holds(p) {
+			switch x := p.(type) {
+			case *ast.IfStmt:
+				return stmt == x.Body && holds(x.Else)
+			case *ast.BlockStmt: // a switch's or select's body: pos in another clause
+				switch c := stmt.(type) {
+				case *ast.CaseClause:
+					return len(c.Body) == 0 || !isFallthrough(c.Body[len(c.Body)-1])
+				case *ast.CommClause:
+					return true
+				}
+			}
+			return false
+		}
 		var list []ast.Stmt
 		switch b := p.(type) {
 		case *ast.BlockStmt:
@@ -235,9 +253,6 @@ func (s *fnScope) leavesBefore(n ast.Node, pos token.Pos) bool {
 		default:
 			continue
 		}
-		if pos >= p.Pos() && pos < p.End() {
-			return false // pos follows n in this block
-		}
 		for _, st := range list {
 			if st.Pos() <= stmt.Pos() {
 				continue
@@ -246,11 +261,45 @@ func (s *fnScope) leavesBefore(n ast.Node, pos token.Pos) bool {
 			case *ast.ReturnStmt:
 				return true
 			case *ast.BranchStmt:
-				if x.Tok != token.FALLTHROUGH {
+				switch x.Tok {
+				case token.GOTO:
 					return true
+				case token.BREAK, token.CONTINUE:
+					// Out of its loop, switch or select, and on after it.
+					return holds(s.branchTarget(x))
 				}
 			}
 		}
 	}
 	return false
+}
+
+func isFallthrough(st ast.Stmt) bool {
+	b, ok := st.(*ast.BranchStmt)
+	return ok && b.Tok == token.FALLTHROUGH
+}
+
+// branchTarget returns the statement a break or continue leaves: the one
+// its label names, else the innermost loop (or, for a break, switch or
+// select) around it, or nil.
+func (s *fnScope) branchTarget(b *ast.BranchStmt) ast.Node {
+	for p := s.parent[b]; p != nil; p = s.parent[p] {
+		switch x := p.(type) {
+		case *ast.FuncLit:
+			return nil
+		case *ast.LabeledStmt:
+			if b.Label != nil && x.Label.Name == b.Label.Name {
+				return x
+			}
+		case *ast.ForStmt, *ast.RangeStmt:
+			if b.Label == nil {
+				return x
+			}
+		case *ast.SwitchStmt, *ast.TypeSwitchStmt, *ast.SelectStmt:
+			if b.Label == nil && b.Tok == token.BREAK {
+				return x
+			}
+		}
+	}
+	return nil
 }

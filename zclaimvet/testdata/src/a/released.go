@@ -211,3 +211,96 @@ func successKeepsLock(rdb *redis.Client, key string) { // want successKeepsLock:
 		rdb.Del(ctx, "lock:"+id)
 	}
 }
+
+// The same kept lock, the two paths an if's body and its else, or two
+// clauses of a switch: only one of them runs.
+func successElseReleases(rdb *redis.Client, key string) { // want successElseReleases:`read ⟨p1⟩`
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() {
+		if !rdb.SetNX(ctx, "lock:"+id, 1, time.Hour).Val() {
+			continue
+		}
+		if runErr(id) == nil {
+			rdb.ZRem(ctx, key, id)
+		} else if id != "" {
+			rdb.Del(ctx, "lock:"+id)
+		}
+	}
+}
+
+func successCaseReleases(rdb *redis.Client, key string) { // want successCaseReleases:`read ⟨p1⟩`
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() {
+		if !rdb.SetNX(ctx, "lock:"+id, 1, time.Hour).Val() {
+			continue
+		}
+		switch err := runErr(id); {
+		case err == nil:
+			rdb.ZRem(ctx, key, id)
+		default:
+			rdb.Del(ctx, "lock:"+id)
+		}
+	}
+}
+
+// Their twins: the release after the if or the switch, which every path
+// reaches (a break leaves the switch only).
+func releasedAfterElse(rdb *redis.Client, key string) {
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() { // want `racy poller with a lock per job: .* the SETNX at released.go:248 locks one, and ZREM at released.go:252 removes it, but the lock is let go at released.go:256`
+		if !rdb.SetNX(ctx, "lock:"+id, 1, time.Hour).Val() {
+			continue
+		}
+		if runErr(id) == nil {
+			rdb.ZRem(ctx, key, id)
+		} else {
+			run(id)
+		}
+		rdb.Del(ctx, "lock:"+id)
+	}
+}
+
+func releasedAfterBreak(rdb *redis.Client, key string) {
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() { // want `racy poller with a lock per job: .* the SETNX at released.go:262 locks one, and ZREM at released.go:267 removes it, but the lock is let go at released.go:272`
+		if !rdb.SetNX(ctx, "lock:"+id, 1, time.Hour).Val() {
+			continue
+		}
+		switch err := runErr(id); {
+		case err == nil:
+			rdb.ZRem(ctx, key, id)
+			break
+		default:
+			run(id)
+		}
+		rdb.Del(ctx, "lock:"+id)
+	}
+}
+
+// A select's clauses: the member handed on and removed, or the lock let
+// go when the poll is cancelled. Not reported.
+func handedOrReleased(rdb *redis.Client, key string, work chan<- string) { // want handedOrReleased:`read ⟨p1⟩`
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() {
+		if !rdb.SetNX(ctx, "lock:"+id, 1, time.Hour).Val() {
+			continue
+		}
+		select {
+		case work <- id:
+			rdb.ZRem(ctx, key, id)
+		case <-ctx.Done():
+			rdb.Del(ctx, "lock:"+id)
+		}
+	}
+}
+
+// A clause that falls through into the release's: reported.
+func fallsIntoRelease(rdb *redis.Client, key string) {
+	for _, id := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() { // want `racy poller with a lock per job: .* the SETNX at released.go:295 locks one, and ZREM at released.go:300 removes it, but the lock is let go at released.go:303`
+		if !rdb.SetNX(ctx, "lock:"+id, 1, time.Hour).Val() {
+			continue
+		}
+		switch err := runErr(id); {
+		case err == nil:
+			rdb.ZRem(ctx, key, id)
+			fallthrough
+		default:
+			rdb.Del(ctx, "lock:"+id)
+		}
+	}
+}
