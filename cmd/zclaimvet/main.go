@@ -13,6 +13,8 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"runtime/debug"
+	"strconv"
 	"strings"
 
 	"github.com/zclaim/zclaim/zclaimvet"
@@ -47,8 +49,13 @@ type vetConfig struct {
 // package that a vetted one depends on: most of them reach no client, and
 // type-checking them from source would be most of a cold run's time. Any
 // other call, or a configuration it cannot read, goes to the analyzer.
+//
+// It does so only where the vetx files of the golang.org/x/tools linked in
+// hold facts alone (factsOnlyVetx): from v0.50.0 they also hold each
+// package's types, which the analyzer reads for the packages that import
+// it, and which only type-checking the package gives.
 func noFacts(arg string) bool {
-	if !strings.HasSuffix(arg, ".cfg") {
+	if !vetxFactsOnly || !strings.HasSuffix(arg, ".cfg") {
 		return false
 	}
 	data, err := os.ReadFile(arg)
@@ -69,6 +76,43 @@ func noFacts(arg string) bool {
 		}
 	}
 	return os.WriteFile(cfg.VetxOutput, nil, 0o666) == nil
+}
+
+// vetxFactsOnly: the vetx files of the unitchecker linked in hold facts
+// alone, so that an empty one says a package has none.
+var vetxFactsOnly = factsOnlyVetx(linkedTools())
+
+// linkedTools returns the version of golang.org/x/tools the command was
+// built with (that of its replacement, where go.mod replaces it), or "".
+func linkedTools() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	for _, d := range bi.Deps {
+		if d.Path != "golang.org/x/tools" {
+			continue
+		}
+		if d.Replace != nil {
+			return d.Replace.Version
+		}
+		return d.Version
+	}
+	return ""
+}
+
+// factsOnlyVetx reports whether golang.org/x/tools at version v (a module
+// version, pseudo-versions included) writes vetx files that hold facts
+// alone: before v0.50.0. Any version it cannot read is taken for a later
+// one.
+func factsOnlyVetx(v string) bool {
+	minor, ok := strings.CutPrefix(v, "v0.")
+	if !ok {
+		return false
+	}
+	minor, _, _ = strings.Cut(minor, ".")
+	n, err := strconv.Atoi(minor)
+	return err == nil && n < 50
 }
 
 // withoutTests adds -test=false (load no test files) to a command line

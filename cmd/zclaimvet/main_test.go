@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -146,6 +147,9 @@ func TestNoFacts(t *testing.T) {
 			must(t, err)
 			cfg := filepath.Join(dir, "vet.cfg")
 			must(t, os.WriteFile(cfg, data, 0o644))
+			if !vetxFactsOnly {
+				c.want = false // x/tools' vetx files hold types too: every call type-checks
+			}
 			if got := noFacts(cfg); got != c.want {
 				t.Fatalf("noFacts = %v, want %v", got, c.want)
 			}
@@ -163,12 +167,31 @@ func TestNoFacts(t *testing.T) {
 	}
 }
 
+// Which golang.org/x/tools versions write vetx files of facts alone.
+func TestFactsOnlyVetx(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]bool{
+		"v0.38.0": true, "v0.49.0": true, "v0.49.1-0.20260101000000-0123456789ab": true, "v0.9.0": true,
+		"v0.50.0": false, "v0.52.0": false, "v0.50.1-0.20260101000000-0123456789ab": false,
+		"v1.0.0": false, "(devel)": false, "": false, "v0.x.0": false,
+	} {
+		if got := factsOnlyVetx(v); got != want {
+			t.Errorf("factsOnlyVetx(%q) = %v, want %v", v, got, want)
+		}
+	}
+	if v := linkedTools(); v == "" {
+		t.Fatal("no golang.org/x/tools in the build info")
+	}
+}
+
 // Under a real go vet, over a package x that imports the standard
 // library's fmt, a package plain of the module that imports only another
 // (leaf, which imports fmt), and a package through that imports one (uses)
 // that imports go-redis: the tool answers the calls for the facts of fmt,
 // leaf and plain without type-checking them, and type-checks uses,
-// through and x.
+// through and x. Where the vetx files of the x/tools linked in hold types
+// too (vetxFactsOnly false), it type-checks every package, and each
+// facts file it writes is one the unitchecker reads.
 func TestNoFactsUnderGoVet(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -235,13 +258,21 @@ func TestNoFactsUnderGoVet(t *testing.T) {
 		argv[len(argv)-1] = f
 		msg, err := exec.Command(bin, argv...).CombinedOutput()
 		facts, ferr := os.ReadFile(vetx)
+		seen[cfg.ImportPath] = true
+		if !vetxFactsOnly {
+			// Its imports' types come from their vetx files, which the
+			// call still has: it type-checks, whatever the package.
+			if cfg.VetxOnly && (err != nil || ferr != nil || !bytes.HasPrefix(facts, []byte("vetx"))) {
+				t.Errorf("go vet's call for the facts of %s (%s): %v, facts %.20q (%v)\n%s", cfg.ImportPath, argv, err, facts, ferr, msg)
+			}
+			continue
+		}
 		if want && (err != nil || ferr != nil || len(facts) != 0) {
 			t.Errorf("go vet's call for the facts of %s (%s): %v, facts %q (%v)\n%s", cfg.ImportPath, argv, err, facts, ferr, msg)
 		}
 		if !want && err == nil {
 			t.Errorf("go vet's call for %s (VetxOnly %v) was answered without type-checking it:\n%s", cfg.ImportPath, cfg.VetxOnly, msg)
 		}
-		seen[cfg.ImportPath] = true
 	}
 	for p := range answered {
 		if !seen[p] {
