@@ -43,11 +43,11 @@ func TestGoInstall(t *testing.T) {
 	publish(t, proxy, modpath.Version{Path: analyzer, Version: version}, "../../zclaimvet")
 	publish(t, proxy, modpath.Version{Path: mf.Module.Mod.Path, Version: "v0.0.1"}, ".")
 
-	cache, err := exec.Command("go", "env", "GOMODCACHE", "GOPROXY").Output()
+	goenv, err := exec.Command("go", "env", "GOMODCACHE", "GOPROXY").Output()
 	must(t, err)
-	env := strings.Fields(string(cache))
+	env := strings.Split(strings.TrimSpace(string(goenv)), "\n")
 	if len(env) != 2 {
-		t.Fatalf("go env GOMODCACHE GOPROXY: %q", cache)
+		t.Fatalf("go env GOMODCACHE GOPROXY: %q", goenv)
 	}
 	// A module cache of its own: the test's versions stay out of the
 	// machine's. Its files are read-only; go clean removes them.
