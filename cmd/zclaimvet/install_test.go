@@ -61,7 +61,9 @@ func TestGoInstall(t *testing.T) {
 			t.Errorf("go clean -modcache: %v\n%s", err, out)
 		}
 	})
-	install := exec.Command("go", "install", mf.Module.Mod.Path+"@v0.0.1")
+	// -trimpath: the packages' build IDs then do not name this run's
+	// module cache, so a later run finds them built.
+	install := exec.Command("go", "install", "-trimpath", mf.Module.Mod.Path+"@v0.0.1")
 	install.Dir, install.Env = dir, goEnv
 	start := time.Now()
 	if out, err := install.CombinedOutput(); err != nil {
