@@ -4,9 +4,14 @@
 // stderr which one the tests use and where it came from, and prints on
 // stdout the folder to put first on PATH. It exits 1, with one line that
 // names what to install, when none can be had.
+//
+// With -dist (make compat), it looks at nothing on PATH: it takes the
+// server -server names ("redis" or "valkey") from that Debian release, in
+// the cache folder .cache/<server>-<dist>, downloaded there the first time.
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,23 +21,40 @@ import (
 )
 
 func main() {
+	dist := flag.String("dist", "", "a Debian release (a codename: trixie) to take the server from, instead of PATH")
+	server := flag.String("server", "redis", "with -dist: the server, redis or valkey")
+	flag.Parse()
+	if *server != "redis" && *server != "valkey" {
+		fmt.Fprintf(os.Stderr, "findredis: -server %s: want redis or valkey\n", *server)
+		os.Exit(2)
+	}
 	start := time.Now()
-	res, err := redisbin.Find(redisbin.Options{
-		Path:   os.Getenv("PATH"),
-		Cache:  filepath.Join(".cache", "redis"),
-		AptGet: "apt-get",
-		Log:    func(f string, a ...any) { fmt.Fprintf(os.Stderr, "make test: "+f+"\n", a...) },
-	})
+	cache, prefix, name := filepath.Join(".cache", "redis"), "make test: ", "redis-server"
+	if *dist != "" {
+		cache, prefix, name = filepath.Join(".cache", *server+"-"+*dist), "make compat: ", *server+"-server"
+	}
+	opts := redisbin.Options{Path: os.Getenv("PATH"), Cache: cache, AptGet: "apt-get",
+		Log: func(f string, a ...any) { fmt.Fprintf(os.Stderr, prefix+f+"\n", a...) }}
+	from := map[string]string{
+		"PATH":       "PATH",
+		"cache":      "Debian's package, downloaded earlier into " + cache,
+		"downloaded": fmt.Sprintf("Debian's package, downloaded into %s just now", cache),
+	}
+	if *dist != "" {
+		opts.Path, opts.Cache, opts.Dist, opts.Server = "", cache, *dist, *server
+		from["cache"] = fmt.Sprintf("Debian %s's package, downloaded earlier into %s", *dist, cache)
+		from["downloaded"] = fmt.Sprintf("Debian %s's package, downloaded into %s just now", *dist, cache)
+	}
+	res, err := redisbin.Find(opts)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "make test: %v\n", err)
+		fmt.Fprintf(os.Stderr, "%s%v\n", prefix, err)
 		os.Exit(1)
 	}
 	bin, _ := filepath.Abs(res.Bin)
-	from := map[string]string{
-		"PATH":       "PATH",
-		"cache":      "Debian's package, downloaded earlier into .cache/redis",
-		"downloaded": fmt.Sprintf("Debian's package, downloaded into .cache/redis just now (%.1fs)", time.Since(start).Seconds()),
-	}[res.Source]
-	fmt.Fprintf(os.Stderr, "make test: redis-server %s from %s: %s; the tests start their own servers from it\n", res.Version, from, bin)
+	how := from[res.Source]
+	if res.Source == "downloaded" {
+		how += fmt.Sprintf(" (%.1fs)", time.Since(start).Seconds())
+	}
+	fmt.Fprintf(os.Stderr, "%s%s %s from %s: %s; the tests start their own servers from it\n", prefix, name, res.Version, how, bin)
 	fmt.Println(filepath.Dir(bin))
 }

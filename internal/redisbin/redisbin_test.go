@@ -2,11 +2,14 @@ package redisbin
 
 import (
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The three ways a lookup can end: found on PATH, obtained into the cache
@@ -26,6 +29,7 @@ func TestFind(t *testing.T) {
 		if _, err := tool("apt-get"); err != nil {
 			t.Skip("no apt-get on this machine")
 		}
+		t.Parallel()
 		cache := t.TempDir()
 		res, err := Find(Options{Path: t.TempDir(), Cache: cache, AptGet: "apt-get", Log: t.Logf})
 		if err != nil || res.Source != "downloaded" {
@@ -38,6 +42,39 @@ func TestFind(t *testing.T) {
 		again, err := Find(Options{Cache: cache, AptGet: "apt-get"})
 		if err != nil || again.Source != "cache" || again.Bin != res.Bin {
 			t.Fatalf("Find again: %+v, %v", again, err)
+		}
+	})
+	// Valkey from Debian 13, on that release's C library: the server
+	// answers its own CLI, both through the wrappers the tests start.
+	t.Run("dist", func(t *testing.T) {
+		if _, err := tool("apt-get"); err != nil {
+			t.Skip("no apt-get on this machine")
+		}
+		t.Parallel()
+		cache := t.TempDir()
+		res, err := Find(Options{Path: filepath.Dir(mustLook(t, "sh")), Cache: cache, AptGet: "apt-get", Dist: "trixie", Server: "valkey", Log: t.Logf})
+		if err != nil || res.Source != "downloaded" || !strings.HasPrefix(res.Version, "8.") {
+			t.Fatalf("Find of trixie's valkey: %+v, %v", res, err)
+		}
+		if out, err := exec.Command(res.Bin, "--version").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "Valkey server v="+res.Version) {
+			t.Fatalf("the obtained server: %s %v", out, err)
+		}
+		port := freePort(t)
+		srv := exec.Command(res.Bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--dir", t.TempDir())
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+		cli := filepath.Join(filepath.Dir(res.Bin), "redis-cli")
+		var out []byte
+		for try := 0; try < 100; try++ {
+			if out, err = exec.Command(cli, "-p", port, "INFO", "server").CombinedOutput(); err == nil && strings.Contains(string(out), "valkey_version:"+res.Version) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if !strings.Contains(string(out), "valkey_version:"+res.Version) {
+			t.Fatalf("INFO server through the obtained redis-cli: %s %v", out, err)
 		}
 	})
 	t.Run("impossible", func(t *testing.T) {
@@ -56,4 +93,25 @@ func TestFind(t *testing.T) {
 			t.Fatalf("Find without apt-get: %v", err)
 		}
 	})
+}
+
+// mustLook finds a command on PATH.
+func mustLook(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
