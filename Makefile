@@ -48,14 +48,15 @@ fmt:
 # server), run once on Redis 8 and once on Valkey 8: Debian 13's (trixie)
 # packages with their own C library, which internal/findredis -dist
 # downloads into .cache/redis-trixie and .cache/valkey-trixie the first
-# time (about 5 s each).
+# time (about 5 s each). ZCLAIM_TEST_REDIS is cleared: every test starts
+# its servers from the one under test.
 COMPAT := redis valkey
 .PHONY: compat
 compat:
 	@set -o pipefail; $(GO) build -o .cache/testlog ./internal/testlog || exit 1; \
 	for s in $(COMPAT); do \
 		dir=$$($(GO) run ./internal/findredis -dist trixie -server $$s) || exit 1; \
-		PATH="$$dir:$$PATH" GORACE="atexit_sleep_ms=0 $$GORACE" \
+		PATH="$$dir:$$PATH" ZCLAIM_TEST_REDIS= GORACE="atexit_sleep_ms=0 $$GORACE" \
 			$(GO) test -race -count=1 -p 3 -parallel 8 -json $(MODULES) | .cache/testlog || exit 1; \
 	done
 
