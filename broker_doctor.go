@@ -173,13 +173,20 @@ func (b *Broker) checkNode(ctx context.Context, node redis.UniversalClient, wher
 		return wrap(ctx, "doctor", err, nil)
 	}
 
+	// Valkey reports the Redis version it is compatible with (7.2.4) as
+	// redis_version, which the check reads, and its own as valkey_version,
+	// which the result names.
 	version := infoField(info, "redis_version")
+	server := "redis " + version
+	if v := infoField(info, "valkey_version"); v != "" {
+		server = "valkey " + v
+	}
 	if major, _ := strconv.Atoi(strings.Split(version, ".")[0]); major < 7 {
-		add("version", where+"redis "+version,
+		add("version", where+server,
 			&Problem{Detail: "zclaim needs Redis 7 or newer, the server runs " + version,
 				Fix: "upgrade the server to Redis 7"})
 	} else {
-		add("version", where+"redis "+version, nil)
+		add("version", where+server, nil)
 	}
 
 	policy := infoField(info, "maxmemory_policy")

@@ -164,7 +164,7 @@ func run() int {
 	if host, _, _ := net.SplitHostPort(redisAddr); host != "localhost" && !net.ParseIP(host).IsLoopback() {
 		where = "at " + redisAddr
 	}
-	fmt.Printf("# zclaim benchmarks\n\n%s, %d CPUs, %s, Redis %s %s; %d round(s) per contender (%d for throughput, middleware, inside and e2e)%s.\n",
+	fmt.Printf("# zclaim benchmarks\n\n%s, %d CPUs, %s, %s %s; %d round(s) per contender (%d for throughput, middleware, inside and e2e)%s.\n",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), version, where,
 		*rounds, shortRounds(), map[bool]string{true: " (-quick: smoke test, not a measurement)", false: ""}[*quick])
 	fmt.Printf("Command: `go run ./bench%s`\n", strings.Join(append([]string{""}, os.Args[1:]...), " "))
@@ -177,8 +177,10 @@ func run() int {
 	return 0
 }
 
-// serverVersion asks the Redis at addr for its version (one try, within
-// two seconds): an error for one that cannot be reached or is older than 7.
+// serverVersion asks the Redis at addr for its name and version ("Redis
+// 7.0.15", "Valkey 8.1.1"; one try, within two seconds): an error for one
+// that cannot be reached or is older than 7 (Valkey's redis_version is the
+// Redis it is compatible with).
 func serverVersion(addr string) (string, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 2 * time.Second,
 		ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
@@ -192,7 +194,10 @@ func serverVersion(addr string) (string, error) {
 	if n, err := strconv.Atoi(major); err != nil || n < 7 {
 		return "", fmt.Errorf("version %q: the benchmarks need Redis 7 or later", v)
 	}
-	return v, nil
+	if vk := infoField(info, "valkey_version"); vk != "" {
+		return "Valkey " + vk, nil
+	}
+	return "Redis " + v, nil
 }
 
 var infoField = redisinfo.Field

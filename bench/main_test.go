@@ -1,9 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"net"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,6 +87,14 @@ func TestQuickRun(t *testing.T) {
 	}
 	if n := strings.Count(out, "\n## "); n != 3 {
 		t.Errorf("%d tables, want the 3 of the scenarios -only named:\n%s", n, out)
+	}
+	// The header names the server it started as the redis-server on PATH
+	// names itself (Valkey's under make compat).
+	v, err := exec.Command("redis-server", "--version").Output()
+	if m := regexp.MustCompile(`^(\w+) server v=(\S+)`).FindSubmatch(v); err != nil || m == nil {
+		t.Errorf("redis-server --version: %q, %v", v, err)
+	} else if want := fmt.Sprintf(", %s %s on loopback;", m[1], m[2]); !strings.Contains(out, want) {
+		t.Errorf("the header does not say %q:\n%s", want, out[:min(len(out), 300)])
 	}
 	// Every claimer but the unchecked naive poller takes each job once and
 	// loses none.

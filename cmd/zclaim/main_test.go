@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim"
 	"github.com/zclaim/zclaim/internal/proc"
+	"github.com/zclaim/zclaim/internal/redisinfo"
 	"github.com/zclaim/zclaim/internal/redisproc"
 	"github.com/zclaim/zclaim/internal/wait"
 )
@@ -255,6 +256,21 @@ func TestDoctor(t *testing.T) {
 	want(t, "doctor on a healthy server", code, 0, out, errOut)
 	if strings.Count(out, "ok ") != 6 {
 		t.Fatalf("doctor:\n%s", out)
+	}
+	// The server by its own name and version: Redis's, or Valkey's (make
+	// compat), whose redis_version is the Redis it is compatible with.
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	info, err := c.Info(ctx, "server").Result()
+	c.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := "redis " + redisinfo.Field(info, "redis_version")
+	if v := redisinfo.Field(info, "valkey_version"); v != "" {
+		server = "valkey " + v
+	}
+	if !regexp.MustCompile(`(?m)^ok +version +` + regexp.QuoteMeta(server) + `$`).MatchString(out) {
+		t.Fatalf("doctor does not name the server %q:\n%s", server, out)
 	}
 
 	// An evicting server without persistence, members without a type, and
