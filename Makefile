@@ -57,7 +57,7 @@ compat:
 	for s in $(COMPAT); do \
 		dir=$$($(GO) run ./internal/findredis -dist trixie -server $$s) || exit 1; \
 		PATH="$$dir:$$PATH" ZCLAIM_TEST_REDIS= GORACE="atexit_sleep_ms=0 $$GORACE" \
-			$(GO) test -race -count=1 -p 3 -parallel 8 -json $(MODULES) | .cache/testlog || exit 1; \
+			$(GO) test -race -count=1 -p 3 -parallel 8 -json $(MODULES) | .cache/testlog "make compat ($$s)" || exit 1; \
 	done
 
 # make tidy: go mod tidy in every module. cmd/zclaimvet requires the

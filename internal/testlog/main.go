@@ -5,9 +5,9 @@
 // with the names of the tests that failed and the last lines of each one's
 // output (so that a failure in CI reads without scrolling; a package that
 // failed with no failed test, as a timeout does, shows its own last lines,
-// whichever test they came from), then a count
-// of the tests, "tests: N passed, N failed", and exits 1 when anything
-// failed.
+// whichever test they came from), then the run's time, named by its one
+// optional argument ("make test: 1m18s" by default), and a count of the
+// tests, "tests: N passed, N failed", and exits 1 when anything failed.
 package main
 
 import (
@@ -69,10 +69,17 @@ func (p *pkgOut) add(line string) {
 	}
 }
 
-func main() { os.Exit(run(os.Stdin, os.Stdout)) }
+func main() {
+	name := "make test"
+	if len(os.Args) > 1 {
+		name = os.Args[1]
+	}
+	os.Exit(run(os.Stdin, os.Stdout, name))
+}
 
-// run formats the events of in onto w and returns the exit code.
-func run(in io.Reader, w io.Writer) int {
+// run formats the events of in onto w, the time line naming the run name,
+// and returns the exit code.
+func run(in io.Reader, w io.Writer, name string) int {
 	start := time.Now()
 	out := bufio.NewWriter(w)
 	flush := func() { out.Flush() }
@@ -184,7 +191,7 @@ func run(in io.Reader, w io.Writer) int {
 		}
 		fmt.Fprintln(out)
 	}
-	fmt.Fprintf(out, "make test: %s\n", time.Since(start).Round(time.Second))
+	fmt.Fprintf(out, "%s: %s\n", name, time.Since(start).Round(time.Second))
 	fmt.Fprintf(out, "tests: %d passed, %d failed\n", passed, failed)
 	flush()
 	if failed > 0 || failedPkgs > 0 {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -55,8 +56,12 @@ func TestRun(t *testing.T) {
 				"tests: 1 passed, 0 failed"}, []string{"=== CONT"}},
 	} {
 		var out strings.Builder
-		if code := run(strings.NewReader(tc.in), &out); code != tc.code {
+		if code := run(strings.NewReader(tc.in), &out, "make compat (valkey)"); code != tc.code {
 			t.Errorf("%s: exit %d, want %d\n%s", tc.name, code, tc.code, out.String())
+		}
+		// The time line, named for the run, just before the count.
+		if !regexp.MustCompile(`\nmake compat \(valkey\): \d+s\ntests: `).MatchString(out.String()) {
+			t.Errorf("%s: no time line named for the run:\n%s", tc.name, out.String())
 		}
 		for _, w := range tc.want {
 			if !strings.Contains(out.String(), w) {
