@@ -48,8 +48,9 @@ fmt:
 # server), run once on Redis 8 and once on Valkey 8: Debian 13's (trixie)
 # packages with their own C library, which internal/findredis -dist
 # downloads into .cache/redis-trixie and .cache/valkey-trixie the first
-# time (about 5 s each). ZCLAIM_TEST_REDIS is cleared: every test starts
-# its servers from the one under test.
+# time (about 5 s each; remove a folder to fetch that release's newest).
+# ZCLAIM_TEST_REDIS is cleared: every test starts its servers from the one
+# under test.
 COMPAT := redis valkey
 .PHONY: compat
 compat:
