@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim/internal/redisinfo"
 )
 
 // DoctorOptions tune Broker.Doctor. The zero value is valid.
@@ -173,14 +174,11 @@ func (b *Broker) checkNode(ctx context.Context, node redis.UniversalClient, wher
 		return wrap(ctx, "doctor", err, nil)
 	}
 
-	// Valkey reports the Redis version it is compatible with (7.2.4) as
-	// redis_version, which the check reads, and its own as valkey_version,
-	// which the result names.
+	// The check reads redis_version (Valkey's: the Redis it is compatible
+	// with); the result names the server by its own name and version.
 	version := infoField(info, "redis_version")
-	server := "redis " + version
-	if v := infoField(info, "valkey_version"); v != "" {
-		server = "valkey " + v
-	}
+	name, own := redisinfo.Server(info)
+	server := strings.ToLower(name) + " " + own
 	if major, _ := strconv.Atoi(strings.Split(version, ".")[0]); major < 7 {
 		add("version", where+server,
 			&Problem{Detail: "zclaim needs Redis 7 or newer, the server runs " + version,

@@ -194,10 +194,8 @@ func serverVersion(addr string) (string, error) {
 	if n, err := strconv.Atoi(major); err != nil || n < 7 {
 		return "", fmt.Errorf("version %q: the benchmarks need Redis 7 or later", v)
 	}
-	if vk := infoField(info, "valkey_version"); vk != "" {
-		return "Valkey " + vk, nil
-	}
-	return "Redis " + v, nil
+	name, own := redisinfo.Server(info)
+	return name + " " + own, nil
 }
 
 var infoField = redisinfo.Field

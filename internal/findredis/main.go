@@ -29,21 +29,19 @@ func main() {
 		os.Exit(2)
 	}
 	start := time.Now()
-	cache, prefix, name := filepath.Join(".cache", "redis"), "make test: ", "redis-server"
+	cache, prefix, name, pkg := filepath.Join(".cache", "redis"), "make test: ", "redis-server", "Debian's package"
+	opts := redisbin.Options{Path: os.Getenv("PATH"), AptGet: "apt-get"}
 	if *dist != "" {
-		cache, prefix, name = filepath.Join(".cache", *server+"-"+*dist), "make compat: ", *server+"-server"
+		cache, prefix, name, pkg = filepath.Join(".cache", *server+"-"+*dist), "make compat: ", *server+"-server",
+			"Debian "+*dist+"'s package"
+		opts.Path, opts.Dist, opts.Server = "", *dist, *server
 	}
-	opts := redisbin.Options{Path: os.Getenv("PATH"), Cache: cache, AptGet: "apt-get",
-		Log: func(f string, a ...any) { fmt.Fprintf(os.Stderr, prefix+f+"\n", a...) }}
+	opts.Cache = cache
+	opts.Log = func(f string, a ...any) { fmt.Fprintf(os.Stderr, prefix+f+"\n", a...) }
 	from := map[string]string{
 		"PATH":       "PATH",
-		"cache":      "Debian's package, downloaded earlier into " + cache,
-		"downloaded": fmt.Sprintf("Debian's package, downloaded into %s just now", cache),
-	}
-	if *dist != "" {
-		opts.Path, opts.Cache, opts.Dist, opts.Server = "", cache, *dist, *server
-		from["cache"] = fmt.Sprintf("Debian %s's package, downloaded earlier into %s", *dist, cache)
-		from["downloaded"] = fmt.Sprintf("Debian %s's package, downloaded into %s just now", *dist, cache)
+		"cache":      pkg + ", downloaded earlier into " + cache,
+		"downloaded": pkg + ", downloaded into " + cache + " just now",
 	}
 	res, err := redisbin.Find(opts)
 	if err != nil {

@@ -52,7 +52,8 @@ func TestFind(t *testing.T) {
 		}
 		t.Parallel()
 		cache := t.TempDir()
-		res, err := Find(Options{Path: filepath.Dir(mustLook(t, "sh")), Cache: cache, AptGet: "apt-get", Dist: "trixie", Server: "valkey", Log: t.Logf})
+		// A redis-server on Path, which a Dist passes over.
+		res, err := Find(Options{Path: filepath.Dir(mustLook(t, "redis-server")), Cache: cache, AptGet: "apt-get", Dist: "trixie", Server: "valkey", Log: t.Logf})
 		if err != nil || res.Source != "downloaded" || !strings.HasPrefix(res.Version, "8.") {
 			t.Fatalf("Find of trixie's valkey: %+v, %v", res, err)
 		}

@@ -13,3 +13,14 @@ func Field(info, field string) string {
 	}
 	return ""
 }
+
+// Server returns the server's name and version from an INFO server reply:
+// "Valkey" and valkey_version where the reply has one (Valkey's
+// redis_version is the Redis it is compatible with), else "Redis" and
+// redis_version.
+func Server(info string) (name, version string) {
+	if v := Field(info, "valkey_version"); v != "" {
+		return "Valkey", v
+	}
+	return "Redis", Field(info, "redis_version")
+}
