@@ -28,9 +28,11 @@ var (
 	enqueueScript = redis.NewScript(enqueueLua)
 )
 
-// bulkAsynq is the asynq release line whose Enqueue bulk writes as it
-// does: its task hash, pending list and message encoding.
-const bulkAsynq = "v0.26."
+// knownAsynq is the asynq release line whose Redis layout zclaim reads and
+// writes itself: the bulk writer writes tasks as its Enqueue does (its task
+// hash, pending list and message encoding), and a takeover pass reads the
+// lengths of its queues' active lists (busyQueues).
+const knownAsynq = "v0.26."
 
 // bulkMax is how many claims an enqueue worker takes at once when it
 // writes in bulk.
@@ -118,11 +120,11 @@ type bulk struct {
 // newBulk returns the bulk writer of a dispatcher whose AsynqRedis is rdb
 // under asynq version v, or nil and why not.
 func newBulk(rdb redis.UniversalClient, v string) (*bulk, string) {
-	if !strings.HasPrefix(v, bulkAsynq) {
+	if !strings.HasPrefix(v, knownAsynq) {
 		if v == "" {
 			v = "of no known version"
 		}
-		return nil, fmt.Sprintf("asynq is %s, not %sx, whose Enqueue the dispatcher knows how to write", v, bulkAsynq)
+		return nil, fmt.Sprintf("asynq is %s, not %sx, whose Enqueue the dispatcher knows how to write", v, knownAsynq)
 	}
 	return &bulk{rdb: rdb}, ""
 }

@@ -37,7 +37,7 @@ func TestBulkWritesAsAsynqDoes(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
 	ac := asynq.NewClientFromRedisClient(rdb)
-	bk, _ := newBulk(rdb, bulkAsynq+"0")
+	bk, _ := newBulk(rdb, knownAsynq+"0")
 	q := testQueue(t)
 	dl := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
 	cases := []struct {
@@ -107,7 +107,7 @@ func TestBulkWritesAsAsynqDoes(t *testing.T) {
 func TestBulkConflicts(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
-	bk, _ := newBulk(rdb, bulkAsynq+"0")
+	bk, _ := newBulk(rdb, knownAsynq+"0")
 	q := testQueue(t)
 	if _, err := asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("t", []byte("first")), asynq.TaskID("a"), asynq.Queue(q)); err != nil {
 		t.Fatal(err)
@@ -142,7 +142,7 @@ func TestBulkQueues(t *testing.T) {
 	must(t, enqueueScript.Load(ctx, rdb).Err()) // a server that knows the script: one round trip
 	calls := &evalCounter{}
 	rdb.AddHook(calls)
-	bk, _ := newBulk(rdb, bulkAsynq+"0")
+	bk, _ := newBulk(rdb, knownAsynq+"0")
 	q1, q2 := testQueue(t), testQueue(t)
 	w := &bulkWrite{}
 	for _, x := range [][2]string{{q1, "a"}, {q2, "b"}, {q1, "c"}, {q2, "d"}, {q1, "e"}} {
@@ -174,7 +174,7 @@ func TestBulkQueues(t *testing.T) {
 func TestBulkHeadersAsAsynqReadsThem(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
-	bk, _ := newBulk(rdb, bulkAsynq+"0")
+	bk, _ := newBulk(rdb, knownAsynq+"0")
 	q := testQueue(t)
 	h := map[string]string{"a": "1", "b": "", "zclaim-job": "x", "ü": "é"}
 	task := asynq.NewTaskWithHeaders("t", []byte("p"), h)

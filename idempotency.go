@@ -151,6 +151,7 @@ type Idempotency struct {
 	begin, complete, settle *redis.Script
 
 	defaultKey bool     // Key is OccurrenceKey: takeovers tell a task's key from its id
+	asynqKnown bool     // asynq is of the release line knownAsynq: busyQueues may read its lists
 	takeover   takeover // the loop that takes over dead workers' runs
 	guards     guards   // the lease guards of running handlers whose heartbeat has not started
 	// types are the task types the middleware has handled (string ->
@@ -213,7 +214,8 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 		return nil, err
 	}
 	i := &Idempotency{rdb: rdb, opts: opts, log: opts.Logger, defaultKey: defaultKey, sweepOdds: doneSweepOdds,
-		repl: replication{opts.WaitReplicas, opts.WaitTimeout}, grp: group{rdb: rdb},
+		asynqKnown: strings.HasPrefix(asynqVersion(), knownAsynq), repl: replication{opts.WaitReplicas, opts.WaitTimeout},
+		grp: group{rdb: rdb},
 		// The bare prefix is the record key of no key (keys are never
 		// empty): it holds the store's state marker.
 		state: &stateMarker{rdb: rdb, key: opts.Prefix, log: opts.Logger,

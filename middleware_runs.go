@@ -62,7 +62,7 @@ type RunInfo struct {
 // has not handled are listed under the key the function tells of the task
 // alone.
 func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs []RunInfo, next string, err error) {
-	all, err := i.activeRuns(asynq.NewInspectorFromRedisClient(i.asynqRedis()))
+	all, err := i.activeRuns(ctx, asynq.NewInspectorFromRedisClient(i.asynqRedis()))
 	if err != nil {
 		return nil, "", wrap(ctx, "runs", err, nil)
 	}

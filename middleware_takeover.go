@@ -161,7 +161,7 @@ type activeRun struct {
 // (TakeoverQueues, else every queue asynq knows), with their keys; tasks
 // whose key cannot be told from the task alone are left out. A queue that
 // cannot be read is passed over, and the first such error returned.
-func (i *Idempotency) activeRuns(in *asynq.Inspector) ([]activeRun, error) {
+func (i *Idempotency) activeRuns(ctx context.Context, in *asynq.Inspector) ([]activeRun, error) {
 	queues := i.opts.TakeoverQueues
 	if len(queues) == 0 {
 		var err error
@@ -169,6 +169,7 @@ func (i *Idempotency) activeRuns(in *asynq.Inspector) ([]activeRun, error) {
 			return nil, err
 		}
 	}
+	queues = i.busyQueues(ctx, queues)
 	var out []activeRun
 	var firstErr error
 	for _, q := range queues {
@@ -191,6 +192,34 @@ func (i *Idempotency) activeRuns(in *asynq.Inspector) ([]activeRun, error) {
 		}
 	}
 	return out, firstErr
+}
+
+// busyQueues returns the queues among qs whose active lists hold a task,
+// read in one pipeline: asynq's Inspector takes three round trips to list
+// a queue's active tasks, busy or idle, so that a pass over hundreds of
+// idle queues would outlast its interval. Under an asynq of another
+// release line than knownAsynq, whose keys it does not know, or when the
+// lengths cannot be read, it returns qs.
+func (i *Idempotency) busyQueues(ctx context.Context, qs []string) []string {
+	if len(qs) < 2 || !i.asynqKnown {
+		return qs
+	}
+	lens := make([]*redis.IntCmd, len(qs))
+	if _, err := i.asynqRedis().Pipelined(ctx, func(p redis.Pipeliner) error {
+		for n, q := range qs {
+			lens[n] = p.LLen(ctx, "asynq:{"+q+"}:active") // asynq v0.26's base.ActiveKey
+		}
+		return nil
+	}); err != nil {
+		return qs
+	}
+	var busy []string
+	for n, q := range qs {
+		if lens[n].Val() > 0 {
+			busy = append(busy, q)
+		}
+	}
+	return busy
 }
 
 // records reads the run records of runs in one pipeline, with Redis TIME.
@@ -287,7 +316,7 @@ func parseRecord(rec string) (state string, token int64, n int64, ok bool) {
 // each whose run record says its lease ran out (its worker is gone), and
 // enqueues a copy of its task. It returns how many it took over.
 func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
-	runs, err := i.activeRuns(i.takeover.in)
+	runs, err := i.activeRuns(ctx, i.takeover.in)
 	runs = slices.DeleteFunc(runs, func(r activeRun) bool { return r.unsure })
 	if len(runs) == 0 {
 		return 0, err

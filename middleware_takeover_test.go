@@ -593,7 +593,9 @@ func TestBrokerReportsRuns(t *testing.T) {
 }
 
 // On a Redis Cluster of three masters, with run records spread over their
-// slots (a prefix without a hash tag), abandoned runs are taken over.
+// slots (a prefix without a hash tag), abandoned runs are taken over by a
+// pass over every queue asynq knows, whose active lists are in slots of
+// their own.
 func TestTakeoverOnCluster(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -603,6 +605,7 @@ func TestTakeoverOnCluster(t *testing.T) {
 	cc := cl.Client()
 	t.Cleanup(func() { cc.Close() })
 	const q, n = "zt-cluster-takeover", 6
+	must(t, cc.SAdd(ctx, "asynq:queues", "zt-idle-a", "zt-idle-b", "zt-idle-c").Err())
 	started := holdingWorker(t, cc, q, 2*n)
 	c := asynq.NewClientFromRedisClient(cc)
 	t.Cleanup(func() { c.Close() })
@@ -631,9 +634,12 @@ func TestTakeoverOnCluster(t *testing.T) {
 	// The copies run under a plain handler and never begin: a Lease after
 	// its takeover, a run is taken over again, but gets no second copy
 	// while its first is active, and no second count.
-	taker, err := NewIdempotency(cc, IdempotencyOptions{Prefix: "zt:run:", Lease: 2 * time.Second, TakeoverQueues: []string{q}})
+	taker, err := NewIdempotency(cc, IdempotencyOptions{Prefix: "zt:run:", Lease: 2 * time.Second})
 	must(t, err)
 	t.Cleanup(func() { taker.Close() })
+	if got := taker.busyQueues(ctx, []string{"zt-idle-a", q, "zt-idle-b"}); !slices.Equal(got, []string{q}) {
+		t.Fatalf("busy queues %q, want %q", got, q)
+	}
 	taker.Middleware()
 	copies := map[string]bool{}
 	timeout := time.After(30 * time.Second)
@@ -782,6 +788,82 @@ func again(t *testing.T, f func() error) {
 		}
 	}()
 	t.Cleanup(func() { close(stop); <-done })
+}
+
+// With no TakeoverQueues, Runs and a takeover pass read the lengths of
+// every queue's active list in one round trip and list the active tasks of
+// the busy queues alone (asynq's Inspector takes three round trips a
+// queue): beside 300 idle queues, they find a dead run and a live task in
+// a few round trips, and the pass takes the dead run over. Under an asynq
+// whose keys the store does not know, it lists every queue, and finds the
+// same.
+func TestTakeoverSkipsIdleQueues(t *testing.T) {
+	t.Parallel()
+	s := ownRedis(t) // the queues asynq knows are the test's alone
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	const idle = 300
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k := range idle {
+			p.SAdd(ctx, "asynq:queues", "idle-"+strconv.Itoa(k))
+		}
+		return nil
+	})
+	must(t, err)
+	const q = "busy"
+	started := holdingWorker(t, rdb, q, 3) // a worker left free for the copy
+	c := asynq.NewClientFromRedisClient(rdb)
+	t.Cleanup(func() { c.Close() })
+	for _, id := range []string{"dead", "live"} {
+		_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID(id))
+		must(t, err)
+		wait.Recv(t, started, 30*time.Second, "task "+id+" to start")
+	}
+	dead, err := NewIdempotency(rdb, IdempotencyOptions{Prefix: "zt:run:", Lease: 20 * time.Millisecond, DisableTakeover: true})
+	must(t, err)
+	_, err = dead.Begin(ctx, "dead") // and its worker died
+	must(t, err)
+	time.Sleep(30 * time.Millisecond)
+	for _, known := range []bool{false, true} {
+		var trips atomic.Int64
+		counted := redis.NewClient(&redis.Options{Addr: s.Addr})
+		t.Cleanup(func() { counted.Close() })
+		i, err := NewIdempotency(counted, IdempotencyOptions{Prefix: "zt:run:", Lease: time.Second, DisableTakeover: true})
+		must(t, err)
+		i.asynqKnown = known
+		i.types.Store("work", true) // as if its middleware had handled a task of the type
+		must(t, counted.Ping(ctx).Err())
+		counted.AddHook(roundTrips{&trips})
+		runs, _, err := i.Runs(ctx, "", 0)
+		must(t, err)
+		var got []string
+		for _, r := range runs {
+			got = append(got, r.TaskID+" "+string(r.State))
+		}
+		if want := []string{"dead " + string(RunAbandoned), "live " + string(RunNone)}; !slices.Equal(got, want) {
+			t.Fatalf("asynq known %v: runs %q, want %q", known, got, want)
+		}
+		switch n := trips.Load(); {
+		case !known && n < 3*idle:
+			t.Fatalf("Runs under an unknown asynq took %d round trips, want one listing of each of %d queues", n, idle+1)
+		case known && n > idle/10:
+			t.Fatalf("Runs took %d round trips beside %d idle queues", n, idle)
+		}
+		if !known {
+			continue
+		}
+		i.takeover.in = asynq.NewInspectorFromRedisClient(counted)
+		i.takeover.client = asynq.NewClientFromRedisClient(counted)
+		trips.Store(0)
+		took, err := i.takeoverPass(ctx)
+		must(t, err)
+		if n := trips.Load(); took != 1 || n > idle/10 {
+			t.Fatalf("a pass took over %d runs in %d round trips, want 1 in a few", took, n)
+		}
+		if id := wait.Recv(t, started, 30*time.Second, "the copy to start"); !strings.HasPrefix(id, "dead"+takeoverSep) {
+			t.Fatalf("task %s started, want a copy of the dead run", id)
+		}
+	}
 }
 
 // Processes of one shape (a store prefix, the same TakeoverQueues, the
