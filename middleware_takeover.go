@@ -38,6 +38,7 @@ type takeover struct {
 	in      *asynq.Inspector
 	client  *asynq.Client
 	stopped bool
+	warn    rateLog // of the passes that failed
 }
 
 // takeoverInterval is how often a pass looks for abandoned runs: a quarter
@@ -101,8 +102,10 @@ func (i *Idempotency) takeoverLoop() {
 		ctx, cancel := context.WithTimeout(context.Background(), max(every, time.Second))
 		if i.passTurn(ctx, every) {
 			tk.passes.Add(1)
+			// At Warn, once per cause per claimWarnEvery: while passes
+			// fail, no dead worker's run is taken over.
 			if _, err := i.takeoverPass(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				i.log.LogAttrs(ctx, slog.LevelDebug, "zclaim: takeover pass failed", slog.String("error", err.Error()))
+				tk.warn.warn(ctx, i.log, err.Error(), "zclaim: takeover pass failed", slog.String("error", err.Error()))
 			}
 		}
 		cancel()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim/internal/logbuf"
 	"github.com/zclaim/zclaim/internal/proc"
 	"github.com/zclaim/zclaim/internal/wait"
 )
@@ -863,6 +864,27 @@ func TestTakeoverSkipsIdleQueues(t *testing.T) {
 		if id := wait.Recv(t, started, 30*time.Second, "the copy to start"); !strings.HasPrefix(id, "dead"+takeoverSep) {
 			t.Fatalf("task %s started, want a copy of the dead run", id)
 		}
+	}
+}
+
+// A takeover pass that fails (here, asynq's Redis cannot be reached) is
+// logged at Warn, once per cause per claimWarnEvery: while passes fail, no
+// dead worker's run is taken over.
+func TestTakeoverPassFailureLogged(t *testing.T) {
+	t.Parallel()
+	px := newProxy(t, testAddr)
+	px.SetDown(true)
+	gone := clientVia(t, px)
+	var logs logbuf.Buffer
+	i := newIdem(t, newClient(t), IdempotencyOptions{Lease: 400 * time.Millisecond, AsynqRedis: gone, TakeoverQueues: []string{"q"},
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	i.Middleware()
+	const line = "level=WARN msg=\"zclaim: takeover pass failed\""
+	waitFor(t, 10*time.Second, "a failed pass logged", func() bool { return strings.Contains(logs.String(), line) })
+	passes := i.takeover.passes.Load()
+	time.Sleep(5 * takeoverInterval(400*time.Millisecond))
+	if n := strings.Count(logs.String(), line); n != 1 || i.takeover.passes.Load() < passes+2 {
+		t.Fatalf("%d passes failed, %d logged; want more than one, one logged:\n%s", i.takeover.passes.Load(), n, logs.String())
 	}
 }
 
