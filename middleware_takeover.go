@@ -227,8 +227,9 @@ func (i *Idempotency) busyQueues(ctx context.Context, qs []string) []string {
 
 // records reads the run records of runs in one pipeline, with Redis TIME.
 // A missing record's command holds redis.Nil; a finished one's holds
-// "done 0 0" (its token is not kept). It marks the runs whose worker is
-// gone (workersGone).
+// "done 0 0" (its token is not kept); one Redis refused to read (of
+// another type), its error. It marks the runs whose worker is gone
+// (workersGone).
 func (i *Idempotency) records(ctx context.Context, runs []activeRun) ([]*redis.StringCmd, time.Time, error) {
 	if err := i.readyDone(ctx); err != nil {
 		return nil, time.Time{}, err
@@ -245,7 +246,10 @@ func (i *Idempotency) records(ctx context.Context, runs []activeRun) ([]*redis.S
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	// A reply's own error (a record of another type) is its run's: it
+	// keeps no other run from being read.
+	var replyErr redis.Error
+	if err != nil && !errors.As(err, &replyErr) {
 		return nil, time.Time{}, err
 	}
 	now := clock.Val()
@@ -317,7 +321,10 @@ func parseRecord(rec string) (state string, token int64, n int64, ok bool) {
 
 // takeoverPass looks once at the active tasks of the queues, takes over
 // each whose run record says its lease ran out (its worker is gone), and
-// enqueues a copy of its task. It returns how many it took over.
+// enqueues a copy of its task. It returns how many it took over, and the
+// first error it met: a queue it could not list, a run record it could not
+// read (of another type, or not one of the middleware's), a takeover Redis
+// refused. A task it met such an error on is left as it is.
 func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 	runs, err := i.activeRuns(ctx, i.takeover.in)
 	runs = slices.DeleteFunc(runs, func(r activeRun) bool { return r.unsure })
@@ -337,16 +344,31 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 		}
 	}
 	took := 0
+	take := func(r activeRun, token int64, failed bool) {
+		ok, terr := i.takeOver(ctx, r, token, failed, dead)
+		if ok {
+			took++
+		}
+		if err == nil {
+			err = terr
+		}
+	}
 	for n, r := range runs {
-		rec, err := cmds[n].Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
+		rec, rerr := cmds[n].Result()
+		if rerr != nil && !errors.Is(rerr, redis.Nil) {
+			if err == nil {
+				err = fmt.Errorf("zclaim: run record of %q: %w", short(r.key), rerr)
+			}
 			continue
 		}
 		state, token, until, ok := parseRecord(rec)
+		if rerr == nil && !ok && err == nil {
+			err = fmt.Errorf("zclaim: run record of %q: %w", short(r.key), ErrCorrupt)
+		}
 		if ok && state == "free" && finalRelease(r, until) {
 			continue // a failure that ended its task: asynq's recovery archives it
 		}
-		if errors.Is(err, redis.Nil) || (ok && state == "free") {
+		if errors.Is(rerr, redis.Nil) || (ok && state == "free") {
 			// No run holds the key while asynq holds the task: its worker
 			// has not reached the middleware's Begin (a worker without this
 			// middleware, an outer middleware that waits), or died before
@@ -365,17 +387,13 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 			if _, ok := i.types.Load(r.task.Type); !ok || !r.gone {
 				continue
 			}
-			if i.takeOver(ctx, r, token, state == "free", dead) {
-				took++
-			}
+			take(r, token, state == "free")
 			continue
 		}
 		if !ok || (state != "run" && state != "take") || until > now {
 			continue
 		}
-		if i.takeOver(ctx, r, token, false, dead) {
-			took++
-		}
+		take(r, token, false)
 	}
 	return took, err
 }
@@ -398,15 +416,19 @@ func finalRelease(r activeRun, until int64) bool {
 // died before it began: asynq's lease of it says so) holds its TaskID in
 // asynq until asynq's recovery moves it, a minute or more later; the run
 // gets a copy of the next generation, "<id>.2", "<id>.3", instead. It
-// reports whether it enqueued one.
-func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64, failed bool, dead map[string]bool) bool {
+// reports whether it enqueued one, and the error of a takeover script that
+// Redis refused (a failed enqueue is logged here, and tried again later).
+func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64, failed bool, dead map[string]bool) (bool, error) {
 	lease := i.opts.Lease
 	bucket, field := i.doneOf(r.key)
 	reply, err := takeoverScript.Run(ctx, i.rdb, []string{i.recordKey(r.key), bucket}, strconv.FormatInt(token, 10),
 		ms(lease), ms(lease), field, ms(i.opts.Retention)).Result()
+	if err != nil {
+		return false, fmt.Errorf("zclaim: take over the run of %q: %w", short(r.key), err)
+	}
 	raw, ok := int64s(reply)
-	if err != nil || !ok || len(raw) != 2 || raw[0] != 1 {
-		return false
+	if !ok || len(raw) != 2 || raw[0] != 1 {
+		return false, nil
 	}
 	silent := time.Duration(raw[1]) * time.Millisecond
 	ti := r.task
@@ -449,20 +471,20 @@ func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64, fa
 		// (or it ran and asynq keeps it): it is marked taken over again.
 		i.log.LogAttrs(ctx, slog.LevelDebug, "zclaim: an abandoned run's copy is still waiting in asynq",
 			slog.String("key", short(r.key)), slog.Int64("token", token), slog.String("queue", ti.Queue))
-		return false
+		return false, nil
 	}
 	if err != nil {
 		// The take marker lapses after a lease, and a later pass tries again.
 		i.log.LogAttrs(ctx, slog.LevelWarn,
 			"zclaim: could not enqueue the takeover of an abandoned run; trying again later",
 			slog.String("key", short(r.key)), slog.Int64("token", token), slog.String("error", err.Error()))
-		return false
+		return false, nil
 	}
 	i.takeovers.Add(1)
 	i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: took over a run whose worker is gone",
 		slog.String("key", short(r.key)), slog.Int64("token", token), slog.Duration("silent", silent),
 		slog.String("task", short(ti.ID)), slog.String("queue", ti.Queue))
-	return true
+	return true, nil
 }
 
 // short cuts an id for a log line: at most about 200 bytes.

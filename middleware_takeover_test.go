@@ -888,6 +888,72 @@ func TestTakeoverPassFailureLogged(t *testing.T) {
 	}
 }
 
+// A takeover pass reports what stops it taking a dead run over, leaves
+// that run as it is and takes the others over: a run record of another
+// type, one that is not the middleware's, or, for a run that never began
+// (no record, asynq's lease of its task lapsed), a bucket of finished
+// records of another type (the takeover script's error). Runs lists the
+// queue's runs all the same. With the keys mended, the next pass takes the
+// run over.
+func TestTakeoverPassReportsBadKeys(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	q := testQueue(t)
+	started, dead, _ := deadRun(t, rdb, q, "dead", 4)
+	// Another run of the queue whose worker died, with sound keys.
+	_, err := newAsynqClient(t, testAddr).Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID("other"))
+	must(t, err)
+	wait.Recv(t, started, 30*time.Second, "the other task to start")
+	_, err = dead.Begin(ctx, "other")
+	must(t, err)
+	i := newIdem(t, rdb, IdempotencyOptions{Prefix: dead.Prefix(), Lease: time.Second, TakeoverQueues: []string{q}})
+	i.types.Store("work", true) // as if its middleware had handled a task of the type
+	i.takeover.in = newInspector(t)
+	i.takeover.client = newAsynqClient(t, testAddr)
+	time.Sleep(30 * time.Millisecond) // the dead run's lease runs out
+	record := i.recordKey("dead")
+	bucket, _ := i.doneOf("dead")
+	rec, err := rdb.Get(ctx, record).Result()
+	must(t, err)
+	for _, c := range []struct {
+		name  string
+		spoil func() error
+		want  string
+		took  int // the other run, in the first pass
+	}{
+		{"a record of another type", func() error { rdb.Del(ctx, record); return rdb.HSet(ctx, record, "f", "v").Err() }, "WRONGTYPE", 1},
+		{"a record not the middleware's", func() error { return rdb.Set(ctx, record, "junk", 0).Err() }, ErrCorrupt.Error(), 0},
+		{"a bucket of another type", func() error {
+			lapseAsynqLeases(t, rdb, q, true, "dead")
+			unlistAsynqWorkers(t, rdb, "dead")
+			rdb.Del(ctx, record)
+			return rdb.Set(ctx, bucket, "junk", 0).Err()
+		}, "WRONGTYPE", 0},
+	} {
+		must(t, rdb.Del(ctx, record, bucket).Err())
+		must(t, rdb.Set(ctx, record, rec, 0).Err())
+		must(t, c.spoil())
+		took, err := i.takeoverPass(ctx)
+		if took != c.took || err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), `"dead"`) {
+			t.Fatalf("%s: a pass took over %d runs, error %v; want %d, an error naming the key and %s", c.name, took, err, c.took, c.want)
+		}
+		if runs, _, err := i.Runs(ctx, "", 0); err != nil || len(runs) < 2 {
+			t.Fatalf("%s: Runs listed %d runs, error %v; want the queue's", c.name, len(runs), err)
+		}
+	}
+	if id := wait.Recv(t, started, 30*time.Second, "the other run's copy to start"); !strings.HasPrefix(id, "other"+takeoverSep) {
+		t.Fatalf("task %s started, want a copy of the other run", id)
+	}
+	must(t, rdb.Del(ctx, record, bucket).Err())
+	must(t, rdb.Set(ctx, record, rec, 0).Err())
+	if took, err := i.takeoverPass(ctx); took != 1 || err != nil {
+		t.Fatalf("with the keys mended, a pass took over %d runs, error %v; want 1", took, err)
+	}
+	if id := wait.Recv(t, started, 30*time.Second, "the copy to start"); !strings.HasPrefix(id, "dead"+takeoverSep) {
+		t.Fatalf("task %s started, want a copy of the dead run", id)
+	}
+}
+
 // Processes of one shape (a store prefix, the same TakeoverQueues, the
 // same task types) share their passes: five make about one pass an
 // interval between them, not one each, and a dead run among the active
