@@ -52,7 +52,12 @@ func (d *Dispatcher) later(c Claim) outcome {
 // dispatchTick dispatches a tick of a periodic definition: enqueued if it
 // is still due, with the definition's next tick written after.
 func (d *Dispatcher) dispatchTick(ctx context.Context, c Claim, redisNow, claimedAt, now time.Time) outcome {
-	run, advance := d.tick(ctx, &c, now)
+	run, advance, err := d.tick(ctx, &c, now)
+	if err != nil {
+		d.failed.Add(1)
+		d.report(c, redisNow, claimedAt, err)
+		return d.later(c)
+	}
 	if !run {
 		if advance() != nil {
 			return d.later(c)

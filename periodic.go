@@ -85,7 +85,8 @@ func (d periodicDef) parse(name string) (Periodic, cron.Schedule, error) {
 	}
 	loc, err := time.LoadLocation(d.TZ)
 	if err != nil {
-		return p, nil, fmt.Errorf("%w: periodic %q: time zone %q: %v", ErrCorrupt, name, d.TZ, err)
+		return p, nil, fmt.Errorf("%w: periodic %q: time zone %q does not load in this process "+
+			"(install the system's tzdata, or import time/tzdata in the program): %v", ErrCorrupt, name, d.TZ, err)
 	}
 	p.Location = loc
 	s, err := p.schedule()
@@ -264,32 +265,40 @@ func (b *Broker) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
 // (or, with run false, at once). The next tick is written only while the
 // definition's mark is still the claimed tick: a second claim of the same
 // tick (after recovery) or a changed Spec writes none.
-func (d *Dispatcher) tick(ctx context.Context, c *Claim, now time.Time) (run bool, advance func() error) {
+//
+// A definition this process cannot read (Redis did not answer, its time
+// zone does not load here, it is not one SetPeriodic wrote) gives err: the
+// tick goes back after its backoff, for a later claim here or in another
+// dispatcher, rather than run with no next tick written, which would end
+// the definition's chain of ticks until SetPeriodic mends it. After its
+// last attempt it goes to the dead set, where it shows.
+func (d *Dispatcher) tick(ctx context.Context, c *Claim, now time.Time) (run bool, advance func() error, err error) {
 	b := d.b
 	name := strings.TrimPrefix(c.ID, PeriodicPrefix)
 	k := b.claimKeys(*c)
 	raw, err := replication{}.run(ctx, b.rdb, periodicScript, k.periodicKeys(), "get", name).Slice()
-	if err != nil || len(raw) != 2 {
-		// Not readable now: enqueue the tick as it is; the next claim of
-		// the definition's tick reads it again.
+	if err == nil && len(raw) != 2 {
+		err = fmt.Errorf("%w: periodic %q: a reply of %d values", ErrCorrupt, name, len(raw))
+	}
+	if err != nil {
 		d.log.LogAttrs(ctx, slog.LevelWarn,
-			"zclaim: could not read a periodic definition; its tick runs, the next one waits",
-			slog.String("name", name), slog.Any("error", err))
-		return true, func() error { return nil }
+			"zclaim: could not read a periodic definition; its tick goes back with backoff",
+			slog.String("name", name), slog.String("error", err.Error()))
+		return false, nil, err
 	}
 	js, ok := raw[0].(string)
 	if !ok {
 		d.log.LogAttrs(ctx, slog.LevelInfo, "zclaim: tick of a deleted periodic definition dropped",
 			slog.String("name", name))
-		return false, func() error { return nil }
+		return false, func() error { return nil }, nil
 	}
 	var def periodicDef
 	p, s, err := def.parseJSON(js, name)
 	if err != nil {
 		d.log.LogAttrs(ctx, slog.LevelError,
-			"zclaim: periodic definition cannot be read; its tick runs, no next tick is written",
+			"zclaim: periodic definition cannot be read here; its tick goes back with backoff",
 			slog.String("name", name), slog.String("error", err.Error()))
-		return true, func() error { return nil }
+		return false, nil, err
 	}
 	claimed := c.Due
 	at := claimed
@@ -316,7 +325,7 @@ func (d *Dispatcher) tick(ctx context.Context, c *Claim, now time.Time) (run boo
 				slog.String("name", name), slog.String("error", err.Error()))
 		}
 		return err
-	}
+	}, nil
 }
 
 func (d *periodicDef) parseJSON(js, name string) (Periodic, cron.Schedule, error) {

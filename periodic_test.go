@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -808,6 +809,63 @@ func pauses() (longest func() time.Duration) {
 		}
 	}()
 	return func() time.Duration { close(stop); return <-done }
+}
+
+// A tick whose definition the dispatcher cannot read (here, a time zone
+// that does not load) goes back with its backoff instead of running with
+// no next tick written, which would end the definition's ticks; once the
+// definition reads again, the tick runs and the next one is written.
+func TestPeriodicUnreadableDefinition(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	b := newBroker(t, BrokerOptions{Key: testKey(t), Backoff: func(int) time.Duration { return 20 * time.Millisecond }})
+	q := testQueue(t)
+	must(t, b.SetPeriodic(ctx, Periodic{Name: "tz", Spec: "@every 1s", Type: "tz", Queue: q}))
+	defs := b.shards[0].periodic
+	good, err := rdb.HGet(ctx, defs, "tz").Result()
+	must(t, err)
+	bad := strings.Replace(good, `"tz":"UTC"`, `"tz":"Nowhere/Atlantis"`, 1)
+	if bad == good {
+		t.Fatalf("no time zone in the stored definition %s", good)
+	}
+	must(t, rdb.HSet(ctx, defs, "tz", bad).Err())
+	var mu sync.Mutex
+	var reported []error
+	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{OnDispatch: func(_ JobInfo, _ time.Duration, err error) {
+		mu.Lock()
+		reported = append(reported, err)
+		mu.Unlock()
+	}})
+	must(t, err)
+	runDispatcher(t, d)
+	waitFor(t, 10*time.Second, "the tick given back twice", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(reported) >= 2
+	})
+	mu.Lock()
+	for _, err := range reported {
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "Nowhere/Atlantis") {
+			t.Fatalf("reported %v, want the time zone that does not load", err)
+		}
+	}
+	mu.Unlock()
+	in := newInspector(t)
+	if tasks, _ := in.ListPendingTasks(q); len(tasks) != 0 {
+		t.Fatalf("%d tasks enqueued for a tick whose definition cannot be read", len(tasks))
+	}
+	j, err := b.Job(ctx, "periodic:tz")
+	must(t, err)
+	if j.Attempt < 2 {
+		t.Fatalf("the tick: %+v, want it back on the schedule after its failed attempts", j)
+	}
+	ran := j.Occurrence()
+	must(t, rdb.HSet(ctx, defs, "tz", good).Err())
+	waitFor(t, 10*time.Second, "the tick enqueued, and the next one written", func() bool {
+		tasks, _ := in.ListPendingTasks(q)
+		next, err := b.Job(ctx, "periodic:tz")
+		return len(tasks) == 1 && tasks[0].ID == ran && err == nil && next.Attempt == 1 && next.Due.After(j.Due)
+	})
 }
 
 // latestTick finds the last tick at or before now, however many were
