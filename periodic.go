@@ -62,6 +62,10 @@ type Periodic struct {
 type PeriodicInfo struct {
 	Periodic
 	Next time.Time // the tick on the schedule (or being dispatched); zero if none
+	// Err is set for a definition this process cannot read (ErrCorrupt):
+	// its time zone does not load here, or SetPeriodic did not write it.
+	// Periodic then holds what could be read (Name at least, no Location).
+	Err error
 }
 
 // periodicDef is a Periodic as stored (JSON, fields in a fixed order).
@@ -224,7 +228,8 @@ func (b *Broker) DeletePeriodic(ctx context.Context, name string) (bool, error) 
 	return n == 1, nil
 }
 
-// ListPeriodic returns the stored definitions, with their next ticks.
+// ListPeriodic returns the stored definitions, with their next ticks; one
+// this process cannot read is listed with its Err.
 func (b *Broker) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, wrap(ctx, "list periodic", err, nil)
@@ -241,10 +246,8 @@ func (b *Broker) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
 			js, _ := raw[i+1].(string)
 			var d periodicDef
 			p, _, err := d.parseJSON(js, name)
-			if err != nil {
-				return nil, zerr("zclaim: list periodic: %w", err)
-			}
-			info := PeriodicInfo{Periodic: p}
+			p.Name = name
+			info := PeriodicInfo{Periodic: p, Err: err}
 			if mark, ok := raw[i+2].(string); ok {
 				ms, _, _ := strings.Cut(mark, " ")
 				if v, err := strconv.ParseInt(ms, 10, 64); err == nil {

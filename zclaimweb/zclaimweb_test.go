@@ -430,6 +430,19 @@ func TestRunsPeriodicQueues(t *testing.T) {
 	if want := `<td class="id">report</td><td>@every 1h</td>`; code != http.StatusOK || !strings.Contains(page, want) {
 		t.Fatalf("periodic: %d, no %s in\n%s", code, want, page)
 	}
+	// A definition whose time zone does not load here is listed with why.
+	defs := e.Key + ":periodic" // the key has a hash tag: its keys keep it
+	js, err := e.RDB.HGet(ctx, defs, "report").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.RDB.HSet(ctx, defs, "report", strings.Replace(js, `"tz":"UTC"`, `"tz":"Nowhere/Atlantis"`, 1)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, page = get(t, e.URL+"/s/0/periodic")
+	if want := `<td class="id">report</td><td>@every 1h</td><td><span class="error">cannot be read here: zclaim: corrupt value: periodic &#34;report&#34;: time zone &#34;Nowhere/Atlantis&#34; does not load`; code != http.StatusOK || !strings.Contains(page, want) {
+		t.Fatalf("periodic, a definition that cannot be read: %d, no %s in\n%s", code, want, page)
+	}
 	code, page = get(t, e.URL+"/queues")
 	if want := "<tr><td>" + q + "</td><td>3</td><td>0</td><td>3</td>"; code != http.StatusOK || !strings.Contains(page, want) {
 		t.Fatalf("queues: %d, no %s in\n%s", code, want, page)

@@ -291,35 +291,55 @@ func (c *cli) report(name, did string, n, of int, missing []string) {
 	fmt.Fprintf(c.out, "%s %d of %d\n", did, n, of)
 }
 
-// listPeriodic prints the periodic definitions and their next ticks.
+// listPeriodic prints the periodic definitions and their next ticks. One
+// that cannot be read here is listed with "?" for its zone, its error goes
+// to stderr, and the exit code is exitPartial.
 func listPeriodic(ctx context.Context, c *cli) int {
 	ps, err := c.b.ListPeriodic(ctx)
 	if err != nil {
 		return c.fail(err)
 	}
 	slices.SortFunc(ps, func(a, b zclaim.PeriodicInfo) int { return strings.Compare(a.Name, b.Name) })
+	code := exitOK
+	zone := func(p zclaim.PeriodicInfo) string {
+		if p.Err != nil {
+			return "?"
+		}
+		return p.Location.String()
+	}
 	if c.json {
 		type def struct {
 			Name, Spec, Location, Type, Queue, Missed string
 			PayloadSize                               int
 			Next                                      time.Time
+			Error                                     string `json:",omitempty"`
 		}
 		out := []def{}
 		for _, p := range ps {
-			out = append(out, def{p.Name, p.Spec, p.Location.String(), p.Type, p.Queue,
+			d := def{p.Name, p.Spec, zone(p), p.Type, p.Queue,
 				map[zclaim.MissedTicks]string{zclaim.RunLatest: "run latest", zclaim.SkipMissed: "skip"}[p.Missed],
-				len(p.Payload), p.Next})
+				len(p.Payload), p.Next, ""}
+			if p.Err != nil {
+				d.Error, code = p.Err.Error(), exitPartial
+			}
+			out = append(out, d)
 		}
 		c.printJSON(out)
-		return exitOK
+		return code
 	}
 	rows := [][]string{{"NAME", "SPEC", "ZONE", "TYPE", "QUEUE", "NEXT TICK"}}
 	now := time.Now()
 	for _, p := range ps {
-		rows = append(rows, []string{p.Name, p.Spec, p.Location.String(), p.Type, orDash(p.Queue), when(p.Next, now)})
+		rows = append(rows, []string{p.Name, orDash(p.Spec), zone(p), orDash(p.Type), orDash(p.Queue), when(p.Next, now)})
 	}
 	table(c.out, rows)
-	return exitOK
+	for _, p := range ps {
+		if p.Err != nil {
+			fmt.Fprintf(c.errw, "%v\n", p.Err)
+			code = exitPartial
+		}
+	}
+	return code
 }
 
 // runsOf reads the idempotency store's runs of active asynq tasks.

@@ -15,9 +15,10 @@
 // ends them (for an id that starts with "-").
 //
 // Exit codes: 0 done; 1 done, but not everything asked for was there (an
-// unknown id, an id not in the state the command acts on) or doctor found
-// a problem; 2 a usage error; 3 Redis could not be used (unreachable, a
-// key of the wrong type, a refused command).
+// unknown id, an id not in the state the command acts on, a periodic
+// definition that cannot be read here) or doctor found a problem; 2 a
+// usage error; 3 Redis could not be used (unreachable, a key of the wrong
+// type, a refused command).
 package main
 
 import (

@@ -545,7 +545,8 @@ func TestSharded(t *testing.T) {
 	want(t, "show", code, 0, out, errOut)
 }
 
-// ls periodic lists the definitions with their next ticks.
+// ls periodic lists the definitions with their next ticks, and one that
+// cannot be read here with its error.
 func TestListPeriodic(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -566,8 +567,27 @@ func TestListPeriodic(t *testing.T) {
 	}
 	out, errOut, code = runCLI(t, srv, "ls", "periodic", "--key", key, "--json")
 	want(t, "ls periodic --json", code, 0, out, errOut)
-	if !strings.Contains(out, `"Missed": "skip"`) {
+	if !strings.Contains(out, `"Missed": "skip"`) || strings.Contains(out, `"Error"`) {
 		t.Fatalf("ls periodic --json:\n%s", out)
+	}
+	// A definition whose time zone does not load here is listed all the
+	// same, its error on stderr, with exit code 1.
+	defs := key + ":periodic" // the key has a hash tag: its keys keep it
+	js, err := rdb.HGet(ctx, defs, "beat").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, defs, "beat", strings.Replace(js, `"tz":"UTC"`, `"tz":"Nowhere/Atlantis"`, 1)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = runCLI(t, srv, "ls", "periodic", "--key", key)
+	if code != 1 || !regexp.MustCompile(`(?m)^beat +@every 1m +\? +beat `).MatchString(out) || !strings.Contains(out, "0 6 * * *") ||
+		!strings.Contains(errOut, `time zone "Nowhere/Atlantis" does not load`) {
+		t.Fatalf("ls periodic with a definition that cannot be read: exit %d\n%s\nstderr: %s", code, out, errOut)
+	}
+	out, errOut, code = runCLI(t, srv, "ls", "periodic", "--key", key, "--json")
+	if code != 1 || !strings.Contains(out, `"Error": "zclaim: corrupt value: periodic \"beat\": time zone`) {
+		t.Fatalf("ls periodic --json with a definition that cannot be read: exit %d\n%s\nstderr: %s", code, out, errOut)
 	}
 }
 
