@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -122,104 +121,4 @@ func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs [
 		runs = append(runs, ri)
 	}
 	return runs, next, nil
-}
-
-// asynq's server leases each task it holds for asynqLease and renews the
-// leases of all its tasks every asynqBeat (asynq v0.24 and later; both
-// fixed in asynq). A lease last renewed more than asynqGone ago belongs to
-// a server that missed two renewals: its process is gone (or stalled so
-// long that a takeover is due: the middleware's Begin still lets only one
-// run of the key go on).
-const (
-	asynqLease = 30 * time.Second
-	asynqBeat  = 5 * time.Second
-	asynqGone  = 2*asynqBeat + 2*time.Second
-)
-
-// workersGone marks the runs whose worker is gone: asynq's lease of the
-// task ran out (IsOrphaned), or, for a run whose record does not tell
-// whether its worker lives (cmds[n] holds none, or a "free" or "take"
-// one), its server last renewed the lease more than asynqGone ago, as the
-// lease's deadline tells (Unix seconds, by the worker's clock, which
-// asynq's recoverer and IsOrphaned compare with their own too), and no
-// live asynq server lists the task among its workers' (asynqHeld: a
-// worker whose clock runs behind this process's is not taken for dead).
-// The deadlines are read from asynq's lease sets in one pipeline, only
-// when such runs have a lease that has not run out, and the servers'
-// lists only when one of those looks stale; what cannot be read leaves
-// its run to IsOrphaned.
-func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []*redis.StringCmd) {
-	var ask []int
-	for n := range runs {
-		rec, err := cmds[n].Result()
-		undecided := errors.Is(err, redis.Nil)
-		if state, _, _, ok := parseRecord(rec); err == nil && ok {
-			undecided = state == "free" || state == "take"
-		}
-		runs[n].gone = runs[n].task.IsOrphaned
-		if undecided && !runs[n].task.IsOrphaned {
-			ask = append(ask, n)
-		}
-	}
-	if len(ask) == 0 {
-		return
-	}
-	scores := make([]*redis.FloatCmd, len(ask))
-	_, _ = i.asynqRedis().Pipelined(ctx, func(p redis.Pipeliner) error {
-		for k, n := range ask {
-			t := runs[n].task
-			scores[k] = p.ZScore(ctx, "asynq:{"+t.Queue+"}:lease", t.ID)
-		}
-		return nil
-	})
-	renewedBy := time.Now().Add(asynqLease - asynqGone)
-	var stale []int
-	for k, n := range ask {
-		if deadline, err := scores[k].Result(); err == nil && deadline < float64(renewedBy.Unix()) {
-			stale = append(stale, n)
-		}
-	}
-	if len(stale) == 0 {
-		return
-	}
-	held, err := i.asynqHeld(ctx)
-	if err != nil {
-		return
-	}
-	for _, n := range stale {
-		runs[n].gone = !held[runs[n].task.ID]
-	}
-}
-
-// asynqHeld returns the ids of the tasks that the workers of asynq's live
-// servers hold. At each beat a server writes them as the fields of a hash
-// of its own (asynq:workers:{host:pid:id}, listed in asynq:workers), which
-// expires two beats later by Redis' clock: a task a live server listed is
-// not taken for its worker's, whatever the clocks of the two processes
-// say of its lease. The list's scores are deadlines by the servers'
-// clocks; entries that ran out more than ten minutes ago by this one's are
-// left out (a killed server's entry stays there).
-func (i *Idempotency) asynqHeld(ctx context.Context) (map[string]bool, error) {
-	rdb := i.asynqRedis()
-	since := strconv.FormatInt(time.Now().Add(-10*time.Minute).Unix(), 10)
-	keys, err := rdb.ZRangeByScore(ctx, "asynq:workers", &redis.ZRangeBy{Min: since, Max: "+inf"}).Result()
-	if err != nil {
-		return nil, err
-	}
-	fields := make([]*redis.StringSliceCmd, len(keys))
-	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for k, key := range keys {
-			fields[k] = p.HKeys(ctx, key)
-		}
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	held := map[string]bool{}
-	for _, f := range fields {
-		for _, id := range f.Val() {
-			held[id] = true
-		}
-	}
-	return held, nil
 }

@@ -1,0 +1,290 @@
+package zclaim
+
+// Active runs: the asynq tasks that are active now, as a takeover pass and
+// Runs read them: the busy queues, each task's key, its run record, and
+// whether its worker is gone.
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// activeRun is an asynq task that is active now, with the key the
+// middleware gives it.
+type activeRun struct {
+	task *asynq.TaskInfo
+	key  string
+	job  JobInfo // for a task that carries one
+	has  bool
+	// unsure: key is what a Key function of the user's tells of the task,
+	// for a type the middleware has not handled (not taken over).
+	unsure bool
+	// gone: the task's worker is gone, as asynq's lease of it tells (set by
+	// records: see workersGone).
+	gone bool
+}
+
+// activeRuns lists, through in, the active tasks of the takeover's queues
+// (TakeoverQueues, else every queue asynq knows), with their keys; tasks
+// whose key cannot be told from the task alone are left out. A queue that
+// cannot be read is passed over, and the first such error returned.
+func (i *Idempotency) activeRuns(ctx context.Context, in *asynq.Inspector) ([]activeRun, error) {
+	queues := i.opts.TakeoverQueues
+	if len(queues) == 0 {
+		var err error
+		if queues, err = in.Queues(); err != nil {
+			return nil, err
+		}
+	}
+	queues = i.busyQueues(ctx, queues)
+	var out []activeRun
+	var firstErr error
+	for _, q := range queues {
+		for page := 1; ; page++ {
+			tasks, err := in.ListActiveTasks(q, asynq.PageSize(500), asynq.Page(page))
+			if err != nil {
+				if firstErr == nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+					firstErr = err
+				}
+				break
+			}
+			for _, ti := range tasks {
+				if r, ok := i.runOf(ti); ok {
+					out = append(out, r)
+				}
+			}
+			if len(tasks) < 500 {
+				break
+			}
+		}
+	}
+	return out, firstErr
+}
+
+// busyQueues returns the queues among qs whose active lists hold a task,
+// read in one pipeline: asynq's Inspector takes three round trips to list
+// a queue's active tasks, busy or idle, so that a pass over hundreds of
+// idle queues would outlast its interval. Under an asynq of another
+// release line than knownAsynq, whose keys it does not know, or when the
+// lengths cannot be read, it returns qs.
+func (i *Idempotency) busyQueues(ctx context.Context, qs []string) []string {
+	if len(qs) < 2 || !i.asynqKnown {
+		return qs
+	}
+	lens := make([]*redis.IntCmd, len(qs))
+	if _, err := i.asynqRedis().Pipelined(ctx, func(p redis.Pipeliner) error {
+		for n, q := range qs {
+			lens[n] = p.LLen(ctx, "asynq:{"+q+"}:active") // asynq v0.26's base.ActiveKey
+		}
+		return nil
+	}); err != nil {
+		return qs
+	}
+	var busy []string
+	for n, q := range qs {
+		if lens[n].Val() > 0 {
+			busy = append(busy, q)
+		}
+	}
+	return busy
+}
+
+// records reads the run records of runs in one pipeline, with Redis TIME.
+// A missing record's command holds redis.Nil; a finished one's holds
+// "done 0 0" (its token is not kept); one Redis refused to read (of
+// another type), its error. It marks the runs whose worker is gone
+// (workersGone).
+func (i *Idempotency) records(ctx context.Context, runs []activeRun) ([]*redis.StringCmd, time.Time, error) {
+	if err := i.readyDone(ctx); err != nil {
+		return nil, time.Time{}, err
+	}
+	cmds := make([]*redis.StringCmd, len(runs))
+	fins := make([]*redis.StringCmd, len(runs))
+	var clock *redis.TimeCmd
+	_, err := i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		clock = p.Time(ctx)
+		for n, r := range runs {
+			cmds[n] = p.Get(ctx, i.recordKey(r.key))
+			bucket, field := i.doneOf(r.key)
+			fins[n] = p.HGet(ctx, bucket, field)
+		}
+		return nil
+	})
+	// A reply's own error (a record of another type) is its run's: it
+	// keeps no other run from being read.
+	var replyErr redis.Error
+	if err != nil && !errors.As(err, &replyErr) {
+		return nil, time.Time{}, err
+	}
+	now := clock.Val()
+	for n := range runs {
+		fin, ferr := fins[n].Int64()
+		if errors.Is(cmds[n].Err(), redis.Nil) && ferr == nil && time.UnixMilli(fin).Add(i.opts.Retention).After(now) {
+			cmds[n].SetErr(nil)
+			cmds[n].SetVal("done 0 0")
+		}
+	}
+	i.workersGone(ctx, runs, cmds)
+	return cmds, now, nil
+}
+
+// runOf tells the key of an active task as the middleware gives it.
+func (i *Idempotency) runOf(ti *asynq.TaskInfo) (activeRun, bool) {
+	t := asynq.NewTaskWithHeaders(ti.Type, ti.Payload, ti.Headers)
+	job, has := jobOf(t, ti.ID)
+	r := activeRun{task: ti, job: job, has: has}
+	if k := ti.Headers[headerTakeover]; k != "" {
+		r.key = k
+		return r, true
+	}
+	if i.defaultKey {
+		r.key = ti.ID
+		if has {
+			r.key = job.Occurrence()
+		}
+		return r, true
+	}
+	// A Key function of the user's. A function that reads asynq's metadata
+	// from the context tells another key here (a pass has no handler's
+	// context), and a takeover under that key would run the task again
+	// beside its live run: a type the middleware found so is left out, and
+	// only one it found telling keys from the task alone is sure.
+	v, seen := i.types.Load(ti.Type)
+	if seen && !v.(bool) {
+		return r, false
+	}
+	k, err := i.keyFromTask(t, job, has)
+	if err != nil || k == "" {
+		return r, false
+	}
+	r.key, r.unsure = k, !seen
+	return r, true
+}
+
+// keyFromTask is what the Key function tells of task t without a
+// handler's context: the context holds only the task's job, where it has
+// one (has).
+func (i *Idempotency) keyFromTask(t *asynq.Task, job JobInfo, has bool) (string, error) {
+	ctx := context.Background()
+	if has {
+		ctx = context.WithValue(ctx, jobInfoKey{}, job)
+	}
+	return i.opts.Key(ctx, t)
+}
+
+// parseRecord reads a run record: state, token and its number.
+func parseRecord(rec string) (state string, token int64, n int64, ok bool) {
+	f := strings.Fields(rec)
+	if len(f) != 3 {
+		return "", 0, 0, false
+	}
+	t, err1 := strconv.ParseInt(f[1], 10, 64)
+	v, err2 := strconv.ParseInt(f[2], 10, 64)
+	return f[0], t, v, err1 == nil && err2 == nil
+}
+
+// asynq's server leases each task it holds for asynqLease and renews the
+// leases of all its tasks every asynqBeat (asynq v0.24 and later; both
+// fixed in asynq). A lease last renewed more than asynqGone ago belongs to
+// a server that missed two renewals: its process is gone (or stalled so
+// long that a takeover is due: the middleware's Begin still lets only one
+// run of the key go on).
+const (
+	asynqLease = 30 * time.Second
+	asynqBeat  = 5 * time.Second
+	asynqGone  = 2*asynqBeat + 2*time.Second
+)
+
+// workersGone marks the runs whose worker is gone: asynq's lease of the
+// task ran out (IsOrphaned), or, for a run whose record does not tell
+// whether its worker lives (cmds[n] holds none, or a "free" or "take"
+// one), its server last renewed the lease more than asynqGone ago, as the
+// lease's deadline tells (Unix seconds, by the worker's clock, which
+// asynq's recoverer and IsOrphaned compare with their own too), and no
+// live asynq server lists the task among its workers' (asynqHeld: a
+// worker whose clock runs behind this process's is not taken for dead).
+// The deadlines are read from asynq's lease sets in one pipeline, only
+// when such runs have a lease that has not run out, and the servers'
+// lists only when one of those looks stale; what cannot be read leaves
+// its run to IsOrphaned.
+func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []*redis.StringCmd) {
+	var ask []int
+	for n := range runs {
+		rec, err := cmds[n].Result()
+		undecided := errors.Is(err, redis.Nil)
+		if state, _, _, ok := parseRecord(rec); err == nil && ok {
+			undecided = state == "free" || state == "take"
+		}
+		runs[n].gone = runs[n].task.IsOrphaned
+		if undecided && !runs[n].task.IsOrphaned {
+			ask = append(ask, n)
+		}
+	}
+	if len(ask) == 0 {
+		return
+	}
+	scores := make([]*redis.FloatCmd, len(ask))
+	_, _ = i.asynqRedis().Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, n := range ask {
+			t := runs[n].task
+			scores[k] = p.ZScore(ctx, "asynq:{"+t.Queue+"}:lease", t.ID)
+		}
+		return nil
+	})
+	renewedBy := time.Now().Add(asynqLease - asynqGone)
+	var stale []int
+	for k, n := range ask {
+		if deadline, err := scores[k].Result(); err == nil && deadline < float64(renewedBy.Unix()) {
+			stale = append(stale, n)
+		}
+	}
+	if len(stale) == 0 {
+		return
+	}
+	held, err := i.asynqHeld(ctx)
+	if err != nil {
+		return
+	}
+	for _, n := range stale {
+		runs[n].gone = !held[runs[n].task.ID]
+	}
+}
+
+// asynqHeld returns the ids of the tasks that the workers of asynq's live
+// servers hold. At each beat a server writes them as the fields of a hash
+// of its own (asynq:workers:{host:pid:id}, listed in asynq:workers), which
+// expires two beats later by Redis' clock: a task a live server listed is
+// not taken for its worker's, whatever the clocks of the two processes
+// say of its lease. The list's scores are deadlines by the servers'
+// clocks; entries that ran out more than ten minutes ago by this one's are
+// left out (a killed server's entry stays there).
+func (i *Idempotency) asynqHeld(ctx context.Context) (map[string]bool, error) {
+	rdb := i.asynqRedis()
+	since := strconv.FormatInt(time.Now().Add(-10*time.Minute).Unix(), 10)
+	keys, err := rdb.ZRangeByScore(ctx, "asynq:workers", &redis.ZRangeBy{Min: since, Max: "+inf"}).Result()
+	if err != nil {
+		return nil, err
+	}
+	fields := make([]*redis.StringSliceCmd, len(keys))
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, key := range keys {
+			fields[k] = p.HKeys(ctx, key)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	held := map[string]bool{}
+	for _, f := range fields {
+		for _, id := range f.Val() {
+			held[id] = true
+		}
+	}
+	return held, nil
+}
