@@ -34,6 +34,11 @@ var (
 // lengths of its queues' active lists (busyQueues).
 const knownAsynq = "v0.26."
 
+// asynqKey is the key of queue q's part in knownAsynq's layout: its
+// base.QueueKeyPrefix ("asynq:{q}:") and part ("active", "lease"; "" for
+// the prefix itself).
+func asynqKey(q, part string) string { return "asynq:{" + q + "}:" + part }
+
 // bulkMax is how many claims an enqueue worker takes at once when it
 // writes in bulk.
 const bulkMax = 32
@@ -168,7 +173,7 @@ func (b *bulk) write(ctx context.Context, w *bulkWrite) {
 	}
 	call := func(i int) (*redis.Script, []string, []any) {
 		tasks := queues[i]
-		prefix := "asynq:{" + tasks[0].m.queue + "}:"
+		prefix := asynqKey(tasks[0].m.queue, "")
 		keys := make([]string, len(tasks)+1)
 		args := make([]any, 1, 1+2*len(tasks))
 		args[0] = time.Now().UnixNano()

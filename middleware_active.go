@@ -80,7 +80,7 @@ func (i *Idempotency) busyQueues(ctx context.Context, qs []string) []string {
 	lens := make([]*redis.IntCmd, len(qs))
 	if _, err := i.asynqRedis().Pipelined(ctx, func(p redis.Pipeliner) error {
 		for n, q := range qs {
-			lens[n] = p.LLen(ctx, "asynq:{"+q+"}:active") // asynq v0.26's base.ActiveKey
+			lens[n] = p.LLen(ctx, asynqKey(q, "active"))
 		}
 		return nil
 	}); err != nil {
@@ -233,7 +233,7 @@ func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []
 	_, _ = i.asynqRedis().Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, n := range ask {
 			t := runs[n].task
-			scores[k] = p.ZScore(ctx, "asynq:{"+t.Queue+"}:lease", t.ID)
+			scores[k] = p.ZScore(ctx, asynqKey(t.Queue, "lease"), t.ID)
 		}
 		return nil
 	})
