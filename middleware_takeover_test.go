@@ -881,10 +881,12 @@ func TestTakeoverPassFailureLogged(t *testing.T) {
 	i.Middleware()
 	const line = "level=WARN msg=\"zclaim: takeover pass failed\""
 	waitFor(t, 10*time.Second, "a failed pass logged", func() bool { return strings.Contains(logs.String(), line) })
-	passes := i.takeover.passes.Load()
-	time.Sleep(5 * takeoverInterval(400*time.Millisecond))
-	if n := strings.Count(logs.String(), line); n != 1 || i.takeover.passes.Load() < passes+2 {
-		t.Fatalf("%d passes failed, %d logged; want more than one, one logged:\n%s", i.takeover.passes.Load(), n, logs.String())
+	first, passes := time.Now(), i.takeover.passes.Load()
+	waitFor(t, 20*time.Second, "three more passes", func() bool { return i.takeover.passes.Load() >= passes+3 })
+	// One line per claimWarnEvery (a slow machine may take longer than
+	// that over the three passes).
+	if n, most := strings.Count(logs.String(), line), 1+int(time.Since(first)/claimWarnEvery); n > most {
+		t.Fatalf("%d passes failed, %d logged; want at most %d:\n%s", i.takeover.passes.Load(), n, most, logs.String())
 	}
 }
 
