@@ -254,7 +254,28 @@ func (d *Dispatcher) startBackground(ctx context.Context) background {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); d.listen(ctx, bg.wake) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); d.checkPeriodic(ctx) }()
 	return bg
+}
+
+// checkPeriodic logs at Error, once at the start of Run, each periodic
+// definition this process cannot read (a time zone that does not load
+// here: an image without the system's tzdata), rather than at its first
+// tick: such a tick goes back with its backoff each time this dispatcher
+// claims it (tick).
+func (d *Dispatcher) checkPeriodic(ctx context.Context) {
+	defs, err := d.b.ListPeriodic(ctx)
+	if err != nil {
+		return // the claims meet the same Redis, and say so
+	}
+	for _, p := range defs {
+		if p.Err != nil {
+			d.log.LogAttrs(ctx, slog.LevelError,
+				"zclaim: this dispatcher cannot read a periodic definition; its ticks go back with backoff when it claims them",
+				slog.String("name", p.Name), slog.String("error", p.Err.Error()))
+		}
+	}
 }
 
 // pipeline is one Run of a dispatcher: three stages joined by channels.

@@ -116,6 +116,8 @@ func TestFailingClaimBacksOff(t *testing.T) {
 	must(t, err)
 	cctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	_, err = b.ListPeriodic(ctx) // its script loaded: Run's own read of the definitions is one call
+	must(t, err)
 	s0 := scripts(t, rdb)
 	go func() { defer close(done); d.Run(cctx) }()
 	time.Sleep(700 * time.Millisecond)
@@ -126,8 +128,9 @@ func TestFailingClaimBacksOff(t *testing.T) {
 		t.Fatalf("%d warnings in 0.7s, want 1:\n%s", c, logs.String())
 	}
 	// 10, 20, 40, ... ms: about 6 tries in 0.7 s; capped at MaxWait
-	// (50 ms) it would be about 15.
-	if n > 9 {
-		t.Fatalf("%d claims in 0.7s of failures, want a backoff", n)
+	// (50 ms) it would be about 15. Besides the claims, Run reads the
+	// periodic definitions once (checkPeriodic).
+	if n-1 > 9 {
+		t.Fatalf("%d claims in 0.7s of failures, want a backoff", n-1)
 	}
 }

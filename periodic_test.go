@@ -21,6 +21,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/robfig/cron/v3"
+	"github.com/zclaim/zclaim/internal/logbuf"
 	"github.com/zclaim/zclaim/internal/proc"
 	"pgregory.net/rapid"
 )
@@ -814,7 +815,8 @@ func pauses() (longest func() time.Duration) {
 // A tick whose definition the dispatcher cannot read (here, a time zone
 // that does not load) goes back with its backoff instead of running with
 // no next tick written, which would end the definition's ticks; once the
-// definition reads again, the tick runs and the next one is written.
+// definition reads again, the tick runs and the next one is written. Run
+// logs such a definition at its start.
 func TestPeriodicUnreadableDefinition(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
@@ -831,13 +833,18 @@ func TestPeriodicUnreadableDefinition(t *testing.T) {
 	must(t, rdb.HSet(ctx, defs, "tz", bad).Err())
 	var mu sync.Mutex
 	var reported []error
+	var logs logbuf.Buffer
 	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{OnDispatch: func(_ JobInfo, _ time.Duration, err error) {
 		mu.Lock()
 		reported = append(reported, err)
 		mu.Unlock()
-	}})
+	}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	must(t, err)
 	runDispatcher(t, d)
+	// Run says so at its start, before the tick is due.
+	waitFor(t, 10*time.Second, "the definition that cannot be read logged", func() bool {
+		return strings.Contains(logs.String(), `level=ERROR msg="zclaim: this dispatcher cannot read a periodic definition`)
+	})
 	waitFor(t, 10*time.Second, "the tick given back twice", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
