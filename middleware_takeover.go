@@ -170,26 +170,27 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 		}
 	}
 	took := 0
+	note := func(e error) { // the first error met is the pass's
+		if err == nil {
+			err = e
+		}
+	}
 	take := func(r activeRun, token int64, failed bool) {
 		ok, terr := i.takeOver(ctx, r, token, failed, dead)
 		if ok {
 			took++
 		}
-		if err == nil {
-			err = terr
-		}
+		note(terr)
 	}
 	for n, r := range runs {
 		rec, rerr := cmds[n].Result()
-		if rerr != nil && !errors.Is(rerr, redis.Nil) {
-			if err == nil {
-				err = fmt.Errorf("zclaim: run record of %q: %w", short(r.key), rerr)
-			}
-			continue
-		}
 		state, token, until, ok := parseRecord(rec)
-		if rerr == nil && !ok && err == nil {
-			err = fmt.Errorf("zclaim: run record of %q: %w", short(r.key), ErrCorrupt)
+		if rerr == nil && !ok {
+			rerr = ErrCorrupt // not one of the middleware's records
+		}
+		if rerr != nil && !errors.Is(rerr, redis.Nil) {
+			note(fmt.Errorf("zclaim: run record of %q: %w", short(r.key), rerr))
+			continue
 		}
 		if ok && state == "free" && finalRelease(r, until) {
 			continue // a failure that ended its task: asynq's recovery archives it

@@ -301,6 +301,11 @@ func listPeriodic(ctx context.Context, c *cli) int {
 	}
 	slices.SortFunc(ps, func(a, b zclaim.PeriodicInfo) int { return strings.Compare(a.Name, b.Name) })
 	code := exitOK
+	for _, p := range ps {
+		if p.Err != nil {
+			code = exitPartial
+		}
+	}
 	zone := func(p zclaim.PeriodicInfo) string {
 		if p.Err != nil {
 			return "?"
@@ -320,7 +325,7 @@ func listPeriodic(ctx context.Context, c *cli) int {
 				map[zclaim.MissedTicks]string{zclaim.RunLatest: "run latest", zclaim.SkipMissed: "skip"}[p.Missed],
 				len(p.Payload), p.Next, ""}
 			if p.Err != nil {
-				d.Error, code = p.Err.Error(), exitPartial
+				d.Error = p.Err.Error()
 			}
 			out = append(out, d)
 		}
@@ -336,7 +341,6 @@ func listPeriodic(ctx context.Context, c *cli) int {
 	for _, p := range ps {
 		if p.Err != nil {
 			fmt.Fprintf(c.errw, "%v\n", p.Err)
-			code = exitPartial
 		}
 	}
 	return code
