@@ -70,25 +70,28 @@ func (i *Idempotency) activeRuns(ctx context.Context, in *asynq.Inspector) ([]ac
 // busyQueues returns the queues among qs whose active lists hold a task,
 // read in one pipeline: asynq's Inspector takes three round trips to list
 // a queue's active tasks, busy or idle, so that a pass over hundreds of
-// idle queues would outlast its interval. Under an asynq of another
-// release line than knownAsynq, whose keys it does not know, or when the
-// lengths cannot be read, it returns qs.
+// idle queues would outlast its interval. A queue whose length Redis
+// refused to read (an active list of another type) is kept, so that its
+// listing reports the error. Under an asynq of another release line than
+// knownAsynq, whose keys it does not know, or when Redis cannot be
+// reached, it returns qs.
 func (i *Idempotency) busyQueues(ctx context.Context, qs []string) []string {
 	if len(qs) < 2 || !i.asynqKnown {
 		return qs
 	}
 	lens := make([]*redis.IntCmd, len(qs))
-	if _, err := i.asynqRedis().Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := i.asynqRedis().Pipelined(ctx, func(p redis.Pipeliner) error {
 		for n, q := range qs {
 			lens[n] = p.LLen(ctx, asynqKey(q, "active"))
 		}
 		return nil
-	}); err != nil {
+	})
+	if err != nil && !isReplyErr(err) {
 		return qs
 	}
 	var busy []string
 	for n, q := range qs {
-		if lens[n].Val() > 0 {
+		if lens[n].Val() > 0 || lens[n].Err() != nil {
 			busy = append(busy, q)
 		}
 	}
@@ -118,8 +121,7 @@ func (i *Idempotency) records(ctx context.Context, runs []activeRun) ([]*redis.S
 	})
 	// A reply's own error (a record of another type) is its run's: it
 	// keeps no other run from being read.
-	var replyErr redis.Error
-	if err != nil && !errors.As(err, &replyErr) {
+	if err != nil && !isReplyErr(err) {
 		return nil, time.Time{}, err
 	}
 	now := clock.Val()
@@ -263,7 +265,8 @@ func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []
 // not taken for its worker's, whatever the clocks of the two processes
 // say of its lease. The list's scores are deadlines by the servers'
 // clocks; entries that ran out more than ten minutes ago by this one's are
-// left out (a killed server's entry stays there).
+// left out (a killed server's entry stays there), and so is a listed key
+// of another type than a hash: no server of asynq's wrote it.
 func (i *Idempotency) asynqHeld(ctx context.Context) (map[string]bool, error) {
 	rdb := i.asynqRedis()
 	since := strconv.FormatInt(time.Now().Add(-10*time.Minute).Unix(), 10)
@@ -277,7 +280,7 @@ func (i *Idempotency) asynqHeld(ctx context.Context) (map[string]bool, error) {
 			fields[k] = p.HKeys(ctx, key)
 		}
 		return nil
-	}); err != nil {
+	}); err != nil && !isReplyErr(err) {
 		return nil, err
 	}
 	held := map[string]bool{}

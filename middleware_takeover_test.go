@@ -867,6 +867,63 @@ func TestTakeoverSkipsIdleQueues(t *testing.T) {
 	}
 }
 
+// Keys of asynq's that are of another type than asynq writes (a hostile
+// queue's active list, a key listed among asynq's servers' workers) slow
+// no takeover and stop none: the pass still reads the lengths of the
+// queues' active lists in one pipeline and lists the busy queues alone,
+// the hostile queue among them so that its listing reports the error; and
+// a run whose worker died before its Begin is taken over, the hostile
+// workers' key read as no server's.
+func TestTakeoverPastHostileAsynqKeys(t *testing.T) {
+	t.Parallel()
+	s := ownRedis(t) // the queues and servers asynq knows are the test's alone
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	const q, idle = "busy", 60
+	started := holdingWorker(t, rdb, q, 2)
+	_, err := asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID("never"))
+	must(t, err)
+	wait.Recv(t, started, 30*time.Second, "the task to start") // and its worker died before the middleware's Begin
+	// Its server last renewed asynq's lease 13 s ago (missed two renewals),
+	// which has not run out yet: only the servers' lists of their workers'
+	// tasks (none lists it) tell that the worker is gone.
+	renewAsynqLeases(t, rdb, q, 13*time.Second, true, "never")
+	unlistAsynqWorkers(t, rdb, "never")
+	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k := range idle {
+			p.SAdd(ctx, "asynq:queues", "idle-"+strconv.Itoa(k))
+		}
+		p.SAdd(ctx, "asynq:queues", "hostile")
+		p.Set(ctx, "asynq:{hostile}:active", "junk", 0)
+		// Listed last (the latest deadline), after the live server's key.
+		p.ZAdd(ctx, "asynq:workers", redis.Z{Score: float64(time.Now().Add(time.Hour).Unix()), Member: "asynq:workers:{hostile}"})
+		p.Set(ctx, "asynq:workers:{hostile}", "junk", 0)
+		return nil
+	})
+	must(t, err)
+
+	var trips atomic.Int64
+	counted := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { counted.Close() })
+	i, err := NewIdempotency(counted, IdempotencyOptions{Prefix: "zt:run:", Lease: time.Second, DisableTakeover: true})
+	must(t, err)
+	i.types.Store("work", true) // as if its middleware had handled a task of the type
+	i.takeover.in = asynq.NewInspectorFromRedisClient(counted)
+	i.takeover.client = asynq.NewClientFromRedisClient(counted)
+	must(t, counted.Ping(ctx).Err())
+	counted.AddHook(roundTrips{&trips})
+	took, err := i.takeoverPass(ctx)
+	if took != 1 || err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("a pass took over %d runs, error %v; want 1, and the hostile queue's WRONGTYPE", took, err)
+	}
+	if n := trips.Load(); n > idle/2 {
+		t.Fatalf("a pass made %d round trips beside %d idle queues, want a few", n, idle)
+	}
+	if id := wait.Recv(t, started, 30*time.Second, "the copy to start"); !strings.HasPrefix(id, "never"+takeoverSep) {
+		t.Fatalf("task %s started, want a copy of the run that never began", id)
+	}
+}
+
 // A takeover pass that fails (here, asynq's Redis cannot be reached) is
 // logged at Warn, once per cause per claimWarnEvery: while passes fail, no
 // dead worker's run is taken over.

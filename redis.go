@@ -311,6 +311,13 @@ func retryable(err error) bool {
 		redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")
 }
 
+// isReplyErr reports whether err is an error reply of Redis' (to one
+// command of a pipeline, say), not a failure to reach it.
+func isReplyErr(err error) bool {
+	var replyErr redis.Error
+	return errors.As(err, &replyErr)
+}
+
 func (r replication) runOnce(ctx context.Context, rdb redis.UniversalClient, s *redis.Script,
 	keys []string, args ...any) *redis.Cmd {
 	if r.n <= 0 {
