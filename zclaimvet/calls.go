@@ -28,7 +28,7 @@ func (st *analysisState) summarize(fd *ast.FuncDecl) *Summary {
 			if lit, _ := pipelined(st.pass, x); lit != nil {
 				inline[lit] = true
 			}
-			for _, lit := range inPlaceLiterals(st.pass, x) {
+			for _, lit := range st.inPlaceLiterals(x) {
 				inline[lit] = true
 			}
 

@@ -104,7 +104,7 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 			}
 			// A literal handed to a retry helper runs in place, as
 			// part of this function.
-			if lits := inPlaceLiterals(pass, x); lits != nil {
+			if lits := st.inPlaceLiterals(x); lits != nil {
 				for _, lit := range lits {
 					evs = append(evs, st.events(s, lit.Body, group)...)
 				}
@@ -228,95 +228,6 @@ func onGoroutine(evs []event, g ast.Node) {
 	}
 }
 
-// runLiterals returns the function literals that call hands to a runner
-// to run on a goroutine: errgroup's and WaitGroup's Go and TryGo, a
-// worker pool's Submit, time.AfterFunc.
-func runLiterals(call *ast.CallExpr) []*ast.FuncLit {
-	var name string
-	switch f := ast.Unparen(call.Fun).(type) {
-	case *ast.SelectorExpr:
-		name = f.Sel.Name
-	case *ast.Ident:
-		name = f.Name
-	}
-	switch name {
-	case "Go", "TryGo", "Submit", "AfterFunc":
-	default:
-		return nil
-	}
-	return funcLits(call)
-}
-
-// keptLiterals returns the function literals that composite literal or
-// return statement n holds as values: kept to be called later.
-func keptLiterals(n ast.Node) []*ast.FuncLit {
-	var vals []ast.Expr
-	switch x := n.(type) {
-	case *ast.CompositeLit:
-		for _, e := range x.Elts {
-			if kv, ok := e.(*ast.KeyValueExpr); ok {
-				e = kv.Value
-			}
-			vals = append(vals, e)
-		}
-	case *ast.ReturnStmt:
-		vals = x.Results
-	}
-	var lits []*ast.FuncLit
-	for _, v := range vals {
-		if lit, ok := ast.Unparen(v).(*ast.FuncLit); ok {
-			lits = append(lits, lit)
-		}
-	}
-	return lits
-}
-
-// funcLits returns the function literals among call's arguments.
-func funcLits(call *ast.CallExpr) []*ast.FuncLit {
-	var lits []*ast.FuncLit
-	for _, a := range call.Args {
-		if lit, ok := ast.Unparen(a).(*ast.FuncLit); ok {
-			lits = append(lits, lit)
-		}
-	}
-	return lits
-}
-
-// inPlaceLiterals returns the function literals that call hands to a
-// retry helper, which runs them before it returns: retry-go's Do and
-// DoWithData, backoff's Retry and its variants, go-retry's Do.
-func inPlaceLiterals(pass *analysis.Pass, call *ast.CallExpr) []*ast.FuncLit {
-	fun := ast.Unparen(call.Fun)
-	switch f := fun.(type) { // a generic helper's instance: DoWithData[T]
-	case *ast.IndexExpr:
-		fun = f.X
-	case *ast.IndexListExpr:
-		fun = f.X
-	}
-	sel, ok := fun.(*ast.SelectorExpr)
-	if !ok {
-		return nil
-	}
-	id, ok := sel.X.(*ast.Ident)
-	if !ok {
-		return nil
-	}
-	pkg, ok := pass.TypesInfo.Uses[id].(*types.PkgName)
-	if !ok {
-		return nil
-	}
-	path, name := pkg.Imported().Path(), sel.Sel.Name
-	under := func(p string) bool { return path == p || strings.HasPrefix(path, p+"/") }
-	switch {
-	case under("github.com/avast/retry-go") && (name == "Do" || name == "DoWithData"),
-		under("github.com/cenkalti/backoff") && strings.HasPrefix(name, "Retry"),
-		under("github.com/sethvargo/go-retry") && name == "Do":
-	default:
-		return nil
-	}
-	return funcLits(call)
-}
-
 // pipelined returns the function literal of a go-redis Pipelined or
 // TxPipelined call, and whether it is the MULTI/EXEC one.
 func pipelined(pass *analysis.Pass, call *ast.CallExpr) (*ast.FuncLit, bool) {
@@ -425,8 +336,23 @@ func isWatch(pass *analysis.Pass, call *ast.CallExpr) bool {
 // error asked for (Err, or rueidis' Error). A read of due members
 // whose members no one gets polls nothing: it checks that the key can be
 // read, before a removal of what has expired, say.
+//
+// It also marks the calls whose values the code takes (assigned or
+// returned): inPlaceLiterals reads them.
 func (st *analysisState) discard(f *ast.File) {
 	ast.Inspect(f, func(n ast.Node) bool {
+		var taken []ast.Expr
+		switch x := n.(type) {
+		case *ast.AssignStmt:
+			taken = x.Rhs
+		case *ast.ReturnStmt:
+			taken = x.Results
+		}
+		for _, e := range taken {
+			if call, ok := ast.Unparen(e).(*ast.CallExpr); ok {
+				st.taken[call] = true
+			}
+		}
 		switch x := n.(type) {
 		case *ast.AssignStmt:
 			if len(x.Rhs) != 1 || len(x.Lhs) == 0 {

@@ -276,6 +276,7 @@ type analysisState struct {
 	impls     map[*types.Func]*Summary     // interface methods' summaries (summaryOf), nil for none
 	origin    map[*types.Func][]ast.Node   // node of each access of this package's summaries
 	discarded map[*ast.CallExpr]bool       // calls whose replies are thrown away (discard)
+	taken     map[*ast.CallExpr]bool       // calls whose values are assigned or returned (discard)
 }
 
 func run(pass *analysis.Pass) (any, error) {
@@ -284,7 +285,8 @@ func run(pass *analysis.Pass) (any, error) {
 	}
 	st := &analysisState{pass: pass, ok: okLines(pass), summaries: map[*types.Func]*Summary{},
 		decls: map[*types.Func]*ast.FuncDecl{}, watched: map[ast.Node]bool{}, reported: map[ast.Node]bool{},
-		paired: map[*types.Func]map[int]bool{}, impls: map[*types.Func]*Summary{}, origin: map[*types.Func][]ast.Node{}, discarded: map[*ast.CallExpr]bool{}}
+		paired: map[*types.Func]map[int]bool{}, impls: map[*types.Func]*Summary{}, origin: map[*types.Func][]ast.Node{}, discarded: map[*ast.CallExpr]bool{},
+		taken: map[*ast.CallExpr]bool{}}
 	var funcs []*ast.FuncDecl
 	var files []*ast.File
 	for _, f := range pass.Files {

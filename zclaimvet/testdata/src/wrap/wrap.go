@@ -4,6 +4,7 @@ package wrap
 
 import (
 	"context"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -36,3 +37,16 @@ type Client interface {
 }
 
 var _ Client = (*Redis)(nil)
+
+// Timeout runs f under a deadline and returns its error: a wrapper whose
+// code the packages calling it analyse without (its own, not theirs).
+func Timeout(ctx context.Context, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return f(ctx)
+}
+
+// OnMessage keeps f, to call it for each message that comes later.
+func OnMessage(f func(string) error) { handlers = append(handlers, f) }
+
+var handlers []func(string) error
