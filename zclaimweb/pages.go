@@ -320,8 +320,12 @@ type queueRow struct {
 	Name                                                        string
 	Size, Pending, Active, Scheduled, Retry, Archived, Complete int
 	Paused                                                      bool
+	Err                                                         string // why the queue cannot be read
 }
 
+// queueRows lists asynq's queues by name; a queue whose keys cannot be read
+// (one of another type) is listed with why, and keeps no other from its
+// row.
 func (h *handler) queueRows() ([]*queueRow, error) {
 	names, err := h.opts.Inspector.Queues()
 	if err != nil {
@@ -332,7 +336,8 @@ func (h *handler) queueRows() ([]*queueRow, error) {
 	for _, q := range names {
 		qi, err := h.opts.Inspector.GetQueueInfo(q)
 		if err != nil {
-			return rows, err
+			rows = append(rows, &queueRow{Name: q, Err: err.Error()})
+			continue
 		}
 		rows = append(rows, &queueRow{Name: q, Size: qi.Size, Pending: qi.Pending, Active: qi.Active,
 			Scheduled: qi.Scheduled, Retry: qi.Retry, Archived: qi.Archived, Complete: qi.Completed, Paused: qi.Paused})

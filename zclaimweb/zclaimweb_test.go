@@ -16,6 +16,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/zclaim/zclaim"
+	"github.com/zclaim/zclaim/internal/redisproc"
 	"github.com/zclaim/zclaim/zclaimweb"
 	"github.com/zclaim/zclaim/zclaimweb/internal/webtest"
 )
@@ -446,5 +447,38 @@ func TestRunsPeriodicQueues(t *testing.T) {
 	code, page = get(t, e.URL+"/queues")
 	if want := "<tr><td>" + q + "</td><td>3</td><td>0</td><td>3</td>"; code != http.StatusOK || !strings.Contains(page, want) {
 		t.Fatalf("queues: %d, no %s in\n%s", code, want, page)
+	}
+}
+
+// A queue whose keys are of another type than asynq's is listed with why,
+// on the queues page and the overview, and every other queue with its
+// counts.
+func TestHostileQueue(t *testing.T) {
+	t.Parallel()
+	srv, err := redisproc.Start() // asynq's queues are listed server-wide: the test's alone
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	e := webtest.New(t, webtest.Options{Addr: srv.Addr})
+	if _, err := asynq.NewClientFromRedisClient(e.RDB).Enqueue(asynq.NewTask("email", nil), asynq.Queue("fine")); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"bad", "zzz"} { // sorted before and after the sound one
+		if err := e.RDB.SAdd(ctx, "asynq:queues", q).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.RDB.Set(ctx, "asynq:{"+q+"}:pending", "junk", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"/queues", "/"} {
+		code, page := get(t, e.URL+p)
+		for _, want := range []string{`<tr><td>bad</td><td colspan="8"><span class="error">cannot be read: `,
+			"<tr><td>fine</td><td>1</td><td>1</td>", `<tr><td>zzz</td><td colspan="8"><span class="error">cannot be read: `} {
+			if code != http.StatusOK || !strings.Contains(page, want) {
+				t.Fatalf("%s: %d, no %s in\n%s", p, code, want, page)
+			}
+		}
 	}
 }

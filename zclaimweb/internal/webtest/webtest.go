@@ -50,13 +50,18 @@ type Options struct {
 	Shards   int
 	PageSize int
 	Key      string // the schedule's key; default: one of the test's own
+	Addr     string // the Redis server; default: the shared one (Redis)
 }
 
 // New gives t a schedule under keys of its own and serves a console of it
 // under /zclaim.
 func New(t testing.TB, o Options) *Env {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: Redis.Addr})
+	addr := o.Addr
+	if addr == "" {
+		addr = Redis.Addr
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { rdb.Close() })
 	n := seq.Add(1)
 	quiet := slog.New(slog.DiscardHandler)
