@@ -121,6 +121,21 @@ func (e *ScheduleError) Error() string {
 
 func (e *ScheduleError) Unwrap() error { return e.Err }
 
+// QueueError names an asynq queue whose active tasks could not be listed
+// (its keys of another type than asynq writes, say): Idempotency.Runs and
+// the takeover loop pass over it and read the other queues. Unwrap gives
+// the cause.
+type QueueError struct {
+	Queue string
+	Err   error
+}
+
+func (e *QueueError) Error() string {
+	return fmt.Sprintf("zclaim: asynq queue %q cannot be read: %v", e.Queue, e.Err)
+}
+
+func (e *QueueError) Unwrap() error { return e.Err }
+
 // WrongTypeError names a key that holds another Redis type than the one
 // zclaim needs. The script that found it wrote nothing.
 type WrongTypeError struct {

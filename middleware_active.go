@@ -7,6 +7,7 @@ package zclaim
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,15 +34,17 @@ type activeRun struct {
 // activeRuns lists, through in, the active tasks of the takeover's queues
 // (TakeoverQueues, else every queue asynq knows), with their keys; tasks
 // whose key cannot be told from the task alone are left out. A queue that
-// cannot be read is passed over, and the first such error returned.
+// cannot be read is passed over, and the first such one by name returned
+// as a *QueueError beside the others' tasks.
 func (i *Idempotency) activeRuns(ctx context.Context, in *asynq.Inspector) ([]activeRun, error) {
-	queues := i.opts.TakeoverQueues
+	queues := slices.Clone(i.opts.TakeoverQueues)
 	if len(queues) == 0 {
 		var err error
 		if queues, err = in.Queues(); err != nil {
 			return nil, err
 		}
 	}
+	slices.Sort(queues) // the first queue that cannot be read, by name
 	queues = i.busyQueues(ctx, queues)
 	var out []activeRun
 	var firstErr error
@@ -50,7 +53,7 @@ func (i *Idempotency) activeRuns(ctx context.Context, in *asynq.Inspector) ([]ac
 			tasks, err := in.ListActiveTasks(q, asynq.PageSize(500), asynq.Page(page))
 			if err != nil {
 				if firstErr == nil && !errors.Is(err, asynq.ErrQueueNotFound) {
-					firstErr = err
+					firstErr = &QueueError{Queue: q, Err: err}
 				}
 				break
 			}

@@ -59,11 +59,21 @@ type RunInfo struct {
 // Under a custom Key function, tasks of a type the store's middleware found
 // keyed from the handler's context are left out, and those of a type it
 // has not handled are listed under the key the function tells of the task
-// alone.
+// alone. A queue whose active tasks cannot be listed (its keys of another
+// type, say) is passed over: Runs returns the other queues' runs with a
+// *QueueError that names the first such queue by name.
 func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs []RunInfo, next string, err error) {
 	all, err := i.activeRuns(ctx, asynq.NewInspectorFromRedisClient(i.asynqRedis()))
-	if err != nil {
+	var queueErr *QueueError
+	if err != nil && !errors.As(err, &queueErr) {
 		return nil, "", wrap(ctx, "runs", err, nil)
+	}
+	if queueErr != nil {
+		defer func() {
+			if err == nil {
+				err = queueErr
+			}
+		}()
 	}
 	var active []activeRun
 	for _, r := range all {

@@ -299,6 +299,7 @@ type runsData struct {
 	Runs   []zclaim.RunInfo
 	After  string
 	Next   string
+	Err    string // a queue that could not be read
 }
 
 func (h *handler) runs(w http.ResponseWriter, r *http.Request) {
@@ -308,12 +309,16 @@ func (h *handler) runs(w http.ResponseWriter, r *http.Request) {
 	}
 	after := r.URL.Query().Get("after")
 	runs, next, err := h.opts.Idempotency.Runs(r.Context(), after, h.opts.PageSize)
-	if err != nil {
+	var queueErr *zclaim.QueueError
+	if err != nil && !errors.As(err, &queueErr) {
 		h.fail(w, r, http.StatusBadGateway, "list the runs", err)
 		return
 	}
-	h.render(w, r, http.StatusOK, "runs", "Runs", runsData{Prefix: h.opts.Idempotency.Prefix(), Runs: runs,
-		After: after, Next: next})
+	d := runsData{Prefix: h.opts.Idempotency.Prefix(), Runs: runs, After: after, Next: next}
+	if queueErr != nil {
+		d.Err = queueErr.Error() // the other queues' runs are listed
+	}
+	h.render(w, r, http.StatusOK, "runs", "Runs", d)
 }
 
 type queueRow struct {

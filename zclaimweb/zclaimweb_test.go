@@ -468,8 +468,10 @@ func TestHostileQueue(t *testing.T) {
 		if err := e.RDB.SAdd(ctx, "asynq:queues", q).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.RDB.Set(ctx, "asynq:{"+q+"}:pending", "junk", 0).Err(); err != nil {
-			t.Fatal(err)
+		for _, part := range []string{"pending", "active"} {
+			if err := e.RDB.Set(ctx, "asynq:{"+q+"}:"+part, "junk", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	for _, p := range []string{"/queues", "/"} {
@@ -480,5 +482,11 @@ func TestHostileQueue(t *testing.T) {
 				t.Fatalf("%s: %d, no %s in\n%s", p, code, want, page)
 			}
 		}
+	}
+	// The runs page lists the runs of the queues it can read, and names the
+	// first it cannot.
+	code, page := get(t, e.URL+"/runs")
+	if want := `<p class="error">zclaim: asynq queue &#34;bad&#34; cannot be read: `; code != http.StatusOK || !strings.Contains(page, want) {
+		t.Fatalf("/runs: %d, no %s in\n%s", code, want, page)
 	}
 }

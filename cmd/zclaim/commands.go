@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -369,10 +370,19 @@ func runRows(r zclaim.RunInfo, now time.Time) [][]string {
 	return rows
 }
 
+// listRunning lists the runs of active asynq tasks. A queue that cannot be
+// read is written to stderr after the others' runs, and the exit code is
+// exitPartial.
 func listRunning(ctx context.Context, c *cli) int {
 	runs, next, err := c.runsOf(ctx, *listAfter, *listLimit)
-	if err != nil {
+	var queueErr *zclaim.QueueError
+	if err != nil && !errors.As(err, &queueErr) {
 		return c.fail(err)
+	}
+	code := exitOK
+	if queueErr != nil {
+		defer fmt.Fprintf(c.errw, "%v\n", queueErr)
+		code = exitPartial
 	}
 	if c.json {
 		if runs == nil {
@@ -382,7 +392,7 @@ func listRunning(ctx context.Context, c *cli) int {
 			Runs []zclaim.RunInfo
 			Next string
 		}{runs, next})
-		return exitOK
+		return code
 	}
 	now := time.Now()
 	rows := [][]string{{"KEY", "STATE", "TOKEN", "STARTED", "LEASE UNTIL", "QUEUE", "TASK"}}
@@ -398,5 +408,5 @@ func listRunning(ctx context.Context, c *cli) int {
 	if next != "" {
 		fmt.Fprintf(c.errw, "more: zclaim ls running --runs %q --after %q\n", c.runs, next)
 	}
-	return exitOK
+	return code
 }

@@ -727,3 +727,29 @@ func TestNoPasswordShown(t *testing.T) {
 		})
 	}
 }
+
+// ls running lists the runs of the queues it can read, names on stderr a
+// queue whose keys are of another type than asynq's, and exits 1.
+func TestRunningPastHostileQueue(t *testing.T) {
+	t.Parallel()
+	own, err := redisproc.Start() // asynq's queues are listed server-wide: the test's alone
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(own.Close)
+	rdb := redis.NewClient(&redis.Options{Addr: own.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	for _, q := range []string{"fine", "hostile"} {
+		if err := rdb.SAdd(ctx, "asynq:queues", q).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.Set(ctx, "asynq:{hostile}:active", "junk", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLI(t, own, "ls", "running", "--runs", "cli:run:")
+	want(t, "ls running", code, 1, out, errOut)
+	if !strings.HasPrefix(out, "KEY ") || !strings.Contains(errOut, `zclaim: asynq queue "hostile" cannot be read: `) {
+		t.Fatalf("ls running:\nstdout:\n%s\nstderr:\n%s", out, errOut)
+	}
+}
