@@ -922,11 +922,17 @@ func TestTakeoverPastHostileAsynqKeys(t *testing.T) {
 	if id := wait.Recv(t, started, 30*time.Second, "the copy to start"); !strings.HasPrefix(id, "never"+takeoverSep) {
 		t.Fatalf("task %s started, want a copy of the run that never began", id)
 	}
-	// Runs lists the other queues' runs and names the hostile one.
+	// Runs lists the other queues' runs and names the hostile one; a
+	// Broker's Stats counts them.
 	runs, _, err := i.Runs(ctx, "", 0)
 	var qe *QueueError
 	if !errors.As(err, &qe) || qe.Queue != "hostile" || !slices.ContainsFunc(runs, func(r RunInfo) bool { return r.TaskID == "never" }) {
 		t.Fatalf("Runs: %+v, error %v; want the run of never and a QueueError naming hostile", runs, err)
+	}
+	b, err := NewBroker(counted, BrokerOptions{Key: "zt:{hostile}", Runs: i})
+	must(t, err)
+	if st, err := b.Stats(ctx); err != nil || st.Running+st.Abandoned == 0 {
+		t.Fatalf("Stats: %+v, error %v; want the runs of the queues that can be read", st, err)
 	}
 }
 

@@ -16,6 +16,7 @@ package zclaimprom
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -202,7 +203,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		// Abandoned runs are read from Redis, once per prefix, so the
 		// gauge survives the restart of the process that watched them.
-		if runs, _, err := s.Runs(ctx, "", 0); err == nil {
+		// A queue whose active tasks cannot be listed holds none that asynq
+		// runs: the others' are counted.
+		runs, _, err := s.Runs(ctx, "", 0)
+		var queueErr *zclaim.QueueError
+		if err == nil || errors.As(err, &queueErr) {
 			n := 0
 			for _, r := range runs {
 				if r.State == zclaim.RunAbandoned || r.State == zclaim.RunTakenOver {

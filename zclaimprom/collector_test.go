@@ -300,3 +300,24 @@ func scrape(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no %s in the scrape", name)
 	return 0
 }
+
+// An asynq queue whose active list is of another type holds no run: the
+// abandoned-runs gauge counts the other queues' runs, and is not left out.
+func TestAbandonedRunsPastHostileQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	own, err := redisproc.Start() // asynq's queues are listed server-wide: the test's alone
+	must(t, err)
+	t.Cleanup(own.Close)
+	rdb := redis.NewClient(&redis.Options{Addr: own.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	must(t, rdb.SAdd(ctx, "asynq:queues", "fine", "hostile").Err())
+	must(t, rdb.Set(ctx, "asynq:{hostile}:active", "junk", 0).Err())
+	idem, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: "zt:run:", DisableTakeover: true})
+	must(t, err)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(zclaimprom.NewCollector(zclaimprom.Options{Idempotency: []*zclaim.Idempotency{idem}}))
+	if got := scrape(t, reg, "zclaim_middleware_abandoned_runs"); got != 0 {
+		t.Fatalf("abandoned runs %v, want 0", got)
+	}
+}
