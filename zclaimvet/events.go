@@ -336,23 +336,8 @@ func isWatch(pass *analysis.Pass, call *ast.CallExpr) bool {
 // error asked for (Err, or rueidis' Error). A read of due members
 // whose members no one gets polls nothing: it checks that the key can be
 // read, before a removal of what has expired, say.
-//
-// It also marks the calls whose values the code takes (assigned or
-// returned): inPlaceLiterals reads them.
 func (st *analysisState) discard(f *ast.File) {
 	ast.Inspect(f, func(n ast.Node) bool {
-		var taken []ast.Expr
-		switch x := n.(type) {
-		case *ast.AssignStmt:
-			taken = x.Rhs
-		case *ast.ReturnStmt:
-			taken = x.Results
-		}
-		for _, e := range taken {
-			if call, ok := ast.Unparen(e).(*ast.CallExpr); ok {
-				st.taken[call] = true
-			}
-		}
 		switch x := n.(type) {
 		case *ast.AssignStmt:
 			if len(x.Rhs) != 1 || len(x.Lhs) == 0 {
@@ -381,6 +366,26 @@ func (st *analysisState) discard(f *ast.File) {
 				if call, ok := ast.Unparen(x.X).(*ast.CallExpr); ok {
 					st.discarded[call] = true
 				}
+			}
+		}
+		return true
+	})
+}
+
+// take marks the calls of f whose values the code takes: assigned, or
+// returned (inPlaceLiterals reads them).
+func (st *analysisState) take(f *ast.File) {
+	ast.Inspect(f, func(n ast.Node) bool {
+		var values []ast.Expr
+		switch x := n.(type) {
+		case *ast.AssignStmt:
+			values = x.Rhs
+		case *ast.ReturnStmt:
+			values = x.Results
+		}
+		for _, e := range values {
+			if call, ok := ast.Unparen(e).(*ast.CallExpr); ok {
+				st.taken[call] = true
 			}
 		}
 		return true

@@ -276,7 +276,7 @@ type analysisState struct {
 	impls     map[*types.Func]*Summary     // interface methods' summaries (summaryOf), nil for none
 	origin    map[*types.Func][]ast.Node   // node of each access of this package's summaries
 	discarded map[*ast.CallExpr]bool       // calls whose replies are thrown away (discard)
-	taken     map[*ast.CallExpr]bool       // calls whose values are assigned or returned (discard)
+	taken     map[*ast.CallExpr]bool       // calls whose values are assigned or returned (take)
 }
 
 func run(pass *analysis.Pass) (any, error) {
@@ -309,6 +309,7 @@ func run(pass *analysis.Pass) (any, error) {
 	for _, f := range files {
 		st.findWatched(f)
 		st.discard(f)
+		st.take(f)
 	}
 	// Summaries of this package's functions: wrappers of wrappers need a
 	// few rounds, until no summary changes (at most six).
