@@ -68,13 +68,7 @@ func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs [
 	if err != nil && !errors.As(err, &queueErr) {
 		return nil, "", wrap(ctx, "runs", err, nil)
 	}
-	if queueErr != nil {
-		defer func() {
-			if err == nil {
-				err = queueErr
-			}
-		}()
-	}
+	partial := err // a queue passed over, returned with the others' runs
 	var active []activeRun
 	for _, r := range all {
 		if r.task.Queue+"/"+r.task.ID > after {
@@ -89,7 +83,7 @@ func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs [
 		next = active[limit-1].task.Queue + "/" + active[limit-1].task.ID
 	}
 	if len(active) == 0 {
-		return nil, "", nil
+		return nil, "", partial
 	}
 	cmds, now, err := i.records(ctx, active)
 	if err != nil {
@@ -130,5 +124,5 @@ func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs [
 		}
 		runs = append(runs, ri)
 	}
-	return runs, next, nil
+	return runs, next, partial
 }

@@ -75,7 +75,7 @@ func (b *Broker) Stats(ctx context.Context) (Stats, error) {
 	st.StateLost, _ = b.state.lost()
 	if b.opts.Runs != nil {
 		// A queue whose active tasks cannot be listed (its active list of
-		// another type) holds none that asynq runs: the others' are counted.
+		// another type, say) is passed over: the others' runs are counted.
 		runs, _, err := b.opts.Runs.Runs(ctx, "", 0)
 		var queueErr *QueueError
 		if err != nil && !errors.As(err, &queueErr) {

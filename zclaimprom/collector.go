@@ -203,8 +203,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		// Abandoned runs are read from Redis, once per prefix, so the
 		// gauge survives the restart of the process that watched them.
-		// A queue whose active tasks cannot be listed holds none that asynq
-		// runs: the others' are counted.
+		// A queue whose active tasks cannot be listed is passed over: the
+		// others' runs are counted.
 		runs, _, err := s.Runs(ctx, "", 0)
 		var queueErr *zclaim.QueueError
 		if err == nil || errors.As(err, &queueErr) {

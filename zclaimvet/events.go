@@ -102,8 +102,8 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 				}
 				return false
 			}
-			// A literal handed to a retry helper runs in place, as
-			// part of this function.
+			// A literal handed to a function that runs it before it
+			// returns (inPlaceLiterals) runs as part of this function.
 			if lits := st.inPlaceLiterals(x); lits != nil {
 				for _, lit := range lits {
 					evs = append(evs, st.events(s, lit.Body, group)...)
