@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"golang.org/x/tools/go/analysis"
+	"golang.org/x/tools/go/types/typeutil"
 )
 
 // runLiterals returns the function literals that call hands to a runner
@@ -101,13 +102,7 @@ func (st *analysisState) inPlaceLiterals(call *ast.CallExpr) []*ast.FuncLit {
 	if retryHelper(pass, fun) {
 		return lits
 	}
-	var fn *types.Func
-	switch f := fun.(type) {
-	case *ast.Ident:
-		fn, _ = pass.TypesInfo.Uses[f].(*types.Func)
-	case *ast.SelectorExpr:
-		fn, _ = pass.TypesInfo.Uses[f.Sel].(*types.Func)
-	}
+	fn, _ := typeutil.Callee(pass.TypesInfo, call).(*types.Func)
 	if fd := st.decls[fn]; fd != nil {
 		return callsParams(pass, fd, call, lits)
 	}
