@@ -133,6 +133,11 @@ func orDash(s string) string {
 	return s
 }
 
+// cmdShow prints where a job is and the runs of the active asynq tasks
+// that run it. What cannot be read (the runs of a queue, of any queue, or
+// a job's record that does not decode) is written to stderr, or to the
+// job's table as its error, beside what could be, and the exit code is
+// exitPartial, as ls running's.
 func cmdShow(ctx context.Context, c *cli, args []string) int {
 	if len(args) != 1 {
 		fmt.Fprintln(c.errw, "usage: zclaim show ID")
@@ -142,14 +147,29 @@ func cmdShow(ctx context.Context, c *cli, args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
+	code := exitOK
 	runs, _, err := c.runsOf(ctx, "", 0)
-	if err != nil {
+	var queueErr *zclaim.QueueError
+	switch {
+	case errors.As(err, &queueErr):
+		fmt.Fprintf(c.errw, "%v\n", queueErr)
+		code = exitPartial
+	case err != nil:
 		fmt.Fprintf(c.errw, "zclaim: the runs of active asynq tasks could not be read: %v\n", err)
+		code = exitPartial
 	}
 	var mine []zclaim.RunInfo
 	for _, r := range runs {
 		if r.Job.ID == args[0] || r.Key == args[0] || r.TaskID == args[0] {
 			mine = append(mine, r)
+		}
+	}
+	for _, j := range all {
+		if j.Err != nil { // a record that does not decode: the table shows it, JSON leaves it out
+			code = exitPartial
+			if c.json {
+				fmt.Fprintf(c.errw, "%v\n", j.Err)
+			}
 		}
 	}
 	if c.json {
@@ -171,7 +191,7 @@ func cmdShow(ctx context.Context, c *cli, args []string) int {
 		return exitPartial
 	}
 	if c.json {
-		return exitOK
+		return code
 	}
 	defer func() {
 		for _, r := range mine {
@@ -205,7 +225,7 @@ func cmdShow(ctx context.Context, c *cli, args []string) int {
 		}
 		table(c.out, rows)
 	}
-	return exitOK
+	return code
 }
 
 var all *bool

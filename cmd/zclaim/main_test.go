@@ -752,4 +752,38 @@ func TestRunningPastHostileQueue(t *testing.T) {
 	if !strings.HasPrefix(out, "KEY ") || !strings.Contains(errOut, `zclaim: asynq queue "hostile" cannot be read: `) {
 		t.Fatalf("ls running:\nstdout:\n%s\nstderr:\n%s", out, errOut)
 	}
+
+	// show: the job, with the queue it could not read on stderr and exit
+	// 1 (not all there); a record that does not decode is not all there
+	// either.
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: "cli:jobs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Hour)
+	if err := b.Schedule(ctx, zclaim.Job{ID: "j1", RunAt: later, Type: "t"}, zclaim.Job{ID: "j2", RunAt: later, Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, "{cli:jobs}:jobs", "j2", "junk").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"show", "j1"}, {"show", "j1", "--json"}} {
+		out, errOut, code = runCLI(t, own, append(args, "--key", "cli:jobs", "--runs", "cli:run:")...)
+		want(t, strings.Join(args, " "), code, 1, out, errOut)
+		if !strings.Contains(out, "scheduled") || !strings.Contains(errOut, `zclaim: asynq queue "hostile" cannot be read: `) {
+			t.Fatalf("%s:\nstdout:\n%s\nstderr:\n%s", args, out, errOut)
+		}
+	}
+	if err := rdb.Del(ctx, "asynq:{hostile}:active").Err(); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = runCLI(t, own, "show", "j1", "--key", "cli:jobs", "--runs", "cli:run:")
+	want(t, "show j1, every queue read", code, 0, out, errOut)
+	for _, args := range [][]string{{"show", "j2"}, {"show", "j2", "--json"}} {
+		out, errOut, code = runCLI(t, own, append(args, "--key", "cli:jobs", "--runs", "cli:run:")...)
+		want(t, strings.Join(args, " "), code, 1, out, errOut)
+		if !strings.Contains(out+errOut, `zclaim: job "j2": `) {
+			t.Fatalf("%s:\nstdout:\n%s\nstderr:\n%s", args, out, errOut)
+		}
+	}
 }
