@@ -86,12 +86,13 @@ func cmdList(ctx context.Context, c *cli, args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
+	code := undecoded(c, l.Jobs, true)
 	if c.json {
 		if l.Jobs == nil {
 			l.Jobs = []zclaim.JobInfo{}
 		}
 		c.printJSON(l)
-		return exitOK
+		return code
 	}
 	now := time.Now()
 	var rows [][]string
@@ -123,7 +124,23 @@ func cmdList(ctx context.Context, c *cli, args []string) int {
 	if l.Next != "" {
 		fmt.Fprintf(c.errw, "more: zclaim ls %s --key %q --after %q\n", args[0], c.key, l.Next)
 	}
-	return exitOK
+	return code
+}
+
+// undecoded returns exitPartial when a job's record does not decode (the
+// job is listed all the same, without what the record holds), else
+// exitOK; toStderr writes each such job's error to stderr.
+func undecoded(c *cli, jobs []zclaim.JobInfo, toStderr bool) int {
+	code := exitOK
+	for _, j := range jobs {
+		if j.Err != nil {
+			code = exitPartial
+			if toStderr {
+				fmt.Fprintf(c.errw, "%v\n", j.Err)
+			}
+		}
+	}
+	return code
 }
 
 func orDash(s string) string {
@@ -164,14 +181,9 @@ func cmdShow(ctx context.Context, c *cli, args []string) int {
 			mine = append(mine, r)
 		}
 	}
-	for _, j := range all {
-		if j.Err != nil { // a record that does not decode: the table shows it, JSON leaves it out
-			code = exitPartial
-			if c.json {
-				fmt.Fprintf(c.errw, "%v\n", j.Err)
-			}
-		}
-	}
+	// A record that does not decode: its table shows the error, JSON
+	// leaves it out.
+	code = max(code, undecoded(c, all, c.json))
 	if c.json {
 		if all == nil {
 			all = []zclaim.JobInfo{}

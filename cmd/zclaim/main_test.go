@@ -755,7 +755,7 @@ func TestRunningPastHostileQueue(t *testing.T) {
 
 	// show: the job, with the queue it could not read on stderr and exit
 	// 1 (not all there); a record that does not decode is not all there
-	// either.
+	// either, for show and ls.
 	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: "cli:jobs"})
 	if err != nil {
 		t.Fatal(err)
@@ -779,7 +779,7 @@ func TestRunningPastHostileQueue(t *testing.T) {
 	}
 	out, errOut, code = runCLI(t, own, "show", "j1", "--key", "cli:jobs", "--runs", "cli:run:")
 	want(t, "show j1, every queue read", code, 0, out, errOut)
-	for _, args := range [][]string{{"show", "j2"}, {"show", "j2", "--json"}} {
+	for _, args := range [][]string{{"show", "j2"}, {"show", "j2", "--json"}, {"ls", "scheduled"}, {"ls", "scheduled", "--json"}} {
 		out, errOut, code = runCLI(t, own, append(args, "--key", "cli:jobs", "--runs", "cli:run:")...)
 		want(t, strings.Join(args, " "), code, 1, out, errOut)
 		if !strings.Contains(out+errOut, `zclaim: job "j2": `) {
