@@ -339,6 +339,26 @@ func TestJobPage(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `data-state="scheduled"`) || !strings.Contains(body, "email") {
 		t.Fatalf("job page: %d\n%s", code, body)
 	}
+	// A job whose record does not decode: the listing says so in its row,
+	// the job page gives the error.
+	pending := e.Key + ":jobs"
+	if !strings.Contains(e.Key, "{") {
+		pending = "{" + e.Key + "}:jobs"
+	}
+	if err := e.Broker.Schedule(ctx, zclaim.Job{ID: "junk", RunAt: time.Now().Add(time.Hour), Type: "email"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.RDB.HSet(ctx, pending, "junk", "junk").Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, body = get(t, e.URL+"/s/0/scheduled")
+	if want := `<span class="error" title="zclaim: job &#34;junk&#34;: `; code != 200 || !strings.Contains(body, want) ||
+		strings.Count(body, "record cannot be read") != 1 {
+		t.Fatalf("listing: %d, want one %s in\n%s", code, want, body)
+	}
+	if code, body = get(t, e.URL+"/s/0/job?id=junk"); code != 200 || !strings.Contains(body, `<dt>record</dt><dd class="error">zclaim: job &#34;junk&#34;: `) {
+		t.Fatalf("job page of junk: %d\n%s", code, body)
+	}
 	if code, body := get(t, e.URL+"/s/0/job?id=nope"); code != 404 || !strings.Contains(body, `id="not-found"`) {
 		t.Fatalf("unknown id: %d", code)
 	}
