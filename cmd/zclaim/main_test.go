@@ -753,9 +753,11 @@ func TestRunningPastHostileQueue(t *testing.T) {
 		t.Fatalf("ls running:\nstdout:\n%s\nstderr:\n%s", out, errOut)
 	}
 
-	// show: the job, with the queue it could not read on stderr and exit
-	// 1 (not all there); a record that does not decode is not all there
-	// either, for show and ls.
+	// show: the job, and the queue whose runs it could not read on
+	// stderr (the runs are shown as far as they can be read: exit 0, as
+	// for an operator whose ACL stops at the schedule, TestACLOperator);
+	// a job whose record does not decode is not all there: exit 1, for
+	// show and ls.
 	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: "cli:jobs"})
 	if err != nil {
 		t.Fatal(err)
@@ -769,16 +771,11 @@ func TestRunningPastHostileQueue(t *testing.T) {
 	}
 	for _, args := range [][]string{{"show", "j1"}, {"show", "j1", "--json"}} {
 		out, errOut, code = runCLI(t, own, append(args, "--key", "cli:jobs", "--runs", "cli:run:")...)
-		want(t, strings.Join(args, " "), code, 1, out, errOut)
+		want(t, strings.Join(args, " "), code, 0, out, errOut)
 		if !strings.Contains(out, "scheduled") || !strings.Contains(errOut, `zclaim: asynq queue "hostile" cannot be read: `) {
 			t.Fatalf("%s:\nstdout:\n%s\nstderr:\n%s", args, out, errOut)
 		}
 	}
-	if err := rdb.Del(ctx, "asynq:{hostile}:active").Err(); err != nil {
-		t.Fatal(err)
-	}
-	out, errOut, code = runCLI(t, own, "show", "j1", "--key", "cli:jobs", "--runs", "cli:run:")
-	want(t, "show j1, every queue read", code, 0, out, errOut)
 	for _, args := range [][]string{{"show", "j2"}, {"show", "j2", "--json"}, {"ls", "scheduled"}, {"ls", "scheduled", "--json"}} {
 		out, errOut, code = runCLI(t, own, append(args, "--key", "cli:jobs", "--runs", "cli:run:")...)
 		want(t, strings.Join(args, " "), code, 1, out, errOut)
