@@ -88,10 +88,10 @@ func cmdList(ctx context.Context, c *cli, args []string) int {
 	}
 	code := undecoded(c, l.Jobs, true)
 	if c.json {
-		if l.Jobs == nil {
-			l.Jobs = []zclaim.JobInfo{}
-		}
-		c.printJSON(l)
+		c.printJSON(struct {
+			Jobs []jobJSON
+			Next string
+		}{jobsJSON(l.Jobs), l.Next})
 		return code
 	}
 	now := time.Now()
@@ -127,6 +127,25 @@ func cmdList(ctx context.Context, c *cli, args []string) int {
 	return code
 }
 
+// jobJSON is a job as --json prints it: JobInfo's fields, and the error
+// of a record that does not decode, which JobInfo leaves out of JSON.
+type jobJSON struct {
+	zclaim.JobInfo
+	Error string `json:",omitempty"`
+}
+
+func jobsJSON(js []zclaim.JobInfo) []jobJSON {
+	out := make([]jobJSON, 0, len(js))
+	for _, j := range js {
+		e := jobJSON{JobInfo: j}
+		if j.Err != nil {
+			e.Error = j.Err.Error()
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
 // undecoded returns exitPartial when a job's record does not decode (the
 // job is listed all the same, without what the record holds), else
 // exitOK; toStderr writes each such job's error to stderr.
@@ -152,7 +171,7 @@ func orDash(s string) string {
 
 // cmdShow prints where a job is and the runs of the active asynq tasks
 // that run it. A job's record that does not decode is shown as its
-// table's error (under --json, on stderr), and the exit code is
+// table's error (under --json, its Error), and the exit code is
 // exitPartial: the job is not all there. The runs are shown as far as
 // they can be read; what cannot be (a queue's, or every queue's: an
 // operator whose ACL stops at the schedule's keys, docs/operations.md)
@@ -181,18 +200,15 @@ func cmdShow(ctx context.Context, c *cli, args []string) int {
 			mine = append(mine, r)
 		}
 	}
-	code := undecoded(c, all, c.json)
+	code := undecoded(c, all, false) // the table's error row, JSON's Error
 	if c.json {
-		if all == nil {
-			all = []zclaim.JobInfo{}
-		}
 		if mine == nil {
 			mine = []zclaim.RunInfo{}
 		}
 		c.printJSON(struct {
-			Jobs []zclaim.JobInfo
+			Jobs []jobJSON
 			Runs []zclaim.RunInfo
-		}{all, mine})
+		}{jobsJSON(all), mine})
 	}
 	if len(all) == 0 && len(mine) == 0 {
 		fmt.Fprintf(c.errw,

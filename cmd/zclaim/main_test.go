@@ -779,7 +779,23 @@ func TestRunningPastHostileQueue(t *testing.T) {
 	for _, args := range [][]string{{"show", "j2"}, {"show", "j2", "--json"}, {"ls", "scheduled"}, {"ls", "scheduled", "--json"}} {
 		out, errOut, code = runCLI(t, own, append(args, "--key", "cli:jobs", "--runs", "cli:run:")...)
 		want(t, strings.Join(args, " "), code, 1, out, errOut)
-		if !strings.Contains(out+errOut, `zclaim: job "j2": `) {
+		said := out + errOut
+		if args[len(args)-1] == "--json" { // the job's Error, JSON's own
+			var got struct{ Jobs []struct{ ID, Error string } }
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatalf("%s: %v\n%s", args, err, out)
+			}
+			said = ""
+			for _, j := range got.Jobs {
+				if j.ID == "j1" && j.Error != "" {
+					t.Fatalf("%s: j1 has an error: %s", args, out)
+				}
+				if j.ID == "j2" {
+					said = j.Error
+				}
+			}
+		}
+		if !strings.Contains(said, `zclaim: job "j2": `) {
 			t.Fatalf("%s:\nstdout:\n%s\nstderr:\n%s", args, out, errOut)
 		}
 	}
