@@ -5,21 +5,36 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/zclaim/zclaim/internal/redisproc"
 	"github.com/zclaim/zclaim/internal/wait"
 )
 
 // The example program runs in CI, short: every job handled once, none
-// early, none lost. It uses ZCLAIM_EXAMPLE_REDIS_URL if set, else miniredis.
+// early, none lost; on its zero-setup default (the in-process Redis) and
+// on a real one (REDIS_URL: ZCLAIM_EXAMPLE_REDIS_URL, else a redis-server
+// of the test's own).
 func TestExampleProgram(t *testing.T) {
 	t.Parallel()
+	for _, real := range []bool{false, true} {
+		t.Run(map[bool]string{false: "in-process", true: "real"}[real], func(t *testing.T) {
+			t.Parallel()
+			url := ""
+			if real {
+				url = redisproc.ExampleURL(t)
+			}
+			exampleProgram(t, url)
+		})
+	}
+}
+
+func exampleProgram(t *testing.T, url string) {
 	var out bytes.Buffer
-	code := realMain([]string{"-jobs", "300", "-over", "1s", "-timeout", exampleTimeout.String()}, &out, os.Getenv("ZCLAIM_EXAMPLE_REDIS_URL"))
+	code := realMain([]string{"-jobs", "300", "-over", "1s", "-timeout", exampleTimeout.String()}, &out, url)
 	t.Log("\n" + out.String())
 	if code != 0 {
 		t.Fatalf("exit code %d", code)
@@ -35,7 +50,11 @@ func TestExampleProgram(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	if first, _, _ := strings.Cut(out.String(), "\n"); !strings.Contains(first, "in-process Redis") && os.Getenv("ZCLAIM_EXAMPLE_REDIS_URL") == "" {
+	want := "in-process Redis"
+	if url != "" {
+		want = "using the Redis at "
+	}
+	if first, _, _ := strings.Cut(out.String(), "\n"); !strings.Contains(first, want) {
 		t.Errorf("first line %q does not say which Redis it uses", first)
 	}
 }
@@ -67,10 +86,11 @@ func TestExampleMetrics(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
+	url := redisproc.ExampleURL(t)
 	done := make(chan int)
 	go func() {
 		done <- realMain([]string{"-jobs", "100", "-over", "500ms", "-metrics", addr, "-hold", "3s", "-timeout", exampleTimeout.String()},
-			io.Discard, os.Getenv("ZCLAIM_EXAMPLE_REDIS_URL"))
+			io.Discard, url)
 	}()
 	var body string
 	for deadline := time.Now().Add(exampleTimeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {

@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/zclaim/zclaim/internal/redisproc"
 )
 
 // docs/migrating.md's program runs in CI: producers never stop, the old
@@ -12,7 +14,7 @@ import (
 func TestMigrate(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	code := run([]string{"-phase", "700ms"}, &out, os.Getenv("ZCLAIM_EXAMPLE_REDIS_URL"))
+	code := run([]string{"-phase", "700ms"}, &out, redisproc.ExampleURL(t))
 	t.Log("\n" + out.String())
 	if code != 0 {
 		t.Fatalf("exit code %d", code)

@@ -2,16 +2,17 @@ package main
 
 import (
 	"bytes"
-	"os"
 	"strings"
 	"testing"
+
+	"github.com/zclaim/zclaim/internal/redisproc"
 )
 
 // The periodic example runs in CI: three replicas, every tick once.
 func TestPeriodicExample(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	code := run([]string{"-for", "3s"}, &out, os.Getenv("ZCLAIM_EXAMPLE_REDIS_URL"))
+	code := run([]string{"-for", "3s"}, &out, redisproc.ExampleURL(t))
 	t.Log("\n" + out.String())
 	if code != 0 {
 		t.Fatalf("exit code %d", code)
