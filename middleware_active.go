@@ -34,8 +34,8 @@ type activeRun struct {
 // activeRuns lists, through in, the active tasks of the takeover's queues
 // (TakeoverQueues, else every queue asynq knows), with their keys; tasks
 // whose key cannot be told from the task alone are left out. A queue that
-// cannot be read is passed over, and the first such one by name returned
-// as a *QueueError beside the others' tasks.
+// cannot be read is passed over: each such queue's *QueueError, in name
+// order, is returned joined (errors.Join) beside the others' tasks.
 func (i *Idempotency) activeRuns(ctx context.Context, in *asynq.Inspector) ([]activeRun, error) {
 	queues := slices.Clone(i.opts.TakeoverQueues)
 	if len(queues) == 0 {
@@ -44,16 +44,16 @@ func (i *Idempotency) activeRuns(ctx context.Context, in *asynq.Inspector) ([]ac
 			return nil, err
 		}
 	}
-	slices.Sort(queues) // the first queue that cannot be read, by name
+	slices.Sort(queues) // the queues that cannot be read, by name
 	queues = i.busyQueues(ctx, queues)
 	var out []activeRun
-	var firstErr error
+	var unread []error
 	for _, q := range queues {
 		for page := 1; ; page++ {
 			tasks, err := in.ListActiveTasks(q, asynq.PageSize(500), asynq.Page(page))
 			if err != nil {
-				if firstErr == nil && !errors.Is(err, asynq.ErrQueueNotFound) {
-					firstErr = &QueueError{Queue: q, Err: err}
+				if !errors.Is(err, asynq.ErrQueueNotFound) {
+					unread = append(unread, &QueueError{Queue: q, Err: err})
 				}
 				break
 			}
@@ -67,7 +67,7 @@ func (i *Idempotency) activeRuns(ctx context.Context, in *asynq.Inspector) ([]ac
 			}
 		}
 	}
-	return out, firstErr
+	return out, errors.Join(unread...)
 }
 
 // busyQueues returns the queues among qs whose active lists hold a task,

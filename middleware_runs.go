@@ -60,8 +60,9 @@ type RunInfo struct {
 // keyed from the handler's context are left out, and those of a type it
 // has not handled are listed under the key the function tells of the task
 // alone. A queue whose active tasks cannot be listed (its keys of another
-// type, say) is passed over: Runs returns the other queues' runs with a
-// *QueueError that names the first such queue by name.
+// type, say) is passed over: Runs returns the other queues' runs with an
+// error that joins a *QueueError for each such queue, in name order
+// (errors.As finds the first).
 func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs []RunInfo, next string, err error) {
 	all, err := i.activeRuns(ctx, asynq.NewInspectorFromRedisClient(i.asynqRedis()))
 	var queueErr *QueueError

@@ -217,12 +217,12 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 }
 
 type jobData struct {
-	N       int
-	Key     string
-	ID      string
-	Entries []entry
-	Runs    []zclaim.RunInfo
-	RunsErr string
+	N        int
+	Key      string
+	ID       string
+	Entries  []entry
+	Runs     []zclaim.RunInfo
+	RunsErrs []string // why runs could not be read: each queue passed over, or the one error
 }
 
 type entry struct {
@@ -260,7 +260,7 @@ func (h *handler) job(w http.ResponseWriter, r *http.Request) {
 	if h.opts.Idempotency != nil {
 		runs, _, err := h.opts.Idempotency.Runs(r.Context(), "", 0)
 		if err != nil {
-			d.RunsErr = err.Error()
+			d.RunsErrs = strings.Split(err.Error(), "\n")
 		}
 		for _, run := range runs {
 			if run.Job.ID == id {
@@ -299,7 +299,7 @@ type runsData struct {
 	Runs   []zclaim.RunInfo
 	After  string
 	Next   string
-	Err    string // a queue that could not be read
+	Errs   []string // the queues that could not be read, one each
 }
 
 func (h *handler) runs(w http.ResponseWriter, r *http.Request) {
@@ -316,7 +316,7 @@ func (h *handler) runs(w http.ResponseWriter, r *http.Request) {
 	}
 	d := runsData{Prefix: h.opts.Idempotency.Prefix(), Runs: runs, After: after, Next: next}
 	if queueErr != nil {
-		d.Err = queueErr.Error() // the other queues' runs are listed
+		d.Errs = strings.Split(err.Error(), "\n") // each queue passed over; the others' runs are listed
 	}
 	h.render(w, r, http.StatusOK, "runs", "Runs", d)
 }

@@ -190,7 +190,7 @@ func cmdShow(ctx context.Context, c *cli, args []string) int {
 	var queueErr *zclaim.QueueError
 	switch {
 	case errors.As(err, &queueErr): // the other queues' runs were read
-		fmt.Fprintf(c.errw, "%v\n", queueErr)
+		fmt.Fprintf(c.errw, "%v\n", err)
 	case err != nil:
 		fmt.Fprintf(c.errw, "zclaim: the runs of active asynq tasks could not be read: %v\n", err)
 	}
@@ -416,9 +416,9 @@ func runRows(r zclaim.RunInfo, now time.Time) [][]string {
 	return rows
 }
 
-// listRunning lists the runs of active asynq tasks. A queue that cannot be
-// read is written to stderr after the others' runs, and the exit code is
-// exitPartial.
+// listRunning lists the runs of active asynq tasks. The queues that cannot
+// be read are written to stderr after the others' runs, a line each, and
+// the exit code is exitPartial.
 func listRunning(ctx context.Context, c *cli) int {
 	runs, next, err := c.runsOf(ctx, *listAfter, *listLimit)
 	var queueErr *zclaim.QueueError
@@ -427,7 +427,7 @@ func listRunning(ctx context.Context, c *cli) int {
 	}
 	code := exitOK
 	if queueErr != nil {
-		defer fmt.Fprintf(c.errw, "%v\n", queueErr)
+		defer fmt.Fprintf(c.errw, "%v\n", err) // errors.Join: a line a queue
 		code = exitPartial
 	}
 	if c.json {

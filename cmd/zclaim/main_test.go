@@ -739,17 +739,20 @@ func TestRunningPastHostileQueue(t *testing.T) {
 	t.Cleanup(own.Close)
 	rdb := redis.NewClient(&redis.Options{Addr: own.Addr})
 	t.Cleanup(func() { rdb.Close() })
-	for _, q := range []string{"fine", "hostile"} {
+	for _, q := range []string{"fine", "hostile", "hostile2"} {
 		if err := rdb.SAdd(ctx, "asynq:queues", q).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := rdb.Set(ctx, "asynq:{hostile}:active", "junk", 0).Err(); err != nil {
-		t.Fatal(err)
+	for _, q := range []string{"hostile", "hostile2"} {
+		if err := rdb.Set(ctx, "asynq:{"+q+"}:active", "junk", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	out, errOut, code := runCLI(t, own, "ls", "running", "--runs", "cli:run:")
 	want(t, "ls running", code, 1, out, errOut)
-	if !strings.HasPrefix(out, "KEY ") || !strings.Contains(errOut, `zclaim: asynq queue "hostile" cannot be read: `) {
+	if !strings.HasPrefix(out, "KEY ") || !strings.Contains(errOut, `zclaim: asynq queue "hostile" cannot be read: `) ||
+		!strings.Contains(errOut, "\n"+`zclaim: asynq queue "hostile2" cannot be read: `) {
 		t.Fatalf("ls running:\nstdout:\n%s\nstderr:\n%s", out, errOut)
 	}
 
