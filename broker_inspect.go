@@ -5,6 +5,7 @@ package zclaim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -87,10 +88,14 @@ type JobList struct {
 // returns the run in flight first, then the scheduled one, then the dead
 // entry; Jobs returns them all. Looking up scheduled and dead jobs costs
 // O(log n); in-flight runs are found by a scan of the claims held at that
-// instant.
+// instant. With BrokerOptions.Runs, a job found is returned whatever asynq
+// queue could not be read (its entries on the schedule come first); a job
+// not found while one could not be gets Runs' error rather than
+// ErrNotFound: its run may be in that queue.
 func (b *Broker) Job(ctx context.Context, id string) (JobInfo, error) {
 	all, err := b.Jobs(ctx, id)
-	if err != nil {
+	var queueErr *QueueError
+	if err != nil && (!errors.As(err, &queueErr) || len(all) == 0) {
 		return JobInfo{}, err
 	}
 	if len(all) == 0 {
@@ -102,7 +107,10 @@ func (b *Broker) Job(ctx context.Context, id string) (JobInfo, error) {
 // Jobs returns every entry of id, read at one instant: its runs in
 // flight (lease deadline order), its scheduled run, its dead entry; then,
 // with BrokerOptions.Runs, the runs of its asynq tasks that are active now
-// (running, or abandoned by a dead worker). None is not an error.
+// (running, or abandoned by a dead worker). None is not an error. An asynq
+// queue whose active tasks cannot be listed is passed over, as Runs
+// passes over it: Jobs returns the entries it found with Runs' error
+// (errors.As finds its *QueueError).
 func (b *Broker) Jobs(ctx context.Context, id string) ([]JobInfo, error) {
 	if err := checkID(ctx, "job", id); err != nil {
 		return nil, err
@@ -128,7 +136,8 @@ func (b *Broker) Jobs(ctx context.Context, id string) ([]JobInfo, error) {
 		return out, nil
 	}
 	runs, _, err := b.opts.Runs.Runs(ctx, "", 0)
-	if err != nil {
+	var queueErr *QueueError
+	if err != nil && !errors.As(err, &queueErr) {
 		return out, err
 	}
 	for _, r := range runs {
@@ -138,7 +147,7 @@ func (b *Broker) Jobs(ctx context.Context, id string) ([]JobInfo, error) {
 			}
 		}
 	}
-	return out, nil
+	return out, err // a queue passed over: the others' runs are here
 }
 
 // jobInfo describes a run of an active asynq task as an entry of job id:

@@ -934,6 +934,21 @@ func TestTakeoverPastHostileAsynqKeys(t *testing.T) {
 	if st, err := b.Stats(ctx); err != nil || st.Running+st.Abandoned == 0 {
 		t.Fatalf("Stats: %+v, error %v; want the runs of the queues that can be read", st, err)
 	}
+	// Jobs gives the run of never, from a queue it can read, with the
+	// error naming the other; Job finds a scheduled job whatever the
+	// queues, and names the hostile queue for one it finds nowhere (its
+	// run may be there).
+	entries, err := b.Jobs(ctx, "never")
+	if !errors.As(err, &qe) || !slices.ContainsFunc(entries, func(j JobInfo) bool { return j.TaskID == "never" }) {
+		t.Fatalf("Jobs: %+v, error %v; want never's run and a QueueError", entries, err)
+	}
+	must(t, b.Schedule(ctx, Job{ID: "later", RunAt: time.Now().Add(time.Hour), Type: "work"}))
+	if j, err := b.Job(ctx, "later"); err != nil || j.State != StateScheduled {
+		t.Fatalf("Job of a scheduled job: %+v, %v", j, err)
+	}
+	if _, err := b.Job(ctx, "nowhere"); !errors.As(err, &qe) || errors.Is(err, ErrNotFound) {
+		t.Fatalf("Job of a job found nowhere: %v; want the QueueError", err)
+	}
 }
 
 // A takeover pass that fails (here, asynq's Redis cannot be reached) is

@@ -243,9 +243,13 @@ func (h *handler) job(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	jobs, err := b.Jobs(r.Context(), id)
-	if err != nil && !errors.Is(err, zclaim.ErrNotFound) {
+	var queueErr *zclaim.QueueError
+	if err != nil && !errors.Is(err, zclaim.ErrNotFound) && !errors.As(err, &queueErr) {
 		h.fail(w, r, http.StatusBadGateway, "look up the job", err)
 		return
+	}
+	if queueErr != nil { // a broker made with Runs passed over a queue: the entries it found are shown
+		d.RunsErrs = strings.Split(err.Error(), "\n")
 	}
 	for _, j := range jobs {
 		e := entry{JobInfo: j}
@@ -260,7 +264,7 @@ func (h *handler) job(w http.ResponseWriter, r *http.Request) {
 	if h.opts.Idempotency != nil {
 		runs, _, err := h.opts.Idempotency.Runs(r.Context(), "", 0)
 		if err != nil {
-			d.RunsErrs = strings.Split(err.Error(), "\n")
+			d.RunsErrs = strings.Split(err.Error(), "\n") // the same queues, or a fuller reason
 		}
 		for _, run := range runs {
 			if run.Job.ID == id {

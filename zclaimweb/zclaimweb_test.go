@@ -480,7 +480,7 @@ func TestHostileQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	e := webtest.New(t, webtest.Options{Addr: srv.Addr})
+	e := webtest.New(t, webtest.Options{Addr: srv.Addr, BrokerRuns: true})
 	if _, err := asynq.NewClientFromRedisClient(e.RDB).Enqueue(asynq.NewTask("email", nil), asynq.Queue("fine")); err != nil {
 		t.Fatal(err)
 	}
@@ -510,5 +510,15 @@ func TestHostileQueue(t *testing.T) {
 		if want := `<p class="error">zclaim: asynq queue &#34;` + q + `&#34; cannot be read: `; code != http.StatusOK || !strings.Contains(page, want) {
 			t.Fatalf("/runs: %d, no %s in\n%s", code, want, page)
 		}
+	}
+	// The job page of a Broker made with Runs shows the job, and the
+	// queues whose runs it could not read.
+	if err := e.Broker.Schedule(ctx, zclaim.Job{ID: "later", RunAt: time.Now().Add(time.Hour), Type: "email"}); err != nil {
+		t.Fatal(err)
+	}
+	code, page = get(t, e.URL+"/s/0/job?id=later")
+	if want := `<p class="error">zclaim: asynq queue &#34;zzz&#34; cannot be read: `; code != http.StatusOK ||
+		!strings.Contains(page, `data-state="scheduled"`) || !strings.Contains(page, want) {
+		t.Fatalf("job page: %d, want the job and %s in\n%s", code, want, page)
 	}
 }

@@ -51,6 +51,9 @@ type Options struct {
 	PageSize int
 	Key      string // the schedule's key; default: one of the test's own
 	Addr     string // the Redis server; default: the shared one (Redis)
+	// BrokerRuns makes the schedule's Broker with BrokerOptions.Runs (the
+	// console's store), as a user may.
+	BrokerRuns bool
 }
 
 // New gives t a schedule under keys of its own and serves a console of it
@@ -69,12 +72,16 @@ func New(t testing.TB, o Options) *Env {
 	if key == "" {
 		key = fmt.Sprintf("web%d:{%s-%d}", n, strings.ReplaceAll(t.Name(), "/", "-"), n)
 	}
-	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: key, Shards: o.Shards, Logger: quiet})
+	idem, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: key + ":run:", DisableTakeover: true,
+		Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	idem, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: key + ":run:", DisableTakeover: true,
-		Logger: quiet})
+	bo := zclaim.BrokerOptions{Key: key, Shards: o.Shards, Logger: quiet}
+	if o.BrokerRuns {
+		bo.Runs = idem
+	}
+	b, err := zclaim.NewBroker(rdb, bo)
 	if err != nil {
 		t.Fatal(err)
 	}
