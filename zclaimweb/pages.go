@@ -137,7 +137,7 @@ type scheduleView struct {
 
 type overviewData struct {
 	Schedules []scheduleView
-	Queues    []*queueRow
+	Queues    queuePage
 	QueueErr  string
 }
 
@@ -162,7 +162,7 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 		d.Schedules = append(d.Schedules, v)
 	}
 	if h.opts.Inspector != nil {
-		q, err := h.queueRows()
+		q, err := h.queueRows("")
 		d.Queues = q
 		if err != nil {
 			d.QueueErr = err.Error()
@@ -332,16 +332,35 @@ type queueRow struct {
 	Err                                                         string // why the queue cannot be read
 }
 
-// queueRows lists asynq's queues by name; a queue whose keys cannot be read
-// (one of another type) is listed with why, and keeps no other from its
-// row.
-func (h *handler) queueRows() ([]*queueRow, error) {
+// queuePage is a page of asynq's queues, by name.
+type queuePage struct {
+	Rows  []*queueRow
+	After string // the name the page follows ("" for the first)
+	Next  string // the last name of this page when more follow, else ""
+}
+
+// queueRows reads a page of asynq's queues by name (PageSize of them after
+// the name after): each costs asynq's Inspector a few round trips, so a
+// server with thousands of queues is read a page at a time. A queue whose
+// keys cannot be read (one of another type) is listed with why, and keeps
+// no other from its row.
+func (h *handler) queueRows(after string) (queuePage, error) {
 	names, err := h.opts.Inspector.Queues()
 	if err != nil {
-		return nil, err
+		return queuePage{}, err
 	}
 	slices.Sort(names)
-	var rows []*queueRow
+	i, found := slices.BinarySearch(names, after)
+	if found {
+		i++
+	}
+	names = names[i:]
+	p := queuePage{After: after}
+	if len(names) > h.opts.PageSize {
+		names = names[:h.opts.PageSize]
+		p.Next = names[len(names)-1]
+	}
+	rows := make([]*queueRow, 0, len(names))
 	for _, q := range names {
 		qi, err := h.opts.Inspector.GetQueueInfo(q)
 		if err != nil {
@@ -351,7 +370,8 @@ func (h *handler) queueRows() ([]*queueRow, error) {
 		rows = append(rows, &queueRow{Name: q, Size: qi.Size, Pending: qi.Pending, Active: qi.Active,
 			Scheduled: qi.Scheduled, Retry: qi.Retry, Archived: qi.Archived, Complete: qi.Completed, Paused: qi.Paused})
 	}
-	return rows, nil
+	p.Rows = rows
+	return p, nil
 }
 
 func (h *handler) queues(w http.ResponseWriter, r *http.Request) {
@@ -359,10 +379,10 @@ func (h *handler) queues(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusNotFound, "no asynq Inspector: the console was made without one", nil)
 		return
 	}
-	rows, err := h.queueRows()
+	page, err := h.queueRows(r.URL.Query().Get("after"))
 	if err != nil {
 		h.fail(w, r, http.StatusBadGateway, "read asynq's queues", err)
 		return
 	}
-	h.render(w, r, http.StatusOK, "queues", "asynq queues", rows)
+	h.render(w, r, http.StatusOK, "queues", "asynq queues", page)
 }

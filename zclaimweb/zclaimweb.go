@@ -58,8 +58,8 @@ type Options struct {
 	// Root is the path the handler is mounted at, as in "/zclaim".
 	// Default: "/".
 	Root string
-	// PageSize is the number of jobs on a page of a listing, 1 to
-	// zclaim.MaxListLimit. Default: 50.
+	// PageSize is the number of jobs on a page of a listing, and of asynq
+	// queues on a page of theirs, 1 to zclaim.MaxListLimit. Default: 50.
 	PageSize int
 	// Refresh is how often the pages update their counts. Default: 2s.
 	Refresh time.Duration

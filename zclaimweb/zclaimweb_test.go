@@ -522,3 +522,38 @@ func TestHostileQueue(t *testing.T) {
 		t.Fatalf("job page: %d, want the job and %s in\n%s", code, want, page)
 	}
 }
+
+// asynq's queues are read a page at a time (PageSize), by name: each
+// costs the Inspector round trips of its own.
+func TestQueuePages(t *testing.T) {
+	t.Parallel()
+	srv, err := redisproc.Start() // asynq's queues are listed server-wide: the test's alone
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	e := webtest.New(t, webtest.Options{Addr: srv.Addr, PageSize: 2})
+	for _, q := range []string{"q5", "q3", "q1", "q4", "q2"} {
+		if err := e.RDB.SAdd(ctx, "asynq:queues", q).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	row := regexp.MustCompile(`<tr><td>(q\d)</td>`)
+	for _, c := range []struct{ path, rows, next string }{
+		{"/queues", "q1 q2", "q2"},
+		{"/queues?after=q2", "q3 q4", "q4"},
+		{"/queues?after=q4", "q5", ""},
+		{"/", "q1 q2", "q2"},
+	} {
+		code, page := get(t, e.URL+c.path)
+		var names []string
+		for _, m := range row.FindAllStringSubmatch(page, -1) {
+			names = append(names, m[1])
+		}
+		next := regexp.MustCompile(`id="queues-next"`).MatchString(page)
+		if code != http.StatusOK || strings.Join(names, " ") != c.rows || next != (c.next != "") ||
+			c.next != "" && !strings.Contains(page, `/queues?after=`+c.next+`"`) {
+			t.Fatalf("%s: %d, queues %v, next link %v; want %s and a next page after %q\n%s", c.path, code, names, next, c.rows, c.next, page)
+		}
+	}
+}
