@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zclaim/zclaim/internal/redisproc"
+	"github.com/zclaim/zclaim/internal/exampleredis"
 	"github.com/zclaim/zclaim/internal/wait"
 )
 
@@ -25,7 +25,7 @@ func TestExampleProgram(t *testing.T) {
 			t.Parallel()
 			url := ""
 			if real {
-				url = redisproc.ExampleURL(t)
+				url = exampleredis.URL(t)
 			}
 			exampleProgram(t, url)
 		})
@@ -86,7 +86,7 @@ func TestExampleMetrics(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	url := redisproc.ExampleURL(t)
+	url := exampleredis.URL(t)
 	done := make(chan int)
 	go func() {
 		done <- realMain([]string{"-jobs", "100", "-over", "500ms", "-metrics", addr, "-hold", "3s", "-timeout", exampleTimeout.String()},

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/zclaim/zclaim/internal/redisproc"
+	"github.com/zclaim/zclaim/internal/exampleredis"
 )
 
 // docs/migrating.md's program runs in CI: producers never stop, the old
@@ -14,7 +14,7 @@ import (
 func TestMigrate(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	code := run([]string{"-phase", "700ms"}, &out, redisproc.ExampleURL(t))
+	code := run([]string{"-phase", "700ms"}, &out, exampleredis.URL(t))
 	t.Log("\n" + out.String())
 	if code != 0 {
 		t.Fatalf("exit code %d", code)

@@ -5,14 +5,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/zclaim/zclaim/internal/redisproc"
+	"github.com/zclaim/zclaim/internal/exampleredis"
 )
 
 // The periodic example runs in CI: three replicas, every tick once.
 func TestPeriodicExample(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	code := run([]string{"-for", "3s"}, &out, redisproc.ExampleURL(t))
+	code := run([]string{"-for", "3s"}, &out, exampleredis.URL(t))
 	t.Log("\n" + out.String())
 	if code != 0 {
 		t.Fatalf("exit code %d", code)

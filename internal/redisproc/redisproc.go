@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -230,23 +229,6 @@ func (s *Server) Kill() {
 func (s *Server) Close() {
 	s.Kill()
 	os.RemoveAll(s.Dir)
-}
-
-// ExampleURL returns the URL of the Redis an example program's test runs
-// on: ZCLAIM_EXAMPLE_REDIS_URL when it is set, else a redis-server of the
-// test's own (from PATH; closed when the test ends). A test that cannot
-// start one fails, saying what to install.
-func ExampleURL(t testing.TB) string {
-	t.Helper()
-	if u := os.Getenv("ZCLAIM_EXAMPLE_REDIS_URL"); u != "" {
-		return u
-	}
-	s, err := Start()
-	if err != nil {
-		t.Fatalf("the example's test runs on a real Redis: %v (install redis-server 7 or later, or set ZCLAIM_EXAMPLE_REDIS_URL)", err)
-	}
-	t.Cleanup(s.Close)
-	return "redis://" + s.Addr + "/0"
 }
 
 // QuietRedis is a go-redis logger (redis.SetLogger) that drops
