@@ -112,7 +112,8 @@ func insideScenario() {
 	cpu := make([]cpuRounds, len(contenders))
 	cmds := make([]float64, len(contenders))
 	for round := 1; round <= shortRounds(); round++ {
-		for k, name := range contenders {
+		for _, k := range slots(round, len(contenders)) {
+			name := contenders[k]
 			admin := newClient(4)
 			queue := noopBacklog(n, "inside") // also the prefix of the run records' keys
 			h, done := noopHandler(n)

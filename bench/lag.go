@@ -250,8 +250,29 @@ func dispatchThroughput() {
 	if *quick {
 		n = 3000
 	}
-	var plain, same, sameAP, scripts, disp, hooked, sharded, dispAP, bulk, bulkSharded, again samples
-	var plainCPU, sameCPU, sameAPCPU, scriptsCPU, dispCPU, hookedCPU, shardedCPU, dispAPCPU, bulkCPU, bulkShardedCPU, againCPU [2]time.Duration // Redis, this process: per job, last round
+	// The contenders, in the table's order; same names the row whose tasks
+	// each sends (-1: none), for the table's last ratio.
+	type contender struct {
+		name string
+		same int
+	}
+	const plainRow, sameRow, sameAPRow = 0, 1, 6
+	contenders := []contender{
+		{"plain asynq.Client.Enqueue (TaskID), " + strconv.Itoa(conc) + " goroutines", -1},
+		{"plain Enqueue of the tasks the dispatcher sends (occurrence TaskID, Retention)", sameRow},
+		{fmt.Sprintf("the same tasks, and beside them the dispatcher's two scripts claiming and settling %d jobs every %d enqueues "+
+			"(its Redis work without its pipeline)", scriptsBatch, scriptsBatch), sameRow},
+		{"zclaim Dispatcher (batch claim + Enqueue + settle), Concurrency " + strconv.Itoa(conc), sameRow},
+		{"the same with an OnDispatch hook (claims also read due times)", sameRow},
+		{"zclaim Dispatcher on a schedule of 16 shards (one server)", sameRow},
+		{"plain Enqueue of the same tasks, on an autopipelined client", sameAPRow},
+		{"zclaim Dispatcher on an autopipelined client", sameAPRow},
+		{"zclaim Dispatcher writing in bulk (AsynqRedis: up to 32 tasks a script; the quick start's)", sameRow},
+		{"the same on a schedule of 16 shards", sameRow},
+		{"plain asynq.Client.Enqueue again (the first row's twin: its ratio is the noise of a ratio)", -1},
+	}
+	rates := make([]samples, len(contenders))
+	cpus := make([][2]time.Duration, len(contenders)) // Redis, this process: per job, last round
 	for round := 1; round <= shortRounds(); round++ {
 		admin := newClient(4)
 		key := ns("thru")
@@ -272,9 +293,8 @@ func dispatchThroughput() {
 			r1, s1 := cpuMeter(admin)
 			return rate, [2]time.Duration{(r1 - r0) / time.Duration(n), (s1 - s0) / time.Duration(n)}
 		}
-		// The first contender, run again as the round's last (its twin).
+		// The first contender, and its twin.
 		plainEnqueue := func() (float64, [2]time.Duration) {
-			defer dropKeys(admin, key)
 			return timed(func() {
 				parallel(n, conc, func(i int) {
 					if _, err := ac.Enqueue(asynq.NewTask("t", nil), asynq.Queue(queue), asynq.TaskID("p"+strconv.Itoa(i))); err != nil {
@@ -283,8 +303,6 @@ func dispatchThroughput() {
 				})
 			})
 		}
-		rate, cpu := plainEnqueue()
-		plain, plainCPU = append(plain, rate), cpu
 
 		// The tasks the dispatcher sends, enqueued plainly: its TaskID
 		// names the occurrence (a first attempt has no header), and asynq
@@ -298,24 +316,20 @@ func dispatchThroughput() {
 				panic(err)
 			}
 		}
-		for _, c := range []*asynq.Client{ac, apc} {
-			due := time.Now().Truncate(time.Millisecond)
-			rate, cpu := timed(func() {
-				parallel(n, conc, func(i int) { enqueueSame(c, i, due) })
-			})
-			if c == ac {
-				same, sameCPU = append(same, rate), cpu
-			} else {
-				sameAP, sameAPCPU = append(sameAP, rate), cpu
+		plainSame := func(c *asynq.Client) func() (float64, [2]time.Duration) {
+			return func() (float64, [2]time.Duration) {
+				due := time.Now().Truncate(time.Millisecond)
+				return timed(func() {
+					parallel(n, conc, func(i int) { enqueueSame(c, i, due) })
+				})
 			}
-			dropKeys(admin, key)
 		}
 
 		// The same tasks with the dispatcher's Redis work beside them: on
 		// a connection of its own, its two scripts claim and settle a
 		// batch of jobs every batch of enqueues (the size of the
 		// dispatcher's claims here), without its pipeline of goroutines.
-		{
+		beside := func() (float64, [2]time.Duration) {
 			b, _ := zclaim.NewBroker(admin, zclaim.BrokerOptions{Key: key})
 			scheduleDue(b, n, queue)
 			claimSettle, err := dispatcherScripts(key)
@@ -323,8 +337,9 @@ func dispatchThroughput() {
 				panic(err)
 			}
 			side := newClient(2)
+			defer side.Close()
 			due := time.Now().Truncate(time.Millisecond)
-			rate, cpu := timed(func() {
+			return timed(func() {
 				var enqueued atomic.Int64
 				batches := make(chan struct{}, n/scriptsBatch+1)
 				claimed := make(chan struct{})
@@ -345,62 +360,56 @@ func dispatchThroughput() {
 				})
 				<-claimed
 			})
-			side.Close()
-			scripts, scriptsCPU = append(scripts, rate), cpu
-			dropKeys(admin, key)
 		}
 
-		// The dispatcher six times: without hooks, with an OnDispatch
-		// hook (which makes its claims read the jobs' due times), on a
-		// schedule of 16 shards, on the autopipelined client, and writing
-		// in bulk (AsynqRedis) on one shard and on 16.
-		for _, v := range []struct{ hook, shards, ap, bulk bool }{{false, false, false, false}, {true, false, false, false},
-			{false, true, false, false}, {false, false, true, false}, {false, false, false, true}, {false, true, false, true}} {
-			hook := v.hook
-			b, _ := zclaim.NewBroker(admin, zclaim.BrokerOptions{Key: key, Shards: map[bool]int{true: 16, false: 1}[v.shards]})
-			scheduleDue(b, n, queue)
-			opts := zclaim.DispatcherOptions{Concurrency: conc, RecoveryInterval: -1}
-			if hook {
-				opts.OnDispatch = func(zclaim.JobInfo, time.Duration, error) {}
-			}
-			c := ac
-			if v.ap {
-				c = apc
-			}
-			if v.bulk {
-				c, opts.AsynqRedis = bc, bulkRedis
-			}
-			d, _ := zclaim.NewDispatcher(b, c, opts)
-			ctx, cancel := context.WithCancel(context.Background())
-			rate, cpu := timed(func() {
-				go d.Run(ctx)
-				for s := d.Stats(); s.Enqueued+s.Conflicts+s.Dead < int64(n); s = d.Stats() {
-					time.Sleep(time.Millisecond)
+		// The dispatcher: without hooks, with an OnDispatch hook (which
+		// makes its claims read the jobs' due times), on a schedule of 16
+		// shards, on the autopipelined client, and writing in bulk
+		// (AsynqRedis) on one shard and on 16.
+		dispatcher := func(hook, shards, ap, bulk bool) func() (float64, [2]time.Duration) {
+			return func() (float64, [2]time.Duration) {
+				b, _ := zclaim.NewBroker(admin, zclaim.BrokerOptions{Key: key, Shards: map[bool]int{true: 16, false: 1}[shards]})
+				scheduleDue(b, n, queue)
+				opts := zclaim.DispatcherOptions{Concurrency: conc, RecoveryInterval: -1}
+				if hook {
+					opts.OnDispatch = func(zclaim.JobInfo, time.Duration, error) {}
 				}
-			})
-			cancel()
-			switch {
-			case v.bulk && v.shards:
-				bulkSharded, bulkShardedCPU = append(bulkSharded, rate), cpu
-			case v.bulk:
-				bulk, bulkCPU = append(bulk, rate), cpu
-			case v.ap:
-				dispAP, dispAPCPU = append(dispAP, rate), cpu
-			case v.shards:
-				sharded, shardedCPU = append(sharded, rate), cpu
-			case hook:
-				hooked, hookedCPU = append(hooked, rate), cpu
-			default:
-				disp, dispCPU = append(disp, rate), cpu
+				c := ac
+				if ap {
+					c = apc
+				}
+				if bulk {
+					c, opts.AsynqRedis = bc, bulkRedis
+				}
+				d, _ := zclaim.NewDispatcher(b, c, opts)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				return timed(func() {
+					go d.Run(ctx)
+					for s := d.Stats(); s.Enqueued+s.Conflicts+s.Dead < int64(n); s = d.Stats() {
+						time.Sleep(time.Millisecond)
+					}
+				})
 			}
+		}
+		runs := []func() (float64, [2]time.Duration){
+			plainEnqueue, plainSame(ac), beside,
+			dispatcher(false, false, false, false), dispatcher(true, false, false, false), dispatcher(false, true, false, false),
+			plainSame(apc), dispatcher(false, false, true, false),
+			dispatcher(false, false, false, true), dispatcher(false, true, false, true),
+			plainEnqueue,
+		}
+		for _, k := range slots(round, len(runs)) {
+			rate, cpu := runs[k]()
+			rates[k], cpus[k] = append(rates[k], rate), cpu
 			dropKeys(admin, key)
 		}
-		rate, cpu = plainEnqueue()
-		again, againCPU = append(again, rate), cpu
-		progress("dispatch throughput round %d/%d: plain Enqueue %s/s (again %s/s), of the same tasks %s/s (autopipelined %s/s), dispatcher %s/s, with OnDispatch %s/s, 16 shards %s/s, autopipelined %s/s, in bulk %s/s (16 shards %s/s)",
-			round, shortRounds(), human(plain[len(plain)-1]), human(again[len(again)-1]), human(same[len(same)-1]), human(sameAP[len(sameAP)-1]),
-			human(disp[len(disp)-1]), human(hooked[len(hooked)-1]), human(sharded[len(sharded)-1]), human(dispAP[len(dispAP)-1]),
-			human(bulk[len(bulk)-1]), human(bulkSharded[len(bulkSharded)-1]))
+		line := make([]string, len(contenders))
+		for k, r := range rates {
+			line[k] = human(r[len(r)-1])
+		}
+		progress("dispatch throughput round %d/%d: plain Enqueue %s/s (again %s/s), of the same tasks %s/s (autopipelined %s/s), beside the scripts %s/s, dispatcher %s/s, with OnDispatch %s/s, 16 shards %s/s, autopipelined %s/s, in bulk %s/s (16 shards %s/s)",
+			round, shortRounds(), line[0], line[10], line[1], line[6], line[2], line[3], line[4], line[5], line[7], line[8], line[9])
 		admin.SRem(context.Background(), "asynq:queues", queue)
 		ac.Close()
 		bulkRedis.Close()
@@ -411,34 +420,20 @@ func dispatchThroughput() {
 	// of the rounds' ratios, so that the machine's drift over the run
 	// (other tenants of the VM) cancels out.
 	ratio := func(a, b samples) string { return fmt.Sprintf("%.2f×", paired(a, b).median()) }
+	var rows [][]string
+	for k, c := range contenders {
+		toSame := ""
+		if c.same >= 0 {
+			toSame = ratio(rates[k], rates[c.same])
+		}
+		rows = append(rows, []string{c.name, human(rates[k].median()), rates[k].spread(), ratio(rates[k], rates[plainRow]), toSame, cpuCell(cpus[k])})
+	}
 	table(fmt.Sprintf("2b. Dispatch throughput: %s due jobs into asynq, %d at once", human(float64(n)), conc),
 		[]string{"contender", "jobs/s (median)", "spread", "ratio", "ratio to the same tasks", "CPU / job: Redis + client (last round)"},
-		[][]string{
-			{"plain asynq.Client.Enqueue (TaskID), " + strconv.Itoa(conc) + " goroutines", human(plain.median()), plain.spread(), "1.00×", "", cpuCell(plainCPU)},
-			{"plain Enqueue of the tasks the dispatcher sends (occurrence TaskID, Retention)", human(same.median()), same.spread(),
-				ratio(same, plain), "1.00×", cpuCell(sameCPU)},
-			{fmt.Sprintf("the same tasks, and beside them the dispatcher's two scripts claiming and settling %d jobs every %d enqueues "+
-				"(its Redis work without its pipeline)", scriptsBatch, scriptsBatch), human(scripts.median()), scripts.spread(),
-				ratio(scripts, plain), ratio(scripts, same), cpuCell(scriptsCPU)},
-			{"zclaim Dispatcher (batch claim + Enqueue + settle), Concurrency " + strconv.Itoa(conc), human(disp.median()), disp.spread(),
-				ratio(disp, plain), ratio(disp, same), cpuCell(dispCPU)},
-			{"the same with an OnDispatch hook (claims also read due times)", human(hooked.median()), hooked.spread(),
-				ratio(hooked, plain), ratio(hooked, same), cpuCell(hookedCPU)},
-			{"zclaim Dispatcher on a schedule of 16 shards (one server)", human(sharded.median()), sharded.spread(),
-				ratio(sharded, plain), ratio(sharded, same), cpuCell(shardedCPU)},
-			{"plain Enqueue of the same tasks, on an autopipelined client", human(sameAP.median()), sameAP.spread(),
-				ratio(sameAP, plain), "1.00×", cpuCell(sameAPCPU)},
-			{"zclaim Dispatcher on an autopipelined client", human(dispAP.median()), dispAP.spread(),
-				ratio(dispAP, plain), ratio(dispAP, sameAP), cpuCell(dispAPCPU)},
-			{"zclaim Dispatcher writing in bulk (AsynqRedis: up to 32 tasks a script; the quick start's)", human(bulk.median()), bulk.spread(),
-				ratio(bulk, plain), ratio(bulk, same), cpuCell(bulkCPU)},
-			{"the same on a schedule of 16 shards", human(bulkSharded.median()), bulkSharded.spread(),
-				ratio(bulkSharded, plain), ratio(bulkSharded, same), cpuCell(bulkShardedCPU)},
-			{"plain asynq.Client.Enqueue again, the round's last (the first row's twin: its ratio is the noise of a ratio)",
-				human(again.median()), again.spread(), ratio(again, plain), "", cpuCell(againCPU)},
-		},
+		rows,
 		"Targets: the dispatcher ≥ 0.9× plain Enqueue at the same concurrency, ≥ 0.85× on a schedule of 16 shards. "+
-			"A ratio is the median over the rounds of the two contenders' rates in one round, which run one after the other. "+
+			"A ratio is the median over the rounds of the two contenders' rates in one round; "+
+			"the contenders of a round run one after the other, each round starting one place further down the list, so that each takes each place in the round in turn. "+
 			"The second row enqueues exactly the tasks the dispatcher sends, without a schedule: the last ratio is the dispatcher's own cost. "+
 			"The third adds the dispatcher's Redis work (claim.lua and finish.lua, read from the working tree) on a connection of its own, "+
 			"a batch of the size the dispatcher's claims have here (min(4×Concurrency, BatchSize)) every as many enqueues: what its scripts cost "+
@@ -446,7 +441,7 @@ func dispatchThroughput() {
 			"Two rows use an asynq client made from (*redis.Client).AutoPipeline, whose concurrent enqueues share round trips; their last ratio compares them with each other. "+
 			"The two rows writing in bulk give the dispatcher AsynqRedis: an enqueue worker writes the tasks of the claims queued at that moment in one script. "+
 			"Redis and the client share the machine's cores, so the ratio follows the CPU each job costs. "+
-			"The last row runs the first again at the end of each round: how far its ratio is from 1.00× is how far a ratio moves when nothing changes.")
+			"The last row runs the first again in each round: how far its ratio is from 1.00× is how far a ratio moves when nothing changes.")
 }
 
 // scriptsBatch is the size of a dispatcher's claims in dispatchThroughput:

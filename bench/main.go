@@ -260,6 +260,21 @@ func parallel(n, workers int, f func(i int)) {
 	wg.Wait()
 }
 
+// slots gives the order in which a round's n contenders run: round r
+// (from 1) starts at contender (r-1) mod n and goes round, so that over n
+// rounds each contender runs once in each place of the round. A place
+// has a bias of its own on a shared VM (a round's later places have run
+// faster than its first), which a fixed order would put into every
+// ratio; taking turns spreads it over the rounds, where the median and
+// the middle half of the per-round ratios show it.
+func slots(round, n int) []int {
+	order := make([]int, n)
+	for k := range order {
+		order[k] = (round - 1 + k) % n
+	}
+	return order
+}
+
 // cpuMeter reads the CPU time spent so far by Redis (INFO cpu) and by this
 // process (getrusage): on a machine where both share the cores, CPU per
 // job is what throughput ratios come down to.

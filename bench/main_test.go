@@ -173,3 +173,33 @@ func TestMiddleHalf(t *testing.T) {
 		}
 	}
 }
+
+// TestSlots: each round runs every contender once, and over as many rounds
+// as contenders each runs once in each place of the round.
+func TestSlots(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 2, 9, 11} {
+		at := make([]map[int]bool, n) // at[k]: the places contender k ran in
+		for k := range at {
+			at[k] = map[int]bool{}
+		}
+		for round := 1; round <= n; round++ {
+			order := slots(round, n)
+			seen := map[int]bool{}
+			for place, k := range order {
+				if k < 0 || k >= n || seen[k] {
+					t.Fatalf("slots(%d, %d) = %v: not an order of the %d contenders", round, n, order, n)
+				}
+				seen[k], at[k][place] = true, true
+			}
+			if len(order) != n {
+				t.Fatalf("slots(%d, %d) = %v: %d contenders, want %d", round, n, order, len(order), n)
+			}
+		}
+		for k := range at {
+			if len(at[k]) != n {
+				t.Errorf("over %d rounds of %d contenders, contender %d ran in %d places, want all %d", n, n, k, len(at[k]), n)
+			}
+		}
+	}
+}

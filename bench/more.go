@@ -236,7 +236,8 @@ func middlewareScenario() {
 	rates := make([]samples, len(contenders))
 	cpu := make([]cpuRounds, len(contenders))
 	for round := 1; round <= shortRounds(); round++ {
-		for k, c := range contenders {
+		for _, k := range slots(round, len(contenders)) {
+			c := contenders[k]
 			admin := newClient(4)
 			key := noopBacklog(n, "mw")
 			queue := key
@@ -304,7 +305,7 @@ func middlewareScenario() {
 		[]string{"contender", "tasks/s (median)", "spread", "ratio", "ratio's middle half of rounds", "Redis commands / task (all, incl. asynq's)", "zclaim round trips / task", "CPU / task: Redis + client (the round of median total)", "CPU / task beyond asynq alone's (median)"},
 		rows,
 		"Targets: ≥ 0.95× asynq's throughput without the middleware, ≤ 2 Redis round trips per task on the success path (Begin, Complete; fewer where calls of the same moment group). "+
-			"A ratio is the median over the rounds of the two contenders' rates in one round, which run one after the other; "+
+			"A ratio is the median over the rounds of the two contenders' rates in one round, whose contenders run one after the other, each round starting one place further down the list, so that each takes each place in the round in turn; "+
 			"the next column gives the middle half of those per-round ratios (first to third quartile): how far one round's ratio strays. "+
 			"CPU beyond asynq alone's is likewise the median over the rounds of the difference of the two contenders' CPU a task in one round (Redis' and this process'). "+
 			"Commands count every command Redis ran, including those inside scripts. "+
@@ -317,7 +318,7 @@ func middlewareScenario() {
 			"which comes at once: what waiting twice a task costs asynq's server, whatever a middleware waits for. "+
 			"Round trips count the scripts and SETs on run records the middleware's client sends, alone or in a pipeline, not the takeover loop's passes (once a second, whatever the tasks). "+
 			"The row of the autopipelined client gives the middleware a client of (*redis.Client).AutoPipeline: its round trips count the pipelines it sends. "+
-			"The last row runs the first again, in each round: how far its ratio is from 1.00× is how far a ratio moves when nothing changes.")
+			"The last row runs the first again in each round: how far its ratio is from 1.00× is how far a ratio moves when nothing changes.")
 }
 
 // Scenario 4: Claim latency as the set grows (1% due), and memory per job.

@@ -31,7 +31,7 @@ func replicaScenario() {
 	}
 	var claims, disp [2]samples
 	for round := 1; round <= *rounds; round++ {
-		for w := range 2 {
+		for _, w := range slots(round, 2) {
 			claims[w] = append(claims[w], waitClaims(w, n, workers))
 			disp[w] = append(disp[w], waitDispatch(w, dn))
 			progress("replicas round %d/%d, WaitReplicas %d: claims %s/s, dispatch %s/s", round, *rounds, w,
