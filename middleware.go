@@ -96,7 +96,9 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 // middleware or still in an outer one is not taken for dead; one whose
 // server missed two renewals, about 12 s, and no longer lists it among its
 // workers' (that list expires by Redis' clock) is, as asynq's own list of
-// servers drops that server then), and so is one whose run failed and
+// servers drops that server then; under an asynq other than v0.26, whose
+// keys the store does not read, only once that lease ran out), and so is
+// one whose run failed and
 // was released while asynq still holds the task (its worker died before
 // asynq recorded the failure, or asynq's write failed), with the retries
 // it had left; a failure that ends its task (SkipRetry, RevokeTask, its

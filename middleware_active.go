@@ -217,7 +217,8 @@ const (
 // The deadlines are read from asynq's lease sets in one pipeline, only
 // when such runs have a lease that has not run out, and the servers'
 // lists only when one of those looks stale; what cannot be read leaves
-// its run to IsOrphaned.
+// its run to IsOrphaned, and so does an asynq of another release line
+// than knownAsynq, whose keys may mean something else.
 func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []*redis.StringCmd) {
 	var ask []int
 	for n := range runs {
@@ -231,7 +232,7 @@ func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []
 			ask = append(ask, n)
 		}
 	}
-	if len(ask) == 0 {
+	if len(ask) == 0 || !i.asynqKnown {
 		return
 	}
 	scores := make([]*redis.FloatCmd, len(ask))

@@ -1374,7 +1374,8 @@ func TestTakeoverCustomKey(t *testing.T) {
 // kept as renewed 7 s ago: a renewal 2 s late). So does a task whose
 // lease looks renewed 13 s ago but which a live server lists among its
 // workers' (a server whose clock runs behind). A Broker's Stats counts
-// the three.
+// the three. Under an asynq of another release line only the lapsed
+// lease's task is abandoned.
 func TestRunsShowNotBegunAbandoned(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
@@ -1442,6 +1443,25 @@ func TestRunsShowNotBegunAbandoned(t *testing.T) {
 		}
 		if st.Abandoned > 3 || time.Now().After(deadline) {
 			t.Fatalf("Stats().Abandoned = %d, want 3", st.Abandoned)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Under an asynq whose keys the store does not know, a lease set's
+	// scores and the servers' lists are not read: only the inspector's
+	// IsOrphaned (the lease ran out) tells that a worker is gone.
+	idem.asynqKnown = false
+	want = map[string]RunState{"alive": RunNone, "skewed": RunNone, "not-begun": RunAbandoned, "silent": RunNone,
+		"released": RunNone, "final": RunNone}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		got := states()
+		if got["silent"] != RunNone || got["released"] != RunNone {
+			t.Fatalf("runs %v under an unknown asynq: a task whose asynq lease has not run out is not %q", got, RunNone)
+		}
+		if maps.Equal(got, want) {
+			break
+		}
+		if time.Now().After(deadline) { // as above: a renewal can move a lapsed lease back for a moment
+			t.Fatalf("runs %v under an unknown asynq; want %v", got, want)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
