@@ -135,7 +135,8 @@ func TestQuickRun(t *testing.T) {
 // Table 3b swaps asynq's dequeue and done for scripts that also make a
 // Begin's and a Complete's commands: seven commands a task more than asynq
 // alone, in no round trip of their own (the program exits 2 when a swap
-// missed a task, as it would under an asynq whose scripts take other keys).
+// missed a task, as it would under an asynq whose scripts take other keys);
+// with the Begin's in a script of their own, eight.
 func TestQuickInside(t *testing.T) {
 	t.Parallel()
 	out, errOut, code := runBench(t, "-quick", "-only", "inside")
@@ -153,6 +154,13 @@ func TestQuickInside(t *testing.T) {
 	// records add 1 or 3, not 7.
 	if got, err := strconv.ParseFloat(inside, 64); err != nil || math.Abs(got-(alone+7)) > 0.5 {
 		t.Errorf("inside: %q Redis commands a task, want asynq alone's %.1f + 7", inside, alone)
+	}
+	// The Begin apart: its script call and its three commands, and the
+	// Complete's four inside asynq's done.
+	apart := row(t, out, "a Begin's commands in a script of their own before the handler (one round trip a task), "+
+		"a Complete's inside asynq's done script (that client, hooked)")[4]
+	if got, err := strconv.ParseFloat(apart, 64); err != nil || math.Abs(got-(alone+8)) > 0.5 {
+		t.Errorf("Begin apart: %q Redis commands a task, want asynq alone's %.1f + 8", apart, alone)
 	}
 }
 
