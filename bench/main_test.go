@@ -136,7 +136,8 @@ func TestQuickRun(t *testing.T) {
 // Begin's and a Complete's commands: seven commands a task more than asynq
 // alone, in no round trip of their own (the program exits 2 when a swap
 // missed a task, as it would under an asynq whose scripts take other keys);
-// with the Begin's in a script of their own, eight.
+// with the Begin's in a script of their own, eight, and nine with the
+// Complete's in one too, sent beside asynq's done.
 func TestQuickInside(t *testing.T) {
 	t.Parallel()
 	out, errOut, code := runBench(t, "-quick", "-only", "inside")
@@ -161,6 +162,12 @@ func TestQuickInside(t *testing.T) {
 		"a Complete's inside asynq's done script (that client, hooked)")[4]
 	if got, err := strconv.ParseFloat(apart, 64); err != nil || math.Abs(got-(alone+8)) > 0.5 {
 		t.Errorf("Begin apart: %q Redis commands a task, want asynq alone's %.1f + 8", apart, alone)
+	}
+	// The Complete beside asynq's done: a script call and its four more.
+	beside := row(t, out, "a Begin's commands in a script of their own before the handler, a Complete's in a script sent "+
+		"in one pipeline with asynq's done (that client, hooked): one round trip a task of their own")[4]
+	if got, err := strconv.ParseFloat(beside, 64); err != nil || math.Abs(got-(alone+9)) > 0.5 {
+		t.Errorf("Complete beside asynq's done: %q Redis commands a task, want asynq alone's %.1f + 9", beside, alone)
 	}
 }
 
