@@ -78,14 +78,42 @@ if not redis.call('HGET', KEYS[2], ARGV[1]) then
 end
 return 1`
 
+// recordKeys are task id's run record and bucket of finished records
+// under prefix, as insideDequeue and insideDone name them.
+func recordKeys(prefix, id string) []string {
+	return []string{prefix + "run:" + id, prefix + "done:" + id[max(len(id)-3, 0):]} // string.sub(id, -3)
+}
+
+// asynqScript tells asynq v0.26's dequeue and done among the commands a
+// hook sees, by their key names: "dequeue", "done" or "".
+func asynqScript(a []any) string {
+	if len(a) < 3 || a[0] != "evalsha" {
+		return ""
+	}
+	n, _ := a[2].(int)
+	key := func(i int) string {
+		if 3+i >= len(a) {
+			return ""
+		}
+		s, _ := a[3+i].(string)
+		return s
+	}
+	switch {
+	case n == 4 && strings.HasSuffix(key(0), ":pending") && strings.HasSuffix(key(3), ":lease"):
+		return "dequeue"
+	case n == 5 && strings.HasSuffix(key(0), ":active") && strings.HasSuffix(key(4), ":processed"):
+		return "done"
+	}
+	return ""
+}
+
 // beginApart sends insideBegin before the handler, one round trip a task,
 // on rdb; the records are prefix's, as insideDequeue names them.
 func beginApart(rdb *redis.Client, sha, prefix string) asynq.MiddlewareFunc {
 	return func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 			id, _ := asynq.GetTaskID(ctx)
-			tail := id[max(len(id)-3, 0):] // string.sub(id, -3)
-			if err := rdb.EvalSha(ctx, sha, []string{prefix + "run:" + id, prefix + "done:" + tail}, id).Err(); err != nil {
+			if err := rdb.EvalSha(ctx, sha, recordKeys(prefix, id), id).Err(); err != nil {
 				return err
 			}
 			return next.ProcessTask(ctx, t)
@@ -122,20 +150,16 @@ func (h besideHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func (h besideHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		a := cmd.Args()
-		if len(a) > 8 && a[0] == "evalsha" {
-			key := func(i int) string { s, _ := a[3+i].(string); return s }
-			if n, _ := a[2].(int); n == 5 && strings.HasSuffix(key(0), ":active") && strings.HasSuffix(key(4), ":processed") {
-				id, _ := a[8].(string) // ARGV[1]
-				tail := id[max(len(id)-3, 0):]
-				p := h.rdb.Pipeline()
-				p.EvalSha(ctx, h.sha, []string{h.prefix + "run:" + id, h.prefix + "done:" + tail}, id)
-				p.Process(ctx, cmd)
-				h.dones.Add(1)
-				_, err := p.Exec(ctx)
-				return err
-			}
+		if asynqScript(a) != "done" || len(a) < 9 {
+			return next(ctx, cmd)
 		}
-		return next(ctx, cmd)
+		id, _ := a[8].(string) // the done's ARGV[1]
+		p := h.rdb.Pipeline()
+		p.EvalSha(ctx, h.sha, recordKeys(h.prefix, id), id)
+		p.Process(ctx, cmd)
+		h.dones.Add(1)
+		_, err := p.Exec(ctx)
+		return err
 	}
 }
 
@@ -154,16 +178,15 @@ func (h insideHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func (h insideHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		a := cmd.Args()
-		if len(a) > 3 && a[0] == "evalsha" {
-			key := func(i int) string { s, _ := a[3+i].(string); return s }
-			switch n, _ := a[2].(int); {
-			case n == 4 && h.dequeue != "" && strings.HasSuffix(key(0), ":pending") && strings.HasSuffix(key(3), ":lease"):
+		switch asynqScript(a) {
+		case "dequeue":
+			if h.dequeue != "" {
 				a[1] = h.dequeue
 				h.dequeues.Add(1)
-			case n == 5 && strings.HasSuffix(key(0), ":active") && strings.HasSuffix(key(4), ":processed"):
-				a[1] = h.done
-				h.dones.Add(1)
 			}
+		case "done":
+			a[1] = h.done
+			h.dones.Add(1)
 		}
 		return next(ctx, cmd)
 	}
