@@ -78,6 +78,15 @@ if not redis.call('HGET', KEYS[2], ARGV[1]) then
 end
 return 1`
 
+// commandHook is a go-redis hook's dials and pipelines, passed on: a hook
+// that embeds it looks at single commands alone.
+type commandHook struct{}
+
+func (commandHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
 // recordKeys are task id's run record and bucket of finished records
 // under prefix, as insideDequeue and insideDone name them.
 func recordKeys(prefix, id string) []string {
@@ -137,16 +146,13 @@ return 1`
 // besideDone for the task and that done (on rdb, the client it hooks),
 // and counts them.
 type besideHook struct {
+	commandHook
 	rdb    *redis.Client
 	sha    string // besideDone's SHA1
 	prefix string // the records' prefix, as insideDequeue names them
 	dones  *atomic.Int64
 }
 
-func (h besideHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h besideHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 func (h besideHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		a := cmd.Args()
@@ -167,14 +173,11 @@ func (h besideHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // dequeue is empty) and done, which it tells by their key names, and
 // counts them.
 type insideHook struct {
+	commandHook
 	dequeue, done   string // the SHA1s of the scripts it sends instead
 	dequeues, dones *atomic.Int64
 }
 
-func (h insideHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h insideHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 func (h insideHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		a := cmd.Args()
