@@ -433,7 +433,7 @@ func dispatchThroughput() {
 		rows,
 		"Targets: the dispatcher ≥ 0.9× plain Enqueue at the same concurrency, ≥ 0.85× on a schedule of 16 shards. "+
 			"A ratio is the median over the rounds of the two contenders' rates in one round; "+
-			"the contenders of a round run one after the other, each round starting one place further down the list, so that each takes each place in the round in turn. "+
+			"the contenders of a round run one after the other, "+turns+". "+
 			"The second row enqueues exactly the tasks the dispatcher sends, without a schedule: the last ratio is the dispatcher's own cost. "+
 			"The third adds the dispatcher's Redis work (claim.lua and finish.lua, read from the working tree) on a connection of its own, "+
 			"a batch of the size the dispatcher's claims have here (min(4×Concurrency, BatchSize)) every as many enqueues: what its scripts cost "+

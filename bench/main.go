@@ -275,6 +275,10 @@ func slots(round, n int) []int {
 	return order
 }
 
+// turns says in a table's notes how its rounds order their contenders
+// (slots).
+const turns = "each round starting one place further down the list, so that each takes each place in the round in turn"
+
 // cpuMeter reads the CPU time spent so far by Redis (INFO cpu) and by this
 // process (getrusage): on a machine where both share the cores, CPU per
 // job is what throughput ratios come down to.

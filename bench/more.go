@@ -305,7 +305,7 @@ func middlewareScenario() {
 		[]string{"contender", "tasks/s (median)", "spread", "ratio", "ratio's middle half of rounds", "Redis commands / task (all, incl. asynq's)", "zclaim round trips / task", "CPU / task: Redis + client (the round of median total)", "CPU / task beyond asynq alone's (median)"},
 		rows,
 		"Targets: ≥ 0.95× asynq's throughput without the middleware, ≤ 2 Redis round trips per task on the success path (Begin, Complete; fewer where calls of the same moment group). "+
-			"A ratio is the median over the rounds of the two contenders' rates in one round, whose contenders run one after the other, each round starting one place further down the list, so that each takes each place in the round in turn; "+
+			"A ratio is the median over the rounds of the two contenders' rates in one round, whose contenders run one after the other, "+turns+"; "+
 			"the next column gives the middle half of those per-round ratios (first to third quartile): how far one round's ratio strays. "+
 			"CPU beyond asynq alone's is likewise the median over the rounds of the difference of the two contenders' CPU a task in one round (Redis' and this process'). "+
 			"Commands count every command Redis ran, including those inside scripts. "+
