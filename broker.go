@@ -282,6 +282,10 @@ func NewBroker(rdb redis.UniversalClient, opts BrokerOptions) (*Broker, error) {
 // Key returns the schedule key (BrokerOptions.Key).
 func (b *Broker) Key() string { return b.opts.Key }
 
+// Runs returns the idempotency store whose runs Jobs and Stats report
+// (BrokerOptions.Runs), nil if none.
+func (b *Broker) Runs() *Idempotency { return b.opts.Runs }
+
 // validateJob checks one job against the documented limits.
 func checkID(ctx context.Context, op, id string) error {
 	if err := ctx.Err(); err != nil {

@@ -141,13 +141,20 @@ func (b *Broker) Jobs(ctx context.Context, id string) ([]JobInfo, error) {
 		return out, err
 	}
 	for _, r := range runs {
-		if r.Job.ID == id || r.Job.ID == "" && r.Key == id {
+		if r.OfJob(id) {
 			if j, ok := r.jobInfo(id); ok {
 				out = append(out, j)
 			}
 		}
 	}
 	return out, err // a queue passed over: the others' runs are here
+}
+
+// OfJob reports whether the run is one of job id's: a run of a task a
+// Dispatcher sent for the job, or a run keyed by id itself that names no
+// job (a task enqueued with id as its task id, say).
+func (r RunInfo) OfJob(id string) bool {
+	return r.Job.ID == id || r.Job.ID == "" && r.Key == id
 }
 
 // jobInfo describes a run of an active asynq task as an entry of job id:

@@ -29,10 +29,18 @@ type counts struct {
 	Error     string `json:"error,omitempty"`
 }
 
+// ownRuns reports whether the console reads the runs of schedule b from its
+// own Idempotency: it has one, and b's Broker does not already report that
+// store's runs.
+func (h *handler) ownRuns(b *zclaim.Broker) bool {
+	return h.opts.Idempotency != nil && b.Runs() != h.opts.Idempotency
+}
+
 // runCounts counts the runs of active asynq tasks by state: running, and
-// abandoned (taken over or waiting for it).
+// abandoned (taken over or waiting for it). It reads them only when some
+// schedule's Broker does not count them itself.
 func (h *handler) runCounts(ctx context.Context) (running, abandoned int64, err error) {
-	if h.opts.Idempotency == nil {
+	if !slices.ContainsFunc(h.opts.Schedules, h.ownRuns) {
 		return 0, 0, nil
 	}
 	runs, _, err := h.opts.Idempotency.Runs(ctx, "", 0)
@@ -59,7 +67,7 @@ func (h *handler) counts(ctx context.Context) []counts {
 		}
 		c.Scheduled, c.Due, c.Inflight, c.Expired, c.Dead = st.Scheduled, st.Due, st.Inflight, st.Expired, st.Dead
 		c.Running, c.Abandoned = st.Running, st.Abandoned
-		if h.opts.Idempotency != nil && rerr == nil {
+		if h.ownRuns(b) && rerr == nil {
 			c.Running, c.Abandoned = running, abandoned
 		}
 		if st.OldestDue > 0 {
@@ -261,13 +269,17 @@ func (h *handler) job(w http.ResponseWriter, r *http.Request) {
 		}
 		d.Entries = append(d.Entries, e)
 	}
-	if h.opts.Idempotency != nil {
+	if h.ownRuns(b) { // else the Broker's entries hold the runs
 		runs, _, err := h.opts.Idempotency.Runs(r.Context(), "", 0)
-		if err != nil {
-			d.RunsErrs = strings.Split(err.Error(), "\n") // the same queues, or a fuller reason
+		if err != nil { // a store other than the Broker's may name the same queues
+			for _, e := range strings.Split(err.Error(), "\n") {
+				if !slices.Contains(d.RunsErrs, e) {
+					d.RunsErrs = append(d.RunsErrs, e)
+				}
+			}
 		}
 		for _, run := range runs {
-			if run.Job.ID == id {
+			if run.OfJob(id) {
 				d.Runs = append(d.Runs, run)
 			}
 		}

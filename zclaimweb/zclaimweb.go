@@ -48,8 +48,10 @@ type Options struct {
 	// Schedules are the schedules the console shows, at least one.
 	Schedules []*zclaim.Broker
 	// Idempotency, when set, adds the runs of active asynq tasks (live,
-	// abandoned by a dead worker, taken over) to the overview and a page
-	// of their own.
+	// abandoned by a dead worker, taken over) to the overview, to the job
+	// page, and a page of their own. A schedule whose Broker was made
+	// with this store as its Runs reports them through the Broker (its
+	// Stats and Jobs); the console then reads them once, not twice.
 	Idempotency *zclaim.Idempotency
 	// Inspector, when set, shows asynq's queues beside the schedules.
 	Inspector *asynq.Inspector

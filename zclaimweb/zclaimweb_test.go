@@ -11,10 +11,12 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim"
 	"github.com/zclaim/zclaim/internal/redisproc"
 	"github.com/zclaim/zclaim/zclaimweb"
@@ -556,4 +558,79 @@ func TestQueuePages(t *testing.T) {
 			t.Fatalf("%s: %d, queues %v, next link %v; want %s and a next page after %q\n%s", c.path, code, names, next, c.rows, c.next, page)
 		}
 	}
+}
+
+// The job page shows each run of the job's active asynq tasks once: in a
+// table of its own, or, when the schedule's Broker reports the console's
+// runs itself, among the job's entries. Either way the job page and the
+// overview read the runs once.
+func TestJobPageRuns(t *testing.T) {
+	t.Parallel()
+	q := "webjob-" + strings.ReplaceAll(t.Name(), "/", "-")
+	tid := q + "-task" // its run is keyed by the task id: the job of that id
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	ardb := redis.NewClient(&redis.Options{Addr: webtest.Redis.Addr})
+	t.Cleanup(func() { ardb.Close() })
+	asrv := asynq.NewServerFromRedisClient(ardb, asynq.Config{Queues: map[string]int{q: 1}, TaskCheckInterval: 10 * time.Millisecond, LogLevel: asynq.FatalLevel})
+	if err := asrv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		started <- struct{}{}
+		<-release
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { close(release); asrv.Shutdown() })
+	for _, brokerRuns := range []bool{false, true} {
+		e := webtest.New(t, webtest.Options{BrokerRuns: brokerRuns})
+		if !brokerRuns { // once
+			if _, err := asynq.NewClientFromRedisClient(e.RDB).Enqueue(asynq.NewTask("email", nil), asynq.Queue(q), asynq.TaskID(tid)); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-started:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the task did not start")
+			}
+		}
+		if _, err := e.Idem.Begin(ctx, tid); err != nil { // each console's store has a live run of it
+			t.Fatal(err)
+		}
+		reads := &queueReads{}
+		e.RDB.AddHook(reads)
+		code, page := get(t, e.URL+"/s/0/job?id="+tid)
+		table := strings.Contains(page, `<tr data-state="running"><td class="id">`+tid+`</td>`)
+		entry := strings.Contains(page, `<section class="entry" data-state="running">`)
+		if code != http.StatusOK || strings.Count(page, `data-state="running"`) != 1 || table == brokerRuns || entry != brokerRuns {
+			t.Fatalf("Broker with Runs %v: job page %d, run in a table %v, as an entry %v; want it once, as an entry only with Runs\n%s",
+				brokerRuns, code, table, entry, page)
+		}
+		if n := reads.n.Swap(0); n != 1 {
+			t.Errorf("Broker with Runs %v: the job page listed asynq's queues %d times, want 1", brokerRuns, n)
+		}
+		if code, _ := get(t, e.URL+"/"); code != http.StatusOK {
+			t.Fatalf("overview: %d", code)
+		}
+		if n := reads.n.Swap(0); n != 2 { // the runs, and the queues' table
+			t.Errorf("Broker with Runs %v: the overview listed asynq's queues %d times, want 2", brokerRuns, n)
+		}
+	}
+}
+
+// queueReads counts the SMEMBERS of asynq's queues: one for each reading
+// of the runs of active tasks, and one for the overview's queues.
+type queueReads struct{ n atomic.Int64 }
+
+func (h *queueReads) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *queueReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) == 2 && strings.EqualFold(fmt.Sprint(a[0]), "smembers") && a[1] == "asynq:queues" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *queueReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
