@@ -286,5 +286,5 @@ func claimScenario() {
 			"Broker.Claim also issues a fencing token per job (one counter update per batch), reads payload records (HMGET, when the schedule holds any), keeps the call's claims under one lease that settles them one by one, and returns the next due time. "+
 			"Every contender but the last takes jobs written as ids only (a plain ZADD); the last takes jobs written by Schedule "+
 			"with a task type and a 64-byte payload, whose records move with their claims. "+
-			"A ratio is the median over the rounds of the two contenders' rates in one round; the contenders of a round run one after the other, "+turns+".")
+			"A ratio is the median over the rounds of the two contenders' rates in one round; the contenders of a round run one after the other, "+turns(*rounds, len(cls))+".")
 }

@@ -41,12 +41,13 @@ func e2eScenario() {
 	}
 	rates := make([]samples, len(contenders))
 	cpu := make([]cpuRounds, len(contenders))
-	for round := 1; round <= shortRounds(); round++ {
+	nr := shortRounds(len(contenders))
+	for round := 1; round <= nr; round++ {
 		for _, k := range slots(round, len(contenders)) {
 			c := contenders[k]
 			rate, used := e2eRound(c, n, conc)
 			rates[k], cpu[k] = append(rates[k], rate), append(cpu[k], used)
-			progress("e2e round %d/%d, %s: %s jobs/s", round, shortRounds(), c.name, human(rate))
+			progress("e2e round %d/%d, %s: %s jobs/s", round, nr, c.name, human(rate))
 		}
 	}
 	var rows [][]string
@@ -71,7 +72,7 @@ func e2eScenario() {
 			"The two floor rows have no schedule: 16 goroutines enqueue the tasks (asynq alone's) on such a client once the clock runs, "+
 			"which is what feeding asynq inside the window costs whatever the feeder; the second adds the two plain commands a middleware "+
 			"that records each run's start and finish sends at least (table 3's second floor). "+
-			"A ratio is the median over the rounds of the two contenders' rates in one round, whose contenders run one after the other, "+turns+", "+
+			"A ratio is the median over the rounds of the two contenders' rates in one round, whose contenders run one after the other, "+turns(nr, len(contenders))+", "+
 			"and the next column the middle half of those per-round ratios (first to third quartile): how far one round's ratio strays; "+
 			"CPU beyond asynq alone's is the median over the rounds of the difference of CPU a job (Redis' and this process') from the first row's in the same round. "+
 			"The row before the last runs the first again in each round: how far its ratio is from 1.00× is how far a ratio moves when nothing changes.")

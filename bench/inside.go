@@ -213,7 +213,8 @@ func insideScenario() {
 	rates := make([]samples, len(contenders))
 	cpu := make([]cpuRounds, len(contenders))
 	cmds := make([]float64, len(contenders))
-	for round := 1; round <= shortRounds(); round++ {
+	nr := shortRounds(len(contenders))
+	for round := 1; round <= nr; round++ {
 		for _, k := range slots(round, len(contenders)) {
 			name := contenders[k]
 			admin := newClient(4)
@@ -285,7 +286,7 @@ func insideScenario() {
 			}
 			rates[k] = append(rates[k], rate)
 			cpu[k] = append(cpu[k], perTask)
-			progress("inside round %d/%d, %s: %s tasks/s", round, shortRounds(), name, human(rate))
+			progress("inside round %d/%d, %s: %s tasks/s", round, nr, name, human(rate))
 			dropKeys(admin, queue)
 			admin.SRem(ctx, "asynq:queues", queue)
 			admin.Close()

@@ -273,7 +273,8 @@ func dispatchThroughput() {
 	}
 	rates := make([]samples, len(contenders))
 	cpus := make([][2]time.Duration, len(contenders)) // Redis, this process: per job, last round
-	for round := 1; round <= shortRounds(); round++ {
+	nr := shortRounds(len(contenders))
+	for round := 1; round <= nr; round++ {
 		admin := newClient(4)
 		key := ns("thru")
 		queue := key
@@ -409,7 +410,7 @@ func dispatchThroughput() {
 			line[k] = human(r[len(r)-1])
 		}
 		progress("dispatch throughput round %d/%d: plain Enqueue %s/s (again %s/s), of the same tasks %s/s (autopipelined %s/s), beside the scripts %s/s, dispatcher %s/s, with OnDispatch %s/s, 16 shards %s/s, autopipelined %s/s, in bulk %s/s (16 shards %s/s)",
-			round, shortRounds(), line[0], line[10], line[1], line[6], line[2], line[3], line[4], line[5], line[7], line[8], line[9])
+			round, nr, line[0], line[10], line[1], line[6], line[2], line[3], line[4], line[5], line[7], line[8], line[9])
 		admin.SRem(context.Background(), "asynq:queues", queue)
 		ac.Close()
 		bulkRedis.Close()
@@ -433,7 +434,7 @@ func dispatchThroughput() {
 		rows,
 		"Targets: the dispatcher ≥ 0.9× plain Enqueue at the same concurrency, ≥ 0.85× on a schedule of 16 shards. "+
 			"A ratio is the median over the rounds of the two contenders' rates in one round; "+
-			"the contenders of a round run one after the other, "+turns+". "+
+			"the contenders of a round run one after the other, "+turns(nr, len(contenders))+". "+
 			"The second row enqueues exactly the tasks the dispatcher sends, without a schedule: the last ratio is the dispatcher's own cost. "+
 			"The third adds the dispatcher's Redis work (claim.lua and finish.lua, read from the working tree) on a connection of its own, "+
 			"a batch of the size the dispatcher's claims have here (min(4×Concurrency, BatchSize)) every as many enqueues: what its scripts cost "+

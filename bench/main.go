@@ -40,7 +40,7 @@ import (
 var (
 	addrFlag = flag.String("redis", "", "Redis address (default: start redis-server on a free port)")
 	quick    = flag.Bool("quick", false, "smaller numbers: a smoke test, not a measurement")
-	rounds   = flag.Int("rounds", 3, "rounds per contender (interleaved), for median and spread (default: 3, and 9 for throughput, middleware, inside and e2e)")
+	rounds   = flag.Int("rounds", 3, "rounds per contender (interleaved), for median and spread (default: 3, and 9 or one a contender, whichever is more, for throughput, middleware, inside and e2e)")
 	only     = flag.String("only", "", "comma-separated scenarios to run (claim, lag, zadd, throughput, middleware, inside, e2e, memory, replicas, scale, recovery, takeover, idle, periodic, cluster, instructions)")
 	cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of this process (all scenarios run) to this file")
 	memProf  = flag.String("memprofile", "", "write an allocation profile of this process (all scenarios run) to this file")
@@ -49,14 +49,16 @@ var (
 var redisAddr string
 
 // shortRounds is the rounds of the short, noisy scenarios (dispatch
-// throughput, middleware, inside, e2e): 9 unless -rounds says (or -quick).
-func shortRounds() int {
+// throughput, middleware, inside, e2e) of n contenders: 9, or n where n is
+// more, so that each contender takes each place of a round (slots), unless
+// -rounds says (or -quick).
+func shortRounds(n int) int {
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rounds" })
 	if *quick || set {
 		return *rounds
 	}
-	return max(*rounds, 9)
+	return max(*rounds, 9, n)
 }
 
 // scenarios are what -only names, in the order they run.
@@ -164,9 +166,9 @@ func run() int {
 	if host, _, _ := net.SplitHostPort(redisAddr); host != "localhost" && !net.ParseIP(host).IsLoopback() {
 		where = "at " + redisAddr
 	}
-	fmt.Printf("# zclaim benchmarks\n\n%s, %d CPUs, %s, %s %s; %d round(s) per contender (%d for throughput, middleware, inside and e2e)%s.\n",
+	fmt.Printf("# zclaim benchmarks\n\n%s, %d CPUs, %s, %s %s; %d round(s) per contender (%d, or one a contender where there are more, for throughput, middleware, inside and e2e)%s.\n",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), version, where,
-		*rounds, shortRounds(), map[bool]string{true: " (-quick: smoke test, not a measurement)", false: ""}[*quick])
+		*rounds, shortRounds(0), map[bool]string{true: " (-quick: smoke test, not a measurement)", false: ""}[*quick])
 	fmt.Printf("Command: `go run ./bench%s`\n", strings.Join(append([]string{""}, os.Args[1:]...), " "))
 
 	for _, s := range scenarios {
@@ -275,9 +277,15 @@ func slots(round, n int) []int {
 	return order
 }
 
-// turns says in a table's notes how its rounds order their contenders
-// (slots).
-const turns = "each round starting one place further down the list, so that each takes each place in the round in turn"
+// turns says in a table's notes how its rounds ordered their n
+// contenders (slots).
+func turns(rounds, n int) string {
+	const s = "each round starting one place further down the list"
+	if rounds >= n {
+		return s + ", so that each takes each place in the round in turn"
+	}
+	return fmt.Sprintf("%s, so that each takes %d of the %d places in the round", s, rounds, n)
+}
 
 // cpuMeter reads the CPU time spent so far by Redis (INFO cpu) and by this
 // process (getrusage): on a machine where both share the cores, CPU per

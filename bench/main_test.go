@@ -218,3 +218,21 @@ func TestSlots(t *testing.T) {
 		}
 	}
 }
+
+// TestShortRounds: by default a short scenario runs a round for each of its
+// contenders where it has more than 9, so that each takes each place, and
+// its notes say whether each did.
+func TestShortRounds(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ n, want int }{{0, 9}, {7, 9}, {9, 9}, {11, 11}} {
+		if got := shortRounds(c.n); got != c.want {
+			t.Errorf("shortRounds(%d) = %d, want %d", c.n, got, c.want)
+		}
+	}
+	if s := turns(11, 11); !strings.HasSuffix(s, "so that each takes each place in the round in turn") {
+		t.Errorf("turns(11, 11) = %q: does not say each contender took each place", s)
+	}
+	if s := turns(9, 11); strings.Contains(s, "each place") || !strings.Contains(s, "9 of the 11 places") {
+		t.Errorf("turns(9, 11) = %q: want it to say each took 9 of the 11 places", s)
+	}
+}

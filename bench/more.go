@@ -235,7 +235,8 @@ func middlewareScenario() {
 	last := make([]run, len(contenders))
 	rates := make([]samples, len(contenders))
 	cpu := make([]cpuRounds, len(contenders))
-	for round := 1; round <= shortRounds(); round++ {
+	nr := shortRounds(len(contenders))
+	for round := 1; round <= nr; round++ {
 		for _, k := range slots(round, len(contenders)) {
 			c := contenders[k]
 			admin := newClient(4)
@@ -283,7 +284,7 @@ func middlewareScenario() {
 			last[k] = run{rate: rate, cmdsPerTask: calls, tripsPerTask: float64(trips.Load()) / float64(n)}
 			rates[k] = append(rates[k], last[k].rate)
 			cpu[k] = append(cpu[k], perTask)
-			progress("middleware round %d/%d, %s: %s tasks/s", round, shortRounds(), c.name, human(last[k].rate))
+			progress("middleware round %d/%d, %s: %s tasks/s", round, nr, c.name, human(last[k].rate))
 			idemClient.Close()
 			dropKeys(admin, key)
 			admin.SRem(context.Background(), "asynq:queues", queue)
@@ -305,7 +306,7 @@ func middlewareScenario() {
 		[]string{"contender", "tasks/s (median)", "spread", "ratio", "ratio's middle half of rounds", "Redis commands / task (all, incl. asynq's)", "zclaim round trips / task", "CPU / task: Redis + client (the round of median total)", "CPU / task beyond asynq alone's (median)"},
 		rows,
 		"Targets: ≥ 0.95× asynq's throughput without the middleware, ≤ 2 Redis round trips per task on the success path (Begin, Complete; fewer where calls of the same moment group). "+
-			"A ratio is the median over the rounds of the two contenders' rates in one round, whose contenders run one after the other, "+turns+"; "+
+			"A ratio is the median over the rounds of the two contenders' rates in one round, whose contenders run one after the other, "+turns(nr, len(contenders))+"; "+
 			"the next column gives the middle half of those per-round ratios (first to third quartile): how far one round's ratio strays. "+
 			"CPU beyond asynq alone's is likewise the median over the rounds of the difference of the two contenders' CPU a task in one round (Redis' and this process'). "+
 			"Commands count every command Redis ran, including those inside scripts. "+
