@@ -282,7 +282,7 @@ func NewBroker(rdb redis.UniversalClient, opts BrokerOptions) (*Broker, error) {
 // Key returns the schedule key (BrokerOptions.Key).
 func (b *Broker) Key() string { return b.opts.Key }
 
-// Runs returns the idempotency store whose runs Jobs and Stats report
+// Runs returns the idempotency store whose runs Job, Jobs and Stats report
 // (BrokerOptions.Runs), nil if none.
 func (b *Broker) Runs() *Idempotency { return b.opts.Runs }
 
