@@ -566,10 +566,15 @@ func TestQueuePages(t *testing.T) {
 // overview read the runs once.
 func TestJobPageRuns(t *testing.T) {
 	t.Parallel()
-	q := "webjob-" + strings.ReplaceAll(t.Name(), "/", "-")
+	srv, err := redisproc.Start() // asynq's active tasks are listed server-wide: the test's alone
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	q := "webjob"
 	tid := q + "-task" // its run is keyed by the task id: the job of that id
 	started, release := make(chan struct{}, 1), make(chan struct{})
-	ardb := redis.NewClient(&redis.Options{Addr: webtest.Redis.Addr})
+	ardb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { ardb.Close() })
 	asrv := asynq.NewServerFromRedisClient(ardb, asynq.Config{Queues: map[string]int{q: 1}, TaskCheckInterval: 10 * time.Millisecond, LogLevel: asynq.FatalLevel})
 	if err := asrv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
@@ -581,7 +586,7 @@ func TestJobPageRuns(t *testing.T) {
 	}
 	t.Cleanup(func() { close(release); asrv.Shutdown() })
 	for _, brokerRuns := range []bool{false, true} {
-		e := webtest.New(t, webtest.Options{BrokerRuns: brokerRuns})
+		e := webtest.New(t, webtest.Options{Addr: srv.Addr, BrokerRuns: brokerRuns})
 		if !brokerRuns { // once
 			if _, err := asynq.NewClientFromRedisClient(e.RDB).Enqueue(asynq.NewTask("email", nil), asynq.Queue(q), asynq.TaskID(tid)); err != nil {
 				t.Fatal(err)
