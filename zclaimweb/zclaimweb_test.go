@@ -477,12 +477,8 @@ func TestRunsPeriodicQueues(t *testing.T) {
 // counts.
 func TestHostileQueue(t *testing.T) {
 	t.Parallel()
-	srv, err := redisproc.Start() // asynq's queues are listed server-wide: the test's alone
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	e := webtest.New(t, webtest.Options{Addr: srv.Addr, BrokerRuns: true})
+	addr := ownRedis(t)
+	e := webtest.New(t, webtest.Options{Addr: addr, BrokerRuns: true})
 	if _, err := asynq.NewClientFromRedisClient(e.RDB).Enqueue(asynq.NewTask("email", nil), asynq.Queue("fine")); err != nil {
 		t.Fatal(err)
 	}
@@ -529,12 +525,8 @@ func TestHostileQueue(t *testing.T) {
 // costs the Inspector round trips of its own.
 func TestQueuePages(t *testing.T) {
 	t.Parallel()
-	srv, err := redisproc.Start() // asynq's queues are listed server-wide: the test's alone
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	e := webtest.New(t, webtest.Options{Addr: srv.Addr, PageSize: 2})
+	addr := ownRedis(t)
+	e := webtest.New(t, webtest.Options{Addr: addr, PageSize: 2})
 	for _, q := range []string{"q5", "q3", "q1", "q4", "q2"} {
 		if err := e.RDB.SAdd(ctx, "asynq:queues", q).Err(); err != nil {
 			t.Fatal(err)
@@ -566,15 +558,11 @@ func TestQueuePages(t *testing.T) {
 // overview read the runs once.
 func TestJobPageRuns(t *testing.T) {
 	t.Parallel()
-	srv, err := redisproc.Start() // asynq's active tasks are listed server-wide: the test's alone
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
+	addr := ownRedis(t)
 	q := "webjob"
 	tid := q + "-task" // its run is keyed by the task id: the job of that id
 	started, release := make(chan struct{}, 1), make(chan struct{})
-	ardb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	ardb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { ardb.Close() })
 	asrv := asynq.NewServerFromRedisClient(ardb, asynq.Config{Queues: map[string]int{q: 1}, TaskCheckInterval: 10 * time.Millisecond, LogLevel: asynq.FatalLevel})
 	if err := asrv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
@@ -586,7 +574,7 @@ func TestJobPageRuns(t *testing.T) {
 	}
 	t.Cleanup(func() { close(release); asrv.Shutdown() })
 	for _, brokerRuns := range []bool{false, true} {
-		e := webtest.New(t, webtest.Options{Addr: srv.Addr, BrokerRuns: brokerRuns})
+		e := webtest.New(t, webtest.Options{Addr: addr, BrokerRuns: brokerRuns})
 		if !brokerRuns { // once
 			if _, err := asynq.NewClientFromRedisClient(e.RDB).Enqueue(asynq.NewTask("email", nil), asynq.Queue(q), asynq.TaskID(tid)); err != nil {
 				t.Fatal(err)
@@ -619,6 +607,19 @@ func TestJobPageRuns(t *testing.T) {
 			t.Errorf("Broker with Runs %v: the overview listed asynq's queues %d times, want 2", brokerRuns, n)
 		}
 	}
+}
+
+// ownRedis starts a Redis server for t alone, and returns its address:
+// asynq lists its queues and their active tasks server-wide, so a test
+// that counts them cannot share a server.
+func ownRedis(t *testing.T) string {
+	t.Helper()
+	srv, err := redisproc.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	return srv.Addr
 }
 
 // queueReads counts the SMEMBERS of asynq's queues: one for each reading
