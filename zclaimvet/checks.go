@@ -38,6 +38,33 @@ func (st *analysisState) countTested(s *fnScope, call *ast.CallExpr) bool {
 	return st.replyTested(s, value, p)
 }
 
+// receivesTested reports, for a redigo Send of a removal, whether the
+// replies its connection receives after it have their counts tested: each
+// Receive() on the same connection after the Send in the function is
+// tested as a Do's reply is (redis.Int(c.Receive()) in a condition), and
+// there is one at least. A reply received untested (another command's,
+// say) leaves the removal unchecked: which reply is whose is not followed.
+func (st *analysisState) receivesTested(s *fnScope, send *ast.CallExpr) bool {
+	sel, ok := send.Fun.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != "Send" {
+		return false
+	}
+	conn := types.ExprString(sel.X)
+	n, all := 0, true
+	ast.Inspect(s.body, func(node ast.Node) bool {
+		c, ok := node.(*ast.CallExpr)
+		if !ok || c.Pos() <= send.End() || len(c.Args) != 0 {
+			return all
+		}
+		if rs, ok := c.Fun.(*ast.SelectorExpr); ok && rs.Sel.Name == "Receive" && types.ExprString(rs.X) == conn {
+			n++
+			all = st.countTested(s, c)
+		}
+		return all
+	})
+	return n > 0 && all
+}
+
 // replyTested reports whether the count in reply value (whose parent is
 // p) is tested: go-redis' .Val() or .Result(), rueidis' AsInt64 and the
 // like, or the value itself; .Err() tests the error only.

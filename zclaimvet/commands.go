@@ -538,7 +538,7 @@ func (st *analysisState) removal(s *fnScope, ev *event, call *ast.CallExpr, zrem
 		}
 	}
 	ev.Batch = !single && !ev.Forward
-	ev.Checked = single && st.countTested(s, call)
+	ev.Checked = single && (st.countTested(s, call) || st.receivesTested(s, call))
 }
 
 // isSlice reports a slice or array of members; a []byte (a payload kept

@@ -34,7 +34,8 @@
 //
 // A removal of one member whose count decides who runs the job (a checked
 // ZREM, also when several are sent in a pipeline whose replies are kept in
-// a slice or map, or in rueidis' DoMulti, and a reply's count is tested;
+// a slice or map, in rueidis' DoMulti, or with redigo's Send and every
+// Receive after it on that connection, and a reply's count is tested;
 // or when a helper returns the count and its caller tests it)
 // is correct but costs a ZREM per job, and every other worker's read is
 // wasted: it gets a milder report of its own. A removal after an atomic

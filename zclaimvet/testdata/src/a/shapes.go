@@ -172,6 +172,61 @@ func redigoBoolChecked(c redigo.Conn, key string) {
 	}
 }
 
+// A ZREM sent with Send, its count read from the connection's Receive
+// and tested, is a check too: one at a time, or all the ZREMs sent and
+// then each count received. Its twins: the Receive's error alone tested,
+// or a reply received after the ZREM's left untested.
+func redigoSendChecked(c redigo.Conn, key string) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", "+inf")) // want `checked ZREM at shapes.go:182`
+	for _, id := range ids {
+		c.Send("ZREM", key, id)
+		c.Flush()
+		if n, _ := redigo.Int(c.Receive()); n == 1 {
+			run(id)
+		}
+	}
+}
+
+func redigoSendAllChecked(c redigo.Conn, key string) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", "+inf")) // want `checked ZREM`
+	for _, id := range ids {
+		c.Send("ZREM", key, id)
+	}
+	c.Flush()
+	for _, id := range ids {
+		if ok, _ := redigo.Bool(c.Receive()); ok {
+			run(id)
+		}
+	}
+}
+
+func redigoSendErrOnly(c redigo.Conn, key string) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", "+inf")) // want `racy poller`
+	for _, id := range ids {
+		c.Send("ZREM", key, id)
+		c.Flush()
+		if _, err := c.Receive(); err != nil {
+			continue
+		}
+		run(id)
+	}
+}
+
+func redigoSendOtherUntested(c redigo.Conn, key string) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", "+inf")) // want `racy poller`
+	for _, id := range ids {
+		c.Send("ZREM", key, id)
+		c.Send("ZCARD", key)
+		c.Flush()
+		n, _ := redigo.Int(c.Receive())
+		left, _ := redigo.Int(c.Receive())
+		if n == 1 {
+			run(id)
+		}
+		_ = left
+	}
+}
+
 // A member kept as bytes (the job's payload, say) is one member: its
 // tested count is a check. A slice of members is a batch.
 func bytesChecked(c redigo.Conn, key string) {

@@ -6,6 +6,8 @@ import "context"
 type Conn interface {
 	Do(command string, args ...interface{}) (interface{}, error)
 	Send(command string, args ...interface{}) error
+	Flush() error
+	Receive() (reply interface{}, err error)
 }
 
 func Strings(reply interface{}, err error) ([]string, error)    { return nil, nil }
