@@ -52,15 +52,18 @@ func (st *analysisState) receivesTested(s *fnScope, send *ast.CallExpr) bool {
 	conn := types.ExprString(sel.X)
 	n, all := 0, true
 	ast.Inspect(s.body, func(node ast.Node) bool {
+		if !all { // one untested reply settles it
+			return false
+		}
 		c, ok := node.(*ast.CallExpr)
 		if !ok || c.Pos() <= send.End() || len(c.Args) != 0 {
-			return all
+			return true
 		}
 		if rs, ok := c.Fun.(*ast.SelectorExpr); ok && rs.Sel.Name == "Receive" && types.ExprString(rs.X) == conn {
 			n++
 			all = st.countTested(s, c)
 		}
-		return all
+		return true
 	})
 	return n > 0 && all
 }

@@ -227,6 +227,21 @@ func redigoSendOtherUntested(c redigo.Conn, key string) {
 	}
 }
 
+func redigoSendOtherTested(c redigo.Conn, key string) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", "+inf")) // want `racy poller`
+	for _, id := range ids {
+		c.Send("ZREM", key, id)
+		c.Send("ZCARD", key)
+		c.Flush()
+		removed, _ := redigo.Int(c.Receive())
+		left, _ := redigo.Int(c.Receive())
+		if left > 0 {
+			run(id)
+		}
+		_ = removed
+	}
+}
+
 // A member kept as bytes (the job's payload, say) is one member: its
 // tested count is a check. A slice of members is a batch.
 func bytesChecked(c redigo.Conn, key string) {
