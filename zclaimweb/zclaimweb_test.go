@@ -600,6 +600,12 @@ func TestJobPageRuns(t *testing.T) {
 		if n := reads.n.Swap(0); n != 1 {
 			t.Errorf("Broker with Runs %v: the job page listed asynq's queues %d times, want 1", brokerRuns, n)
 		}
+		// Either way the page gives the run's lease and token.
+		for _, want := range []string{"<dt>lease until</dt>", "<dt>token</dt>"} {
+			if brokerRuns && !strings.Contains(page, want) {
+				t.Errorf("job page, the run as an entry: no %s in\n%s", want, page)
+			}
+		}
 		if code, _ := get(t, e.URL+"/"); code != http.StatusOK {
 			t.Fatalf("overview: %d", code)
 		}
