@@ -501,7 +501,10 @@ func TestSkipsAndFailuresVisible(t *testing.T) {
 		if !quiet {
 			bl = logger
 		}
-		b := newBroker(t, BrokerOptions{Logger: bl})
+		// A lease of the default length: with the harness's 50 ms, a
+		// stall of the loaded machine between the claim and the enqueue
+		// gives jobs back, and they come again one batch each.
+		b := newBroker(t, BrokerOptions{Logger: bl, Lease: DefaultLease})
 		for _, id := range []string{"a", "b", "c"} {
 			must(t, rdb.ZAdd(ctx, b.Key(), redis.Z{Score: 1, Member: id}).Err())
 		}
