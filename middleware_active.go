@@ -14,6 +14,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // activeRun is an asynq task that is active now, with the key the
@@ -212,8 +213,9 @@ const (
 // one), its server last renewed the lease more than asynqGone ago, as the
 // lease's deadline tells (Unix seconds, by the worker's clock, which
 // asynq's recoverer and IsOrphaned compare with their own too), and no
-// live asynq server lists the task among its workers' (asynqHeld: a
-// worker whose clock runs behind this process's is not taken for dead).
+// live asynq server lists the task of its queue among its workers'
+// (asynqHeld: a worker whose clock runs behind this process's is not
+// taken for dead).
 // The deadlines are read from asynq's lease sets in one pipeline, only
 // when such runs have a lease that has not run out, and the servers'
 // lists only when one of those looks stale; what cannot be read leaves
@@ -258,40 +260,81 @@ func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []
 		return
 	}
 	for _, n := range stale {
-		runs[n].gone = !held[runs[n].task.ID]
+		runs[n].gone = !holds(held, runs[n].task.Queue, runs[n].task.ID)
 	}
 }
 
-// asynqHeld returns the ids of the tasks that the workers of asynq's live
-// servers hold. At each beat a server writes them as the fields of a hash
-// of its own (asynq:workers:{host:pid:id}, listed in asynq:workers), which
-// expires two beats later by Redis' clock: a task a live server listed is
-// not taken for its worker's, whatever the clocks of the two processes
-// say of its lease. The list's scores are deadlines by the servers'
-// clocks; entries that ran out more than ten minutes ago by this one's are
-// left out (a killed server's entry stays there), and so is a listed key
-// of another type than a hash: no server of asynq's wrote it.
-func (i *Idempotency) asynqHeld(ctx context.Context) (map[string]bool, error) {
+// asynqHeld returns the tasks that the workers of asynq's live servers
+// hold, by queue and id. At each beat a server writes them as the fields
+// of a hash of its own (asynq:workers:{host:pid:id}, listed in
+// asynq:workers), each field's value the worker's record, which names the
+// task's queue; the hash expires two beats later by Redis' clock: a task a
+// live server listed is not taken for its worker's, whatever the clocks of
+// the two processes say of its lease. A record that does not tell a queue
+// holds its task id in every queue (heldTask's queue ""). The list's scores
+// are deadlines by the servers' clocks; entries that ran out more than ten
+// minutes ago by this one's are left out (a killed server's entry stays
+// there), and so is a listed key of another type than a hash: no server of
+// asynq's wrote it.
+func (i *Idempotency) asynqHeld(ctx context.Context) (map[heldTask]bool, error) {
 	rdb := i.asynqRedis()
 	since := strconv.FormatInt(time.Now().Add(-10*time.Minute).Unix(), 10)
 	keys, err := rdb.ZRangeByScore(ctx, "asynq:workers", &redis.ZRangeBy{Min: since, Max: "+inf"}).Result()
 	if err != nil {
 		return nil, err
 	}
-	fields := make([]*redis.StringSliceCmd, len(keys))
+	fields := make([]*redis.MapStringStringCmd, len(keys))
 	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, key := range keys {
-			fields[k] = p.HKeys(ctx, key)
+			fields[k] = p.HGetAll(ctx, key)
 		}
 		return nil
 	}); err != nil && !isReplyErr(err) {
 		return nil, err
 	}
-	held := map[string]bool{}
+	held := map[heldTask]bool{}
 	for _, f := range fields {
-		for _, id := range f.Val() {
-			held[id] = true
+		for id, info := range f.Val() {
+			held[heldTask{workerQueue(info), id}] = true
 		}
 	}
 	return held, nil
+}
+
+// heldTask names a task that a live asynq worker holds: its queue (""
+// where its worker's record does not tell) and its id.
+type heldTask struct{ queue, id string }
+
+// holds tells whether held names the task id of queue q.
+func holds(held map[heldTask]bool, q, id string) bool {
+	return held[heldTask{q, id}] || held[heldTask{"", id}]
+}
+
+// workerQueue reads the queue (field 7) of asynq's WorkerInfo record in
+// its protobuf encoding; "" where info is not such a record or names none.
+func workerQueue(info string) string {
+	b := []byte(info)
+	q := ""
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		if num == 7 && typ == protowire.BytesType {
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return ""
+			}
+			q = string(v)
+			b = b[m:]
+			continue
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return ""
+		}
+		b = b[m:]
+	}
+	return q
 }

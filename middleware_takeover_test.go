@@ -22,6 +22,7 @@ import (
 	"github.com/zclaim/zclaim/internal/logbuf"
 	"github.com/zclaim/zclaim/internal/proc"
 	"github.com/zclaim/zclaim/internal/wait"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // workerRole makes the test binary a worker process of the quick start's
@@ -207,7 +208,7 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 			}
 			if v.block == "outer" {
 				renewAsynqLeases(t, rdb, q, 13*time.Second, true, ids...)
-				unlistAsynqWorkers(t, rdb, ids...)
+				unlistAsynqWorkers(t, rdb, q, ids...)
 			} else {
 				lapseAsynqLeases(t, rdb, q, false, ids...)
 			}
@@ -735,15 +736,21 @@ func renewAsynqLeases(t *testing.T, rdb redis.UniversalClient, q string, ago tim
 	}
 }
 
-// listAsAsynqWorkers lists the tasks ids as the workers of a live asynq
-// server of its own do at each beat (a hash that expires two beats later),
-// until the test ends.
-func listAsAsynqWorkers(t *testing.T, rdb redis.UniversalClient, ids ...string) {
+// listAsAsynqWorkers lists the tasks ids of queue q as the workers of a
+// live asynq server of its own do at each beat (a hash that expires two
+// beats later, whose values are the workers' records), until the test
+// ends.
+func listAsAsynqWorkers(t *testing.T, rdb redis.UniversalClient, q string, ids ...string) {
 	t.Helper()
 	key := "asynq:workers:{" + testKey(t) + "}"
 	p := rdb.Pipeline()
 	for _, id := range ids {
-		p.HSet(ctx, key, id, "{}")
+		// asynq's WorkerInfo: task_id (4) and queue (7)
+		info := protowire.AppendTag(nil, 4, protowire.BytesType)
+		info = protowire.AppendString(info, id)
+		info = protowire.AppendTag(info, 7, protowire.BytesType)
+		info = protowire.AppendString(info, q)
+		p.HSet(ctx, key, id, info)
 	}
 	p.Expire(ctx, key, time.Minute)
 	p.ZAdd(ctx, "asynq:workers", redis.Z{Score: float64(time.Now().Add(time.Minute).Unix()), Member: key})
@@ -755,20 +762,33 @@ func listAsAsynqWorkers(t *testing.T, rdb redis.UniversalClient, ids ...string) 
 	})
 }
 
-// unlistAsynqWorkers takes the tasks ids out of every asynq server's list
-// of its workers', as a dead server's list is gone two beats after its
-// last; again every 20 ms until the test ends, against a live server's
-// writes at each beat: the worker of a holdingWorker plays a dead one.
-func unlistAsynqWorkers(t *testing.T, rdb redis.UniversalClient, ids ...string) {
+// unlistAsynqWorkers takes the tasks ids of queue q out of every asynq
+// server's list of its workers', as a dead server's list is gone two beats
+// after its last; again every 20 ms until the test ends, against a live
+// server's writes at each beat: the worker of a holdingWorker plays a dead
+// one. Those of other queues stay.
+func unlistAsynqWorkers(t *testing.T, rdb redis.UniversalClient, q string, ids ...string) {
 	t.Helper()
 	unlist := func() error {
-		keys, err := rdb.ZRange(context.Background(), "asynq:workers", 0, -1).Result()
+		bg := context.Background()
+		keys, err := rdb.ZRange(bg, "asynq:workers", 0, -1).Result()
+		if err != nil {
+			return err
+		}
 		for _, key := range keys {
-			if err == nil {
-				err = rdb.HDel(context.Background(), key, ids...).Err()
+			infos, err := rdb.HMGet(bg, key, ids...).Result()
+			if err != nil {
+				continue // not a hash: no server of asynq's wrote it
+			}
+			for k, info := range infos {
+				if s, ok := info.(string); ok && workerQueue(s) == q {
+					if err := rdb.HDel(bg, key, ids[k]).Err(); err != nil {
+						return err
+					}
+				}
 			}
 		}
-		return err
+		return nil
 	}
 	must(t, unlist())
 	again(t, unlist)
@@ -888,7 +908,7 @@ func TestTakeoverPastHostileAsynqKeys(t *testing.T) {
 	// which has not run out yet: only the servers' lists of their workers'
 	// tasks (none lists it) tell that the worker is gone.
 	renewAsynqLeases(t, rdb, q, 13*time.Second, true, "never")
-	unlistAsynqWorkers(t, rdb, "never")
+	unlistAsynqWorkers(t, rdb, q, "never")
 	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k := range idle {
 			p.SAdd(ctx, "asynq:queues", "idle-"+strconv.Itoa(k))
@@ -1011,7 +1031,7 @@ func TestTakeoverPassReportsBadKeys(t *testing.T) {
 		{"a record not the middleware's", func() error { return rdb.Set(ctx, record, "junk", 0).Err() }, ErrCorrupt.Error(), 0},
 		{"a bucket of another type", func() error {
 			lapseAsynqLeases(t, rdb, q, true, "dead")
-			unlistAsynqWorkers(t, rdb, "dead")
+			unlistAsynqWorkers(t, rdb, q, "dead")
 			rdb.Del(ctx, record)
 			return rdb.Set(ctx, bucket, "junk", 0).Err()
 		}, "WRONGTYPE", 0},
@@ -1167,7 +1187,7 @@ func TestTakeoverCopyOfDeadCopy(t *testing.T) {
 	}
 	lapseAsynqLeases(t, rdb, q, true, "orig")
 	renewAsynqLeases(t, rdb, q, 13*time.Second, true, first)
-	unlistAsynqWorkers(t, rdb, first)
+	unlistAsynqWorkers(t, rdb, q, first)
 	runs := make(chan string, 16)
 	startAsynq(t, testAddr, q, idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
 		e, _ := ExecutionFromContext(ctx)
@@ -1363,7 +1383,7 @@ func TestTakeoverCustomKey(t *testing.T) {
 // Runs tells a task whose worker died before its run began from one a live
 // worker holds: both have no run record, and asynq's lease of the task
 // decides, as it decides the takeover. A worker without the middleware
-// holds five tasks; two of them had their run released after a failure,
+// holds seven tasks; two of them had their run released after a failure,
 // one with retries left and one whose failure ended its task. Before
 // asynq's leases run out every one is "no record"; once they have run out
 // (for one never-begun task and the final release), or once they were
@@ -1373,17 +1393,18 @@ func TestTakeoverCustomKey(t *testing.T) {
 // them again, and the other two stay "no record" (the live one's lease
 // kept as renewed 7 s ago: a renewal 2 s late). So does a task whose
 // lease looks renewed 13 s ago but which a live server lists among its
-// workers' (a server whose clock runs behind). A Broker's Stats counts
-// the three. Under an asynq of another release line only the lapsed
-// lease's task is abandoned.
+// workers' (a server whose clock runs behind), while a task whose lease
+// looks as old is abandoned though a live server lists its id in another
+// queue. A Broker's Stats counts the four. Under an asynq of another
+// release line only the lapsed lease's task is abandoned.
 func TestRunsShowNotBegunAbandoned(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
 	q := testQueue(t)
 	idem := newIdem(t, rdb, IdempotencyOptions{Lease: 100 * time.Millisecond, TakeoverQueues: []string{q}, DisableTakeover: true})
-	started := holdingWorker(t, rdb, q, 6)
+	started := holdingWorker(t, rdb, q, 7)
 	c := newAsynqClient(t, testAddr)
-	ids := []string{"alive", "skewed", "not-begun", "silent", "released", "final"}
+	ids := []string{"alive", "skewed", "not-begun", "silent", "released", "final", "twin"}
 	for _, id := range ids {
 		_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID(id))
 		must(t, err)
@@ -1411,14 +1432,19 @@ func TestRunsShowNotBegunAbandoned(t *testing.T) {
 	}
 	lapseAsynqLeases(t, rdb, q, true, "not-begun", "final")
 	renewAsynqLeases(t, rdb, q, 13*time.Second, true, "silent", "released")
-	unlistAsynqWorkers(t, rdb, "silent", "released")
+	unlistAsynqWorkers(t, rdb, q, "silent", "released")
 	renewAsynqLeases(t, rdb, q, 7*time.Second, true, "alive") // a live server's renewal, 2 s late
 	// A live server whose clock runs 13 s behind: its renewals look 13 s
 	// old, but it lists the task among its workers'.
 	renewAsynqLeases(t, rdb, q, 13*time.Second, true, "skewed")
-	listAsAsynqWorkers(t, rdb, "skewed")
+	listAsAsynqWorkers(t, rdb, q, "skewed")
+	// A live server holds a task of another queue under twin's id: twin's
+	// own server is as silent as silent's.
+	renewAsynqLeases(t, rdb, q, 13*time.Second, true, "twin")
+	unlistAsynqWorkers(t, rdb, q, "twin")
+	listAsAsynqWorkers(t, rdb, q+"-other", "twin")
 	want := map[string]RunState{"alive": RunNone, "skewed": RunNone, "not-begun": RunAbandoned, "silent": RunAbandoned,
-		"released": RunAbandoned, "final": RunNone}
+		"released": RunAbandoned, "final": RunNone, "twin": RunAbandoned}
 	b := newBroker(t, BrokerOptions{Runs: idem})
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		got := states()
@@ -1438,11 +1464,11 @@ func TestRunsShowNotBegunAbandoned(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		st, err := b.Stats(ctx)
 		must(t, err)
-		if st.Abandoned == 3 {
+		if st.Abandoned == 4 {
 			break
 		}
-		if st.Abandoned > 3 || time.Now().After(deadline) {
-			t.Fatalf("Stats().Abandoned = %d, want 3", st.Abandoned)
+		if st.Abandoned > 4 || time.Now().After(deadline) {
+			t.Fatalf("Stats().Abandoned = %d, want 4", st.Abandoned)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -1451,7 +1477,7 @@ func TestRunsShowNotBegunAbandoned(t *testing.T) {
 	// IsOrphaned (the lease ran out) tells that a worker is gone.
 	idem.asynqKnown = false
 	want = map[string]RunState{"alive": RunNone, "skewed": RunNone, "not-begun": RunAbandoned, "silent": RunNone,
-		"released": RunNone, "final": RunNone}
+		"released": RunNone, "final": RunNone, "twin": RunNone}
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		got := states()
 		if got["silent"] != RunNone || got["released"] != RunNone {
