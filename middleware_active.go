@@ -255,7 +255,11 @@ func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []
 	if len(stale) == 0 {
 		return
 	}
-	held, err := i.asynqHeld(ctx)
+	ids := make([]string, len(stale))
+	for k, n := range stale {
+		ids[k] = runs[n].task.ID
+	}
+	held, err := i.asynqHeld(ctx, ids)
 	if err != nil {
 		return
 	}
@@ -264,38 +268,41 @@ func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []
 	}
 }
 
-// asynqHeld returns the tasks that the workers of asynq's live servers
-// hold, by queue and id. At each beat a server writes them as the fields
-// of a hash of its own (asynq:workers:{host:pid:id}, listed in
-// asynq:workers), each field's value the worker's record, which names the
-// task's queue; the hash expires two beats later by Redis' clock: a task a
-// live server listed is not taken for its worker's, whatever the clocks of
-// the two processes say of its lease. A record that does not tell a queue
-// holds its task id in every queue (heldTask's queue ""). The list's scores
-// are deadlines by the servers' clocks; entries that ran out more than ten
-// minutes ago by this one's are left out (a killed server's entry stays
-// there), and so is a listed key of another type than a hash: no server of
-// asynq's wrote it.
-func (i *Idempotency) asynqHeld(ctx context.Context) (map[heldTask]bool, error) {
+// asynqHeld returns which of the task ids ids the workers of asynq's live
+// servers hold, by queue and id. At each beat a server writes the tasks
+// its workers hold as the fields of a hash of its own
+// (asynq:workers:{host:pid:id}, listed in asynq:workers), each field's
+// value the worker's record, which names the task's queue; the hash
+// expires two beats later by Redis' clock: a task a live server listed is
+// not taken for its worker's, whatever the clocks of the two processes say
+// of its lease. Only the records of ids are read (a record holds its
+// task's payload). A record that does not tell a queue holds its task id
+// in every queue (heldTask's queue ""). The list's scores are deadlines by
+// the servers' clocks; entries that ran out more than ten minutes ago by
+// this one's are left out (a killed server's entry stays there), and so is
+// a listed key of another type than a hash: no server of asynq's wrote it.
+func (i *Idempotency) asynqHeld(ctx context.Context, ids []string) (map[heldTask]bool, error) {
 	rdb := i.asynqRedis()
 	since := strconv.FormatInt(time.Now().Add(-10*time.Minute).Unix(), 10)
 	keys, err := rdb.ZRangeByScore(ctx, "asynq:workers", &redis.ZRangeBy{Min: since, Max: "+inf"}).Result()
 	if err != nil {
 		return nil, err
 	}
-	fields := make([]*redis.MapStringStringCmd, len(keys))
+	infos := make([]*redis.SliceCmd, len(keys))
 	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, key := range keys {
-			fields[k] = p.HGetAll(ctx, key)
+			infos[k] = p.HMGet(ctx, key, ids...)
 		}
 		return nil
 	}); err != nil && !isReplyErr(err) {
 		return nil, err
 	}
 	held := map[heldTask]bool{}
-	for _, f := range fields {
-		for id, info := range f.Val() {
-			held[heldTask{workerQueue(info), id}] = true
+	for _, f := range infos {
+		for n, v := range f.Val() {
+			if info, ok := v.(string); ok {
+				held[heldTask{workerQueue(info), ids[n]}] = true
+			}
 		}
 	}
 	return held, nil
