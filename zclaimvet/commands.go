@@ -9,7 +9,9 @@ import (
 	"go/constant"
 	"go/token"
 	"go/types"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/tools/go/analysis"
@@ -218,7 +220,11 @@ func (st *analysisState) classify(s *fnScope, call *ast.CallExpr) (event, bool) 
 		}
 		switch {
 		case readMethods[name]:
-			return mk("ZRANGEBYSCORE", call.Args[k], true), true
+			ev := mk("ZRANGEBYSCORE", call.Args[k], true)
+			if len(call.Args) > k+1 {
+				ev.Fixed = oneScore(pass, field(call.Args[k+1], "Min"), field(call.Args[k+1], "Max"))
+			}
+			return ev, true
 		case rankReadMethods[name]:
 			return mk("ZRANGE WITHSCORES", call.Args[k], true), true
 		case name == "ZRange" || name == "ZRevRange":
@@ -478,7 +484,63 @@ func (st *analysisState) doCommandNamed(s *fnScope, call *ast.CallExpr, cmd stri
 		}
 		return false
 	}
-	return st.zsetCommand(s, call, cmd, args[1], has, args[2:], spread)
+	ev, ok := st.zsetCommand(s, call, cmd, args[1], has, args[2:], spread)
+	byScore := ev.Name == "ZRANGEBYSCORE" || ev.Name == "ZREVRANGEBYSCORE" || ev.Name == "ZRANGE BYSCORE"
+	if ok && ev.Read && byScore && len(args) >= 4 {
+		ev.Fixed = oneScore(st.pass, args[2], args[3]) // min max, or max min
+	}
+	return ev, ok
+}
+
+// field returns the value of field name in a composite literal e (or a
+// pointer to one), or nil.
+func field(e ast.Expr, name string) ast.Expr {
+	e = ast.Unparen(e)
+	if u, ok := e.(*ast.UnaryExpr); ok && u.Op == token.AND {
+		e = ast.Unparen(u.X)
+	}
+	lit, ok := e.(*ast.CompositeLit)
+	if !ok {
+		return nil
+	}
+	for _, el := range lit.Elts {
+		if kv, ok := el.(*ast.KeyValueExpr); ok {
+			if id, ok := kv.Key.(*ast.Ident); ok && id.Name == name {
+				return kv.Value
+			}
+		}
+	}
+	return nil
+}
+
+// oneScore reports score bounds that are one constant finite number ("0"
+// and 0, "5" and "5.0"): a range of one fixed score, which stays where it
+// is whatever the time. "+inf", an exclusive bound and anything not
+// constant may take in what comes due.
+func oneScore(pass *analysis.Pass, lo, hi ast.Expr) bool {
+	a, ok1 := scoreConst(pass, lo)
+	b, ok2 := scoreConst(pass, hi)
+	return ok1 && ok2 && a == b
+}
+
+// scoreConst returns the value of a constant finite score bound.
+func scoreConst(pass *analysis.Pass, e ast.Expr) (float64, bool) {
+	if e == nil {
+		return 0, false
+	}
+	tv, ok := pass.TypesInfo.Types[e]
+	if !ok || tv.Value == nil {
+		return 0, false
+	}
+	switch tv.Value.Kind() {
+	case constant.Int, constant.Float:
+		f, _ := constant.Float64Val(tv.Value)
+		return f, true
+	case constant.String:
+		f, err := strconv.ParseFloat(constant.StringVal(tv.Value), 64)
+		return f, err == nil && !math.IsInf(f, 0)
+	}
+	return 0, false
 }
 
 // zsetCommand is the access that sorted-set command cmd (upper case) on key

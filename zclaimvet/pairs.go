@@ -397,6 +397,9 @@ func (st *analysisState) report(r, rm event, lock *event, free *freed) {
 // pairFields reports what a type's methods leave unpaired: a read of a
 // receiver's field key in one method and a removal of it in another (the
 // batch handed on between them), unless a call site already paired them.
+// A read of one fixed score (Access.Fixed) is a lookup handed to the
+// caller (the dead members), and a removal elsewhere its caller's ack: not
+// paired.
 func (st *analysisState) pairFields() {
 	type acc struct {
 		fn   *types.Func
@@ -434,7 +437,7 @@ func (st *analysisState) pairFields() {
 		list := byKey[k]
 		slices.SortFunc(list, func(x, y acc) int { return int(x.node.Pos() - y.node.Pos()) })
 		for _, r := range list {
-			if !r.a.Read || r.a.Rank {
+			if !r.a.Read || r.a.Rank || r.a.Fixed {
 				continue
 			}
 			for _, rm := range list {

@@ -229,7 +229,12 @@ type Access struct {
 	// Rank: a read by rank without scores (ZRANGE key 0 9), a read of due
 	// members only where the scores are read too (Score) and compared.
 	Rank  bool
-	Score bool   // a ZSCORE: neither a read of members nor a removal
+	Score bool // a ZSCORE: neither a read of members nor a removal
+	// Fixed: a read of one constant score (ZRANGEBYSCORE key 0 0): a
+	// lookup of the members parked there (the dead ones), which no clock
+	// brings due. pairFields does not pair it with a removal in another
+	// method; a function that reads and removes it itself is still a poll.
+	Fixed bool
 	Shown string // the key as the source writes it, for messages
 	// Async: sent by a goroutine the function starts, which may run after
 	// anything that follows the start.
@@ -243,6 +248,8 @@ func (a Access) String() string {
 		v = "score"
 	case a.Read && a.Rank:
 		v = "rank"
+	case a.Read && a.Fixed:
+		v = "read fixed"
 	case a.Read:
 		v = "read"
 	case a.Moves && a.MoveArg > 0:

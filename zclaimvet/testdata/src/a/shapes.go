@@ -1099,3 +1099,43 @@ func sliceInline(c redigo.Conn, key string) {
 	c.Do("ZREM", append([]interface{}{key}, ids...)...)
 	runAll(ids)
 }
+
+// Its other twin: one method looks up the members parked at a fixed score
+// (the dead ones, at 0) for its caller, the other removes those its caller
+// handled: a lookup and an ack, not a batch that comes due.
+type parked struct {
+	rdb *redis.Client
+	key string
+}
+
+func (p *parked) DeadList() []string { // want DeadList:`read fixed ⟨r⟩.key`
+	return p.rdb.ZRangeByScore(ctx, p.key, &redis.ZRangeBy{Min: "0", Max: "0"}).Val()
+}
+
+func (p *parked) Done(members ...any) error { // want Done:`rm ⟨r⟩.key`
+	return p.rdb.ZRem(ctx, p.key, members...).Err()
+}
+
+// A function that reads a fixed score itself and removes what it read
+// runs it: a poll, whatever the score (members parked at 0 to run now).
+func runParked(rdb *redis.Client) {
+	for _, m := range rdb.ZRangeByScore(ctx, "parked", &redis.ZRangeBy{Min: "0", Max: "0"}).Val() { // want `racy poller: ZRANGEBYSCORE reads due members of "parked" here, and ZREM at shapes.go:1123 removes`
+		rdb.ZRem(ctx, "parked", m)
+		run(m)
+	}
+}
+
+// The same lookup by a command sent by name (redigo, the bounds a number
+// and a string), and reads of a range: up to a constant, and of one score
+// that a variable names; neither is fixed.
+func deadIDs(c redigo.Conn, key string) ([]string, error) { // want deadIDs:`read fixed ⟨p1⟩`
+	return redigo.Strings(c.Do("ZREVRANGEBYSCORE", key, 0, "0"))
+}
+
+func upTo(c redigo.Conn, key string) ([]string, error) { // want upTo:`^zset\(read ⟨p1⟩\)$`
+	return redigo.Strings(c.Do("ZRANGE", key, "-inf", 0, "BYSCORE"))
+}
+
+func atScore(c redigo.Conn, key string, now int64) ([]string, error) { // want atScore:`^zset\(read ⟨p1⟩\)$`
+	return redigo.Strings(c.Do("ZRANGEBYSCORE", key, now, now))
+}
