@@ -222,7 +222,8 @@ func (st *analysisState) classify(s *fnScope, call *ast.CallExpr) (event, bool) 
 		case readMethods[name]:
 			ev := mk("ZRANGEBYSCORE", call.Args[k], true)
 			if len(call.Args) > k+1 {
-				ev.Fixed = oneScore(pass, field(call.Args[k+1], "Min"), field(call.Args[k+1], "Max"))
+				opt := st.literalOf(s, call.Args[k+1])
+				ev.Fixed = oneScore(pass, field(opt, "Min"), field(opt, "Max"))
 			}
 			return ev, true
 		case rankReadMethods[name]:
@@ -492,15 +493,9 @@ func (st *analysisState) doCommandNamed(s *fnScope, call *ast.CallExpr, cmd stri
 	return ev, ok
 }
 
-// field returns the value of field name in a composite literal e (or a
-// pointer to one), or nil.
-func field(e ast.Expr, name string) ast.Expr {
-	e = ast.Unparen(e)
-	if u, ok := e.(*ast.UnaryExpr); ok && u.Op == token.AND {
-		e = ast.Unparen(u.X)
-	}
-	lit, ok := e.(*ast.CompositeLit)
-	if !ok {
+// field returns the value of field name in literal lit, or nil.
+func field(lit *ast.CompositeLit, name string) ast.Expr {
+	if lit == nil {
 		return nil
 	}
 	for _, el := range lit.Elts {
@@ -623,33 +618,29 @@ func isSlice(pass *analysis.Pass, e ast.Expr) bool {
 // zrangeArgs reads the Key of a ZRangeArgs literal (or of the local it is
 // assigned to) and whether it has ByScore set.
 func (st *analysisState) zrangeArgs(s *fnScope, e ast.Expr) (key ast.Expr, byScore bool) {
-	pass := st.pass
+	lit := st.literalOf(s, e)
+	if lit == nil {
+		return nil, false
+	}
+	if v := field(lit, "ByScore"); v != nil {
+		tv := st.pass.TypesInfo.Types[v]
+		byScore = tv.Value == nil || constant.BoolVal(tv.Value) // a variable may be true
+	}
+	return field(lit, "Key"), byScore
+}
+
+// literalOf returns the composite literal e is or points to, also through
+// a local assigned once; nil for anything else.
+func (st *analysisState) literalOf(s *fnScope, e ast.Expr) *ast.CompositeLit {
 	e = ast.Unparen(e)
 	if id, ok := e.(*ast.Ident); ok {
-		if d, ok := s.defs[pass.TypesInfo.ObjectOf(id)]; ok {
+		if d, ok := s.defs[st.pass.TypesInfo.ObjectOf(id)]; ok {
 			e = ast.Unparen(d)
 		}
 	}
 	if u, ok := e.(*ast.UnaryExpr); ok && u.Op == token.AND {
-		e = u.X
+		e = ast.Unparen(u.X)
 	}
-	lit, ok := e.(*ast.CompositeLit)
-	if !ok {
-		return nil, false
-	}
-	for _, el := range lit.Elts {
-		kv, ok := el.(*ast.KeyValueExpr)
-		if !ok {
-			continue
-		}
-		switch id, _ := kv.Key.(*ast.Ident); {
-		case id == nil:
-		case id.Name == "Key":
-			key = kv.Value
-		case id.Name == "ByScore":
-			tv := pass.TypesInfo.Types[kv.Value]
-			byScore = tv.Value == nil || constant.BoolVal(tv.Value) // a variable may be true
-		}
-	}
-	return key, byScore
+	lit, _ := e.(*ast.CompositeLit)
+	return lit
 }

@@ -1112,6 +1112,11 @@ func (p *parked) DeadList() []string { // want DeadList:`read fixed ⟨r⟩.key`
 	return p.rdb.ZRangeByScore(ctx, p.key, &redis.ZRangeBy{Min: "0", Max: "0"}).Val()
 }
 
+func (p *parked) Count() int { // want Count:`read fixed ⟨r⟩.key`
+	opt := &redis.ZRangeBy{Min: "0", Max: "0"}
+	return len(p.rdb.ZRangeByScore(ctx, p.key, opt).Val())
+}
+
 func (p *parked) Done(members ...any) error { // want Done:`rm ⟨r⟩.key`
 	return p.rdb.ZRem(ctx, p.key, members...).Err()
 }
@@ -1119,7 +1124,7 @@ func (p *parked) Done(members ...any) error { // want Done:`rm ⟨r⟩.key`
 // A function that reads a fixed score itself and removes what it read
 // runs it: a poll, whatever the score (members parked at 0 to run now).
 func runParked(rdb *redis.Client) {
-	for _, m := range rdb.ZRangeByScore(ctx, "parked", &redis.ZRangeBy{Min: "0", Max: "0"}).Val() { // want `racy poller: ZRANGEBYSCORE reads due members of "parked" here, and ZREM at shapes.go:1123 removes`
+	for _, m := range rdb.ZRangeByScore(ctx, "parked", &redis.ZRangeBy{Min: "0", Max: "0"}).Val() { // want `racy poller: ZRANGEBYSCORE reads due members of "parked" here, and ZREM at shapes.go:1128 removes`
 		rdb.ZRem(ctx, "parked", m)
 		run(m)
 	}
