@@ -242,7 +242,12 @@ func (st *analysisState) classify(s *fnScope, call *ast.CallExpr) (event, bool) 
 				if !byScore {
 					n = "ZRANGE WITHSCORES"
 				}
-				return mk(n, key, true), true
+				ev := mk(n, key, true)
+				if byScore {
+					lit := st.literalOf(s, call.Args[k])
+					ev.Fixed = oneScore(pass, field(lit, "Start"), field(lit, "Stop"))
+				}
+				return ev, true
 			}
 		case zaddMethods[name]:
 			noFlags := func(string) bool { return false } // the NX methods are not among them

@@ -1117,6 +1117,10 @@ func (p *parked) Count() int { // want Count:`read fixed ⟨r⟩.key`
 	return len(p.rdb.ZRangeByScore(ctx, p.key, opt).Val())
 }
 
+func (p *parked) First() []string { // want First:`read fixed ⟨r⟩.key`
+	return p.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: p.key, Start: 0, Stop: 0, ByScore: true, Count: 1}).Val()
+}
+
 func (p *parked) Done(members ...any) error { // want Done:`rm ⟨r⟩.key`
 	return p.rdb.ZRem(ctx, p.key, members...).Err()
 }
@@ -1124,7 +1128,7 @@ func (p *parked) Done(members ...any) error { // want Done:`rm ⟨r⟩.key`
 // A function that reads a fixed score itself and removes what it read
 // runs it: a poll, whatever the score (members parked at 0 to run now).
 func runParked(rdb *redis.Client) {
-	for _, m := range rdb.ZRangeByScore(ctx, "parked", &redis.ZRangeBy{Min: "0", Max: "0"}).Val() { // want `racy poller: ZRANGEBYSCORE reads due members of "parked" here, and ZREM at shapes.go:1128 removes`
+	for _, m := range rdb.ZRangeByScore(ctx, "parked", &redis.ZRangeBy{Min: "0", Max: "0"}).Val() { // want `racy poller: ZRANGEBYSCORE reads due members of "parked" here, and ZREM at shapes.go:1132 removes`
 		rdb.ZRem(ctx, "parked", m)
 		run(m)
 	}
