@@ -237,16 +237,14 @@ func (st *analysisState) classify(s *fnScope, call *ast.CallExpr) (event, bool) 
 			ev.Score = true
 			return ev, true
 		case argsMethods[name]:
-			if key, byScore := st.zrangeArgs(s, call.Args[k]); key != nil && (byScore || name == "ZRangeArgsWithScores") {
+			lit := st.literalOf(s, call.Args[k])
+			if key, byScore := st.zrangeArgs(lit); key != nil && (byScore || name == "ZRangeArgsWithScores") {
 				n := "ZRANGE BYSCORE"
 				if !byScore {
 					n = "ZRANGE WITHSCORES"
 				}
 				ev := mk(n, key, true)
-				if byScore {
-					lit := st.literalOf(s, call.Args[k])
-					ev.Fixed = oneScore(pass, field(lit, "Start"), field(lit, "Stop"))
-				}
+				ev.Fixed = byScore && oneScore(pass, field(lit, "Start"), field(lit, "Stop"))
 				return ev, true
 			}
 		case zaddMethods[name]:
@@ -620,10 +618,9 @@ func isSlice(pass *analysis.Pass, e ast.Expr) bool {
 	return false
 }
 
-// zrangeArgs reads the Key of a ZRangeArgs literal (or of the local it is
-// assigned to) and whether it has ByScore set.
-func (st *analysisState) zrangeArgs(s *fnScope, e ast.Expr) (key ast.Expr, byScore bool) {
-	lit := st.literalOf(s, e)
+// zrangeArgs reads the Key of a ZRangeArgs literal (literalOf) and
+// whether it has ByScore set.
+func (st *analysisState) zrangeArgs(lit *ast.CompositeLit) (key ast.Expr, byScore bool) {
 	if lit == nil {
 		return nil, false
 	}
