@@ -16,7 +16,7 @@ import (
 // pass), and returns what it leaves to its callers.
 func (st *analysisState) summarize(fd *ast.FuncDecl) *Summary {
 	s := st.scope(fd)
-	evs := st.events(s, fd.Body, nil)
+	evs := st.markCleanups(s, st.events(s, fd.Body, nil))
 	rels := st.releases(s, fd.Body)
 	pairedIdx := st.pair(evs, fd.Body, rels)
 	// Each function literal (but those run in a pipeline, part of fd, and
@@ -34,7 +34,7 @@ func (st *analysisState) summarize(fd *ast.FuncDecl) *Summary {
 
 		case *ast.FuncLit:
 			if !inline[x] && !st.watched[x.Body] {
-				st.pair(st.events(s, x.Body, nil), x.Body, st.releases(s, x.Body))
+				st.pair(st.markCleanups(s, st.events(s, x.Body, nil)), x.Body, st.releases(s, x.Body))
 			}
 		}
 		return true
@@ -55,7 +55,7 @@ func (st *analysisState) summarize(fd *ast.FuncDecl) *Summary {
 	out := &Summary{}
 	var nodes []ast.Node
 	for i, ev := range evs {
-		if ev.claim || ev.echo || pairedIdx[i] || local(ev.Key) || guarded(evs, i, rels) ||
+		if ev.claim || ev.echo || pairedIdx[i] || local(ev.Key) || guarded(evs, i, rels) || ev.cleanup ||
 			ev.group != nil && atomic[[2]any{ev.group, ev.Key}] == 3 {
 			continue
 		}
@@ -68,6 +68,7 @@ func (st *analysisState) summarize(fd *ast.FuncDecl) *Summary {
 	out.Sends = st.sends(s, fd)
 	out.Lock = lockHelper(fd.Name.Name, evs)
 	out.Unlock = isUnlock(fd.Name.Name, rels, st.sendsScript(fd.Body))
+	out.Runs = st.runs(s, fd)
 	return out
 }
 

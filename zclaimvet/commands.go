@@ -598,6 +598,9 @@ func (st *analysisState) removal(s *fnScope, ev *event, call *ast.CallExpr, zrem
 		}
 	}
 	ev.Batch = !single && !ev.Forward
+	if single {
+		ev.member = members[0]
+	}
 	ev.Checked = single && (st.countTested(s, call) || st.receivesTested(s, call))
 }
 

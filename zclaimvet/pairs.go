@@ -58,8 +58,8 @@ func gates(g, rm event) bool {
 func (st *analysisState) pair(evs []event, body ast.Node, rels []release) map[int]bool {
 	paired := map[int]bool{}
 	for i, rm := range evs {
-		if rm.Read || rm.Score || rm.claim || rm.MoveArg > 0 {
-			continue // a ZADD of a parameter is its callers' to judge
+		if rm.Read || rm.Score || rm.claim || rm.MoveArg > 0 || rm.cleanup {
+			continue // a ZADD of a parameter is its callers' to judge; a cleanup pairs with nothing
 		}
 		claimed, gated := -1, -1 // the last claim and gate before the removal
 		for k := i - 1; k >= 0 && claimed < 0; k-- {

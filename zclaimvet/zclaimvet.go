@@ -55,6 +55,12 @@
 // removal, other reads and removals of them or of keys named from them,
 // through ranges that do nothing else and add up counts, or a helper of
 // the package that does the same), so that nothing runs on them.
+// A removal of one member on a path that then only does such things and
+// leaves, where the function hands that member on another path to a Lua
+// script whose keys include the removal's key, is a cleanup (a reaper
+// dropping a stale claim whose job is gone, the script taking the rest):
+// the script is taken to claim what it is handed, and the removal pairs
+// with no read (cleanup.go).
 // Reports are at the read, and name the removal's position.
 //
 //	go run github.com/zclaim/zclaim/cmd/zclaimvet@latest ./...
@@ -130,6 +136,11 @@ type Summary struct {
 	// releaseLock) that sends a DEL, an UNLINK, a script or a lock
 	// library's release: calling it lets go a lock on a member.
 	Unlock bool
+	// Runs is set for a function that runs a Lua script with its
+	// parameter Keys as the script's keys and its variadic parameter Args
+	// as its arguments (func run(ctx, rdb, name string, keys []string,
+	// args ...any)): a call of it hands those to a script (cleanup.go).
+	Runs *Runs
 }
 
 // Uses is the fact of a package whose code (its test files aside) imports
@@ -188,6 +199,9 @@ func uses(pass *analysis.Pass) bool {
 // Sends names the parameters of a command-sending wrapper.
 type Sends struct{ Cmd, Args int }
 
+// Runs: see Summary.
+type Runs struct{ Keys, Args int }
+
 func (*Summary) AFact() {}
 
 func (s *Summary) String() string {
@@ -203,6 +217,9 @@ func (s *Summary) String() string {
 	}
 	if s.Unlock {
 		b = append(b, "unlock")
+	}
+	if s.Runs != nil {
+		b = append(b, fmt.Sprintf("runs ⟨p%d⟩ ⟨p%d⟩...", s.Runs.Keys, s.Runs.Args))
 	}
 	return "zset(" + strings.Join(b, ", ") + ")"
 }
@@ -268,8 +285,10 @@ type event struct {
 	claim   bool     // an atomic claim (LPOP, LMOVE, SET NX): what follows it is cleanup; Name is a lock's command
 	gor     ast.Node // the go statement of this function that sends it, if any (then Async)
 	callee  *types.Func
-	calleeI int  // the index of the access in the callee's summary
-	echo    bool // a loop's second iteration (events): paired, never summarized
+	calleeI int      // the index of the access in the callee's summary
+	echo    bool     // a loop's second iteration (events): paired, never summarized
+	member  ast.Expr // the one member of a removal of one (removal)
+	cleanup bool     // a removal that drops a member a script takes on another path (cleanup.go)
 }
 
 type analysisState struct {
@@ -329,9 +348,9 @@ func run(pass *analysis.Pass) (any, error) {
 				continue
 			}
 			s := st.summarize(fd)
-			if old := st.summaries[fn]; old == nil && (len(s.Accesses) > 0 || s.Sends != nil || s.Lock != "" || s.Unlock) ||
+			if old := st.summaries[fn]; old == nil && (len(s.Accesses) > 0 || s.Sends != nil || s.Lock != "" || s.Unlock || s.Runs != nil) ||
 				old != nil && (len(old.Accesses) != len(s.Accesses) || (old.Sends == nil) != (s.Sends == nil) || old.Lock != s.Lock ||
-					old.Unlock != s.Unlock) {
+					old.Unlock != s.Unlock || (old.Runs == nil) != (s.Runs == nil)) {
 				st.summaries[fn] = s
 				changed = true
 			}
@@ -348,7 +367,7 @@ func run(pass *analysis.Pass) (any, error) {
 	}
 	st.pairFields()
 	for fn, s := range st.summaries {
-		if len(s.Accesses) > 0 || s.Sends != nil || s.Lock != "" || s.Unlock {
+		if len(s.Accesses) > 0 || s.Sends != nil || s.Lock != "" || s.Unlock || s.Runs != nil {
 			pass.ExportObjectFact(fn, s)
 		}
 	}

@@ -1,0 +1,156 @@
+package zclaimvet
+
+// Cleanups: a removal of one member, on a path that then only logs and
+// leaves, in a function that on another path hands the same member to a
+// Lua script among whose keys is the removal's key. The script takes what
+// it is handed (the analyzer does not read scripts, and takes any script
+// that takes a member to claim it, as it does where no plain removal
+// stands beside one); the removal drops a member the script is not handed,
+// such as a reaper's entry whose job record is gone. Nothing runs on the
+// member after the removal, so two workers that both remove it run nothing
+// twice: the removal is paired with no read, here or in a caller.
+// Where the removal's path goes on to act on the member, or no script is
+// handed it, the removal is a poll's as any other.
+
+import (
+	"go/ast"
+	"go/token"
+	"go/types"
+	"slices"
+	"strings"
+)
+
+// markCleanups sets cleanup on the removals among evs, events of the
+// function of s, that drop a member a script takes on another path.
+func (st *analysisState) markCleanups(s *fnScope, evs []event) []event {
+	for i := range evs {
+		evs[i].cleanup = st.cleanup(s, evs[i])
+	}
+	return evs
+}
+
+// cleanup reports whether ev is such a removal: one member held in a
+// variable, removed by a statement that, with those after it in its block,
+// only makes quiet calls (sweep: the removal, reads, a log line) and whose
+// block ends in a return or a continue; and a script call outside that
+// block is handed the member, with the removal's key among its keys.
+func (st *analysisState) cleanup(s *fnScope, ev event) bool {
+	if ev.member == nil || ev.Checked || ev.Read || ev.claim {
+		return false
+	}
+	info := st.pass.TypesInfo
+	id, ok := ast.Unparen(ev.member).(*ast.Ident)
+	if !ok || info.ObjectOf(id) == nil {
+		return false
+	}
+	member := map[types.Object]bool{info.ObjectOf(id): true}
+	// The block of the statement that sends the removal, and where in it.
+	var blk *ast.BlockStmt
+	at := -1
+	for n := ev.node; n != nil && blk == nil; n = s.parent[n] {
+		b, ok := s.parent[n].(*ast.BlockStmt)
+		if !ok {
+			continue
+		}
+		for i, stmt := range b.List {
+			if stmt == n {
+				blk, at = b, i
+			}
+		}
+	}
+	if blk == nil || blk == s.body {
+		return false // the function's own body: no other path
+	}
+	switch last := blk.List[len(blk.List)-1].(type) {
+	case *ast.ReturnStmt:
+	case *ast.BranchStmt:
+		if last.Tok != token.CONTINUE {
+			return false
+		}
+	default:
+		return false
+	}
+	sw := &sweeper{st: st, body: s.body, tainted: member}
+	if !sw.quietUses(blk.List[at:], false) {
+		return false
+	}
+	handed := false
+	ast.Inspect(s.body, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok || handed || within(call, blk) {
+			return !handed
+		}
+		keys, args, ok := st.scriptCall(call)
+		if !ok || !slices.ContainsFunc(args, func(a ast.Expr) bool { return mentionsAny(info, member, a) }) {
+			return true
+		}
+		if lit, ok := ast.Unparen(keys).(*ast.CompositeLit); ok {
+			for _, k := range lit.Elts {
+				handed = handed || st.norm(s, k, 0) == ev.Key
+			}
+		}
+		return !handed
+	})
+	return handed
+}
+
+// scriptCall returns the keys and the arguments call hands to a Lua
+// script: go-redis' Eval, EvalSha, EvalRO or EvalShaRO of a client, a
+// Script's Run, RunRO, Eval or EvalSha (the keys the first []string
+// argument, the arguments those after it), or a call of a function whose
+// summary runs one (Runs).
+func (st *analysisState) scriptCall(call *ast.CallExpr) (keys ast.Expr, args []ast.Expr, ok bool) {
+	fn := calleeOf(st.pass, call)
+	if fn == nil || fn.Pkg() == nil {
+		return nil, nil, false
+	}
+	if isGoRedis(fn.Pkg().Path()) {
+		name := fn.Name()
+		if !strings.HasPrefix(name, "Eval") && !(name == "Run" || name == "RunRO") {
+			return nil, nil, false
+		}
+		for i, a := range call.Args {
+			if sl, ok := st.pass.TypesInfo.TypeOf(a).(*types.Slice); ok {
+				if b, ok := sl.Elem().(*types.Basic); ok && b.Kind() == types.String {
+					return a, call.Args[i+1:], true
+				}
+			}
+		}
+		return nil, nil, false
+	}
+	if sum := st.summaryOf(fn); sum != nil && sum.Runs != nil && len(call.Args) > sum.Runs.Args {
+		return call.Args[sum.Runs.Keys], call.Args[sum.Runs.Args:], true
+	}
+	return nil, nil, false
+}
+
+// runs recognizes a function that runs a script with its parameter keys
+// as the keys and its variadic parameter spread as the arguments: a
+// registry's run(ctx, rdb, name, keys, args...) that calls a Script's Run.
+func (st *analysisState) runs(s *fnScope, fd *ast.FuncDecl) *Runs {
+	info := st.pass.TypesInfo
+	var out *Runs
+	param := func(e ast.Expr) int {
+		if id, ok := ast.Unparen(e).(*ast.Ident); ok {
+			if i, ok := s.params[info.ObjectOf(id)]; ok {
+				return i
+			}
+		}
+		return -1
+	}
+	ast.Inspect(fd.Body, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok || out != nil || !call.Ellipsis.IsValid() {
+			return out == nil
+		}
+		keys, args, ok := st.scriptCall(call)
+		if !ok || len(args) != 1 {
+			return true
+		}
+		if k, a := param(keys), param(args[0]); k >= 0 && a >= 0 {
+			out = &Runs{Keys: k, Args: a}
+		}
+		return out == nil
+	})
+	return out
+}
