@@ -36,8 +36,11 @@ var quietPkgs = map[string]bool{
 }
 
 // sweep reports whether read r and removal rm, calls in body, are a
-// sweep: r puts its members in a variable, and they, and what is computed
-// of them or read from Redis with them, go nowhere but back to Redis:
+// sweep: r (sent here, or by a function of the package that only reads
+// and returns: quietFunc) puts its members in a variable, and they, and
+// what is computed of them or read from Redis with them, go nowhere but
+// back to Redis (how many there are, len or cap of them, is no member and
+// may go anywhere):
 //   - only into quiet statements, whose every call is quiet (rm, other
 //     reads and removals, builders of such commands, len, append,
 //     conversions, decoding, a log line, a function of the package that
@@ -59,8 +62,8 @@ var quietPkgs = map[string]bool{
 // io.Writer (fmt.Fprint), a call of anything else.
 func (st *analysisState) sweep(r, rm event, body ast.Node) bool {
 	blk, ok := body.(*ast.BlockStmt)
-	if r.callee != nil || !ok {
-		return false
+	if !ok || r.callee != nil && !st.quietFunc(r.callee, 0) {
+		return false // a read through a function that does more than read and return
 	}
 	info := st.pass.TypesInfo
 	var held types.Object // the variable r's statement puts the members in (radix: its receiver)
@@ -270,13 +273,25 @@ func (st *analysisState) countOnly(e ast.Expr) bool {
 	return removes && !reads
 }
 
-// mentionsAny reports whether n uses any of objs.
+// mentionsAny reports whether n uses any of objs, but as the operand of
+// len or cap: how many members there are is no member.
 func mentionsAny(info *types.Info, objs map[types.Object]bool, n ast.Node) bool {
 	found := false
 	if n != nil {
 		ast.Inspect(n, func(m ast.Node) bool {
-			if id, ok := m.(*ast.Ident); ok && objs[info.Uses[id]] {
-				found = true
+			switch x := m.(type) {
+			case *ast.CallExpr:
+				if id, ok := ast.Unparen(x.Fun).(*ast.Ident); ok && len(x.Args) == 1 {
+					if b, ok := info.Uses[id].(*types.Builtin); ok && (b.Name() == "len" || b.Name() == "cap") {
+						if _, ok := ast.Unparen(x.Args[0]).(*ast.Ident); ok {
+							return false
+						}
+					}
+				}
+			case *ast.Ident:
+				if objs[info.Uses[x]] {
+					found = true
+				}
 			}
 			return !found
 		})

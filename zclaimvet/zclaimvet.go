@@ -51,10 +51,12 @@
 // other package can call, is correct while the lock is held, and gets a
 // report of its own. A read whose members are thrown away (the first
 // value to _, or only its Err) is no poll, and neither is a sweep: a read
+// (here, or by a function of the package that only reads and returns)
 // whose members, held in a variable, go nowhere but back to Redis (the
 // removal, other reads and removals of them or of keys named from them,
 // through ranges that do nothing else and add up counts, or a helper of
-// the package that does the same), so that nothing runs on them.
+// the package that does the same; how many there are may go anywhere), so
+// that nothing runs on them.
 // A removal of one member on a path that then only does such things and
 // leaves, where the function hands that member on another path to a Lua
 // script whose keys include the removal's key, is a cleanup (a reaper

@@ -84,3 +84,54 @@ func (r *reaper) reapOther(key, threshold string) {
 		r.run("reap", []string{"scheduled"}, id)
 	}
 }
+
+// A sweep whose read goes through the project's own wrapper, which only
+// reads and returns: the expired members are removed with their records,
+// and only how many there were is written.
+type wrapped struct{ rdb *redis.Client }
+
+func (w *wrapped) rangeByScore(key, max string) ([]string, error) { // want rangeByScore:`^zset\(read ⟨p0⟩\)$`
+	res := w.rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: max})
+	if res.Err() != nil {
+		return nil, res.Err()
+	}
+	return res.Val(), nil
+}
+
+func (w *wrapped) expire(key, max string) error {
+	ids, err := w.rangeByScore(key, max)
+	if err != nil {
+		return err
+	}
+	pipe := w.rdb.Pipeline()
+	for _, id := range ids {
+		pipe.ZRem(ctx, key, id)
+		pipe.Del(ctx, "msg:"+id)
+	}
+	pipe.HIncrBy(ctx, "stats", "expired", int64(len(ids)))
+	_, err = pipe.Exec(ctx)
+	return err
+}
+
+// Its twins: a wrapper that does more than read (it pushes what it read),
+// and a sweep that writes a member of the batch, not only how many.
+func (w *wrapped) rangeAndPush(key, max string) []string { // want rangeAndPush:`^zset\(read ⟨p0⟩\)$`
+	ids := w.rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: max}).Val()
+	w.rdb.LPush(ctx, "ready", ids)
+	return ids
+}
+
+func (w *wrapped) expirePushed(key, max string) {
+	ids := w.rangeAndPush(key, max) // want `racy poller: ZRANGEBYSCORE \(in rangeAndPush\) reads due members of key here, and ZREM at cleanups.go:127 removes`
+	for _, id := range ids {
+		w.rdb.ZRem(ctx, key, id)
+	}
+}
+
+func (w *wrapped) expireNoting(key, max string) {
+	ids, _ := w.rangeByScore(key, max) // want `racy poller: ZRANGEBYSCORE \(in rangeByScore\) reads due members of key here, and ZREM at cleanups.go:134 removes`
+	for _, id := range ids {
+		w.rdb.ZRem(ctx, key, id)
+	}
+	w.rdb.HSet(ctx, "stats", "last", ids[len(ids)-1])
+}

@@ -36,6 +36,7 @@ func retriedHelper(rdb *redis.Client) {
 		return getBatch(rdb, "delay:retried"), nil // want `racy poller`
 	}, backoff.NewExponentialBackOff())
 	clearBatch(rdb, "delay:retried", ids[0])
+	runAll(ids)
 }
 
 // Its twin: literals handed to a function not known to run them in place

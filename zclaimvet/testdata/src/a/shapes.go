@@ -56,6 +56,7 @@ func batchLoop(rdb *redis.Client) {
 			return
 		}
 		clearBatch(rdb, "delay:batch", b[len(b)-1])
+		runAll(b)
 	}
 }
 
@@ -67,7 +68,7 @@ func batchLoopTwoKeys(rdb *redis.Client) { // want batchLoopTwoKeys:`read "delay
 
 // Shape 3: read by rank with the scores compared in Go, the remove elsewhere.
 func rankPoll(rdb *redis.Client, key string) {
-	zs := rdb.ZRangeWithScores(ctx, key, 0, 0).Val() // want `racy poller: ZRANGE WITHSCORES reads due members of key here, and ZREM \(in removeMember\) at shapes.go:74`
+	zs := rdb.ZRangeWithScores(ctx, key, 0, 0).Val() // want `racy poller: ZRANGE WITHSCORES reads due members of key here, and ZREM \(in removeMember\) at shapes.go:75`
 	if len(zs) == 0 || zs[0].Score > float64(time.Now().Unix()) {
 		return
 	}
@@ -89,7 +90,7 @@ func rankPollRedigo(c redigo.Conn, key string) {
 // (racy), read and remove in one pipeline (racy: no MULTI), read and remove
 // in one TxPipelined or TxPipeline (MULTI/EXEC: atomic).
 func pipeRemove(rdb *redis.Client, key string) {
-	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREMRANGEBYSCORE at shapes.go:94`
+	ids := rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Max: "+inf"}).Val() // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREMRANGEBYSCORE at shapes.go:95`
 	rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.ZRemRangeByScore(ctx, key, "-inf", "+inf")
 		return nil
@@ -153,7 +154,7 @@ func redigoReadBeforeMulti(c redigo.Conn, key string) {
 // Shape 5: checks. A reply helper's count tested for one member is a
 // check; the error alone, or a count after a batch ZREM, is not.
 func redigoIntChecked(c redigo.Conn, key string) {
-	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", "+inf")) // want `checked ZREM at shapes.go:158`
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", "+inf")) // want `checked ZREM at shapes.go:159`
 	for _, id := range ids {
 		if n, _ := redigo.Int(c.Do("ZREM", key, id)); n == 1 {
 			run(id)
@@ -177,7 +178,7 @@ func redigoBoolChecked(c redigo.Conn, key string) {
 // then each count received. Its twins: the Receive's error alone tested,
 // or a reply received after the ZREM's left untested.
 func redigoSendChecked(c redigo.Conn, key string) {
-	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", "+inf")) // want `checked ZREM at shapes.go:182`
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", key, "-inf", "+inf")) // want `checked ZREM at shapes.go:183`
 	for _, id := range ids {
 		c.Send("ZREM", key, id)
 		c.Flush()
@@ -277,6 +278,7 @@ func argsRead(c redigo.Conn, key string, max int64) []string { // want argsRead:
 func argsPoller(c redigo.Conn) {
 	ids := argsRead(c, "delay", 100) // want `racy poller: ZRANGEBYSCORE \(in argsRead\) reads due members of "delay" here, and ZREM \(in argsZRem\)`
 	argsZRem(c, "delay", ids[0])
+	runAll(ids)
 }
 
 func argsFlat(c redigo.Conn, q struct{ Key string }) {
@@ -1128,7 +1130,7 @@ func (p *parked) Done(members ...any) error { // want Done:`rm ⟨r⟩.key`
 // A function that reads a fixed score itself and removes what it read
 // runs it: a poll, whatever the score (members parked at 0 to run now).
 func runParked(rdb *redis.Client) {
-	for _, m := range rdb.ZRangeByScore(ctx, "parked", &redis.ZRangeBy{Min: "0", Max: "0"}).Val() { // want `racy poller: ZRANGEBYSCORE reads due members of "parked" here, and ZREM at shapes.go:1132 removes`
+	for _, m := range rdb.ZRangeByScore(ctx, "parked", &redis.ZRangeBy{Min: "0", Max: "0"}).Val() { // want `racy poller: ZRANGEBYSCORE reads due members of "parked" here, and ZREM at shapes.go:1134 removes`
 		rdb.ZRem(ctx, "parked", m)
 		run(m)
 	}

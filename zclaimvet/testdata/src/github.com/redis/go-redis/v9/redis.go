@@ -116,6 +116,7 @@ type Pipeliner interface {
 	Del(ctx context.Context, keys ...string) *IntCmd
 	LPush(ctx context.Context, key string, values ...any) *IntCmd
 	HSet(ctx context.Context, key string, values ...any) *IntCmd
+	HIncrBy(ctx context.Context, key, field string, incr int64) *IntCmd
 	Exec(ctx context.Context) ([]any, error)
 }
 
@@ -138,6 +139,16 @@ func (*Client) TxPipelined(ctx context.Context, fn func(Pipeliner) error) ([]Cmd
 type Cmder interface{}
 
 func (*Client) TxPipeline() Pipeliner { return nil }
+func (*Client) Pipeline() Pipeliner   { return nil }
+
+type MapStringStringCmd struct{}
+
+func (MapStringStringCmd) Val() map[string]string { return nil }
+
+func (cmdable) HGetAll(ctx context.Context, key string) *MapStringStringCmd        { return nil }
+func (cmdable) HSet(ctx context.Context, key string, values ...any) *IntCmd        { return nil }
+func (cmdable) HIncrBy(ctx context.Context, key, field string, incr int64) *IntCmd { return nil }
+func (cmdable) LPush(ctx context.Context, key string, values ...any) *IntCmd       { return nil }
 
 type FloatCmd struct{}
 
