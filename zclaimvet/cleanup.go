@@ -17,7 +17,6 @@ import (
 	"go/token"
 	"go/types"
 	"slices"
-	"strings"
 )
 
 // markCleanups sets cleanup on the removals among evs, events of the
@@ -95,20 +94,11 @@ func (st *analysisState) cleanup(s *fnScope, ev event) bool {
 }
 
 // scriptCall returns the keys and the arguments call hands to a Lua
-// script: go-redis' Eval, EvalSha, EvalRO or EvalShaRO of a client, a
-// Script's Run, RunRO, Eval or EvalSha (the keys the first []string
-// argument, the arguments those after it), or a call of a function whose
-// summary runs one (Runs).
+// script: a go-redis call that runs one (goRedisScript: the keys the first
+// []string argument, the arguments those after it), or a call of a
+// function whose summary runs one (Runs).
 func (st *analysisState) scriptCall(call *ast.CallExpr) (keys ast.Expr, args []ast.Expr, ok bool) {
-	fn := calleeOf(st.pass, call)
-	if fn == nil || fn.Pkg() == nil {
-		return nil, nil, false
-	}
-	if isGoRedis(fn.Pkg().Path()) {
-		name := fn.Name()
-		if !strings.HasPrefix(name, "Eval") && !(name == "Run" || name == "RunRO") {
-			return nil, nil, false
-		}
+	if st.goRedisScript(call) {
 		for i, a := range call.Args {
 			if sl, ok := st.pass.TypesInfo.TypeOf(a).(*types.Slice); ok {
 				if b, ok := sl.Elem().(*types.Basic); ok && b.Kind() == types.String {
@@ -116,6 +106,10 @@ func (st *analysisState) scriptCall(call *ast.CallExpr) (keys ast.Expr, args []a
 				}
 			}
 		}
+		return nil, nil, false
+	}
+	fn := calleeOf(st.pass, call)
+	if fn == nil {
 		return nil, nil, false
 	}
 	if sum := st.summaryOf(fn); sum != nil && sum.Runs != nil && len(call.Args) > sum.Runs.Args {

@@ -185,10 +185,7 @@ func (st *analysisState) sendsScript(body ast.Node) bool {
 		if !ok || found {
 			return !found
 		}
-		if _, name := goRedisMethod(st.pass, call); strings.HasPrefix(name, "Eval") {
-			found = true
-		} else if fn := calleeOf(st.pass, call); fn != nil && fn.Pkg() != nil && isGoRedis(fn.Pkg().Path()) &&
-			(fn.Name() == "Run" || fn.Name() == "RunRO") {
+		if st.goRedisScript(call) {
 			found = true
 		} else if cmd, ok := namedCmd(st.pass, call); ok && strings.HasPrefix(cmd, "EVAL") {
 			found = true
@@ -196,6 +193,17 @@ func (st *analysisState) sendsScript(body ast.Node) bool {
 		return !found
 	})
 	return found
+}
+
+// goRedisScript reports a go-redis call (or an adapter's) that runs a Lua
+// script: a client's Eval, EvalSha, EvalRO or EvalShaRO, or a Script's
+// Run, RunRO or Eval*.
+func (st *analysisState) goRedisScript(call *ast.CallExpr) bool {
+	if _, name := goRedisMethod(st.pass, call); strings.HasPrefix(name, "Eval") {
+		return true
+	}
+	fn := calleeOf(st.pass, call)
+	return fn != nil && fn.Pkg() != nil && isGoRedis(fn.Pkg().Path()) && (fn.Name() == "Run" || fn.Name() == "RunRO")
 }
 
 // releasedAt returns the release that lets claim c go after removal rm
