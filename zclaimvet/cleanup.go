@@ -3,9 +3,10 @@ package zclaimvet
 // Cleanups: a removal of one member, on a path that then only logs and
 // leaves, in a function that on another path hands the same member to a
 // Lua script among whose keys is the removal's key. The script takes what
-// it is handed (the analyzer does not read scripts, and takes any script
-// that takes a member to claim it, as it does where no plain removal
-// stands beside one); the removal drops a member the script is not handed,
+// it is handed (a script is taken to claim the members it takes, as it is
+// where no plain removal stands beside one, unless its source is in the
+// code and shows it removing them unasked: lua.go, whose removal is then
+// paired as any other); the removal drops a member the script is not handed,
 // such as a reaper's entry whose job record is gone. Nothing runs on the
 // member after the removal, so two workers that both remove it run nothing
 // twice: the removal is paired with no read, here or in a caller.
@@ -83,7 +84,7 @@ func (st *analysisState) cleanup(s *fnScope, ev event) bool {
 		if !ok || !slices.ContainsFunc(args, func(a ast.Expr) bool { return mentionsAny(info, member, a) }) {
 			return true
 		}
-		if lit, ok := ast.Unparen(keys).(*ast.CompositeLit); ok {
+		if lit := st.literalOf(s, keys); lit != nil {
 			for _, k := range lit.Elts {
 				handed = handed || st.norm(s, k, 0) == ev.Key
 			}
@@ -120,7 +121,9 @@ func (st *analysisState) scriptCall(call *ast.CallExpr) (keys ast.Expr, args []a
 
 // runs recognizes a function that runs a script with its parameter keys
 // as the keys and its variadic parameter spread as the arguments: a
-// registry's run(ctx, rdb, name, keys, args...) that calls a Script's Run.
+// registry's run(ctx, rdb, name, keys, args...) that calls a Script's Run,
+// or a helper's exec(ctx, src, keys, args...) that makes its script of a
+// parameter (Src).
 func (st *analysisState) runs(s *fnScope, fd *ast.FuncDecl) *Runs {
 	info := st.pass.TypesInfo
 	var out *Runs
@@ -142,7 +145,7 @@ func (st *analysisState) runs(s *fnScope, fd *ast.FuncDecl) *Runs {
 			return true
 		}
 		if k, a := param(keys), param(args[0]); k >= 0 && a >= 0 {
-			out = &Runs{Keys: k, Args: a}
+			out = &Runs{Keys: k, Args: a, Src: st.sourceParam(s, call) + 1}
 		}
 		return out == nil
 	})

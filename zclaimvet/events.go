@@ -162,6 +162,11 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 			if lock := st.helperLock(x); lock != "" {
 				evs = append(evs, event{node: x, claim: true, Access: Access{Name: lock, Pos: pos(pass, x)}})
 			}
+			if ev, ok := st.scriptRemoval(s, x); ok {
+				ev.group = g
+				evs = append(evs, ev)
+				return true
+			}
 			evs = append(evs, st.viaCallee(s, x, g)...)
 		}
 		return true

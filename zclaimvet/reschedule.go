@@ -97,6 +97,8 @@ func (st *analysisState) readMember(s *fnScope, es []ast.Expr) (read bool, param
 			return from(x.X, depth+1)
 		case *ast.IndexExpr:
 			return from(x.X, depth+1)
+		case *ast.SliceExpr:
+			return from(x.X, depth+1)
 		case *ast.StarExpr:
 			return from(x.X, depth+1)
 		case *ast.CallExpr:

@@ -63,6 +63,14 @@
 // dropping a stale claim whose job is gone, the script taking the rest):
 // the script is taken to claim what it is handed, and the removal pairs
 // with no read (cleanup.go).
+// A script whose source is in the code (NewScript or Eval of a constant,
+// also through the project's helper that runs the source it is given) and
+// that removes members it is handed from a sorted set without asking first
+// (a ZREM that is a statement of its own, of a key the script reads
+// nothing of, in a script that compares nothing with its arguments and
+// tests no removal's or pop's reply) removes them as a plain ZREM would:
+// handed members a read saw before it, it is paired with that read
+// (lua.go). A script whose source is not in the code is taken to decide.
 // Reports are at the read, and name the removal's position.
 //
 //	go run github.com/zclaim/zclaim/cmd/zclaimvet@latest ./...
@@ -201,8 +209,10 @@ func uses(pass *analysis.Pass) bool {
 // Sends names the parameters of a command-sending wrapper.
 type Sends struct{ Cmd, Args int }
 
-// Runs: see Summary.
-type Runs struct{ Keys, Args int }
+// Runs: see Summary. Src is the parameter (from 1) that holds the
+// script's source, where the function makes its script of one (lua.go);
+// 0 for none.
+type Runs struct{ Keys, Args, Src int }
 
 func (*Summary) AFact() {}
 
@@ -221,7 +231,11 @@ func (s *Summary) String() string {
 		b = append(b, "unlock")
 	}
 	if s.Runs != nil {
-		b = append(b, fmt.Sprintf("runs ⟨p%d⟩ ⟨p%d⟩...", s.Runs.Keys, s.Runs.Args))
+		r := fmt.Sprintf("runs ⟨p%d⟩ ⟨p%d⟩...", s.Runs.Keys, s.Runs.Args)
+		if s.Runs.Src > 0 {
+			r += fmt.Sprintf(" of ⟨p%d⟩", s.Runs.Src-1)
+		}
+		b = append(b, r)
 	}
 	return "zset(" + strings.Join(b, ", ") + ")"
 }
@@ -242,8 +256,10 @@ type Access struct {
 	// does (reschedule.go).
 	Moves bool
 	// MoveArg: a ZADD whose member is the function's parameter MoveArg-1
-	// (or one it ranges over): a move only where a caller hands it a
-	// member it read, as the caller's event (viaCallee); 0 for none.
+	// (or one it ranges over), or a script's removal of the members of
+	// that parameter (lua.go): a move or a removal only where a caller
+	// hands it a member it read, as the caller's event (viaCallee); 0 for
+	// none.
 	MoveArg int
 	// Rank: a read by rank without scores (ZRANGE key 0 9), a read of due
 	// members only where the scores are read too (Score) and compared.
@@ -273,6 +289,8 @@ func (a Access) String() string {
 		v = "read"
 	case a.Moves && a.MoveArg > 0:
 		v = "mv ⟨p" + strconv.Itoa(a.MoveArg-1) + "⟩ to"
+	case a.MoveArg > 0:
+		v = "rm ⟨p" + strconv.Itoa(a.MoveArg-1) + "⟩ from"
 	case a.Moves:
 		v = "mv"
 	}

@@ -45,8 +45,10 @@ func (Cmd) Result() (any, error) { return nil, nil }
 
 type Script struct{}
 
-func NewScript(string) *Script                                                      { return nil }
-func (*Script) Run(ctx context.Context, c *Client, keys []string, args ...any) *Cmd { return nil }
+func NewScript(string) *Script                                                           { return nil }
+func (cmdable) Eval(ctx context.Context, script string, keys []string, args ...any) *Cmd { return nil }
+func (cmdable) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *Cmd { return nil }
+func (*Script) Run(ctx context.Context, c *Client, keys []string, args ...any) *Cmd      { return nil }
 
 func (cmdable) ZRangeByScore(ctx context.Context, key string, opt *ZRangeBy) *StringSliceCmd {
 	return nil

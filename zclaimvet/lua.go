@@ -1,0 +1,322 @@
+package zclaimvet
+
+// Scripts whose source is in the code: a script handed members that a
+// read saw before it, which removes them from the key read without asking
+// Redis first whether they are still there as the read saw them, removes
+// them in a separate request as a plain ZREM would (a reaper that restores
+// expired claims by a script that ZREMs them from the in-flight set and
+// puts them back on the queue: two reapers both restore a member, the
+// second after a worker took it again). Such a script call is a removal
+// of those members; a script that reads the key itself (ZSCORE, ZRANGE,
+// ZPOPMIN...), tests its ZREM's reply, or compares anything with what its
+// caller passed (ARGV in a condition: a compare-and-set) decides for
+// itself, and is no removal. Where the source cannot be seen (EVALSHA, a
+// script loaded from a file), a script is taken to decide, as before.
+
+import (
+	"go/ast"
+	"go/constant"
+	"go/token"
+	"go/types"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+var (
+	// luaCall matches redis.call('CMD', KEY: the command and its first
+	// argument (KEYS[n] or a local's name).
+	luaCall = regexp.MustCompile(`redis\.p?call\(\s*['"]([A-Za-z]+)['"]\s*,\s*([A-Za-z_]\w*(?:\[\d+\])?)`)
+	// luaAlias matches local name = KEYS[n].
+	luaAlias = regexp.MustCompile(`local\s+([A-Za-z_]\w*)\s*=\s*KEYS\[(\d+)\]`)
+	// luaCAS matches a comparison with what the caller passed (an
+	// argument, or a number made of one): a compare-and-set.
+	luaCAS = regexp.MustCompile(`(?:==|~=|<=|>=|<|>)\s*(?:tonumber\(\s*)?ARGV\b|` +
+		`tonumber\(\s*ARGV\[[^\]]*\]\s*\)\s*(?:==|~=|<=|>=|<|>)|ARGV\[[^\]]*\]\s*(?:==|~=|<=|>=|<|>)`)
+	// luaReads are the commands by which a script reads a sorted set's
+	// members, scores or ranks itself.
+	luaReads = map[string]bool{"ZSCORE": true, "ZMSCORE": true, "ZRANK": true, "ZREVRANK": true, "ZRANGE": true,
+		"ZRANGEBYSCORE": true, "ZREVRANGEBYSCORE": true, "ZREVRANGE": true, "ZPOPMIN": true, "ZPOPMAX": true,
+		"ZRANGESTORE": true, "ZRANDMEMBER": true, "ZSCAN": true}
+	// luaGates are the commands whose reply, where a script tests it or
+	// keeps it, decides who goes on: a removal's count, a pop, a SET NX.
+	luaGates = map[string]bool{"ZREM": true, "LREM": true, "SREM": true, "HDEL": true, "DEL": true, "UNLINK": true,
+		"LPOP": true, "RPOP": true, "SPOP": true, "ZPOPMIN": true, "ZPOPMAX": true, "GETDEL": true, "SET": true,
+		"SETNX": true, "HSETNX": true, "LMOVE": true, "RPOPLPUSH": true, "SMOVE": true}
+)
+
+// scriptRemoves returns the positions (from 0) among a script's keys of
+// the sorted sets it removes members from without asking first: a ZREM
+// that is a statement of its own (its reply read by nothing), of a key the
+// script reads nothing of, in a script that compares nothing with its
+// arguments and tests or keeps no reply of a removal, a pop or a SET (any
+// of which decides who goes on, as a checked ZREM does in Go).
+func scriptRemoves(src string) []int {
+	if luaCAS.MatchString(src) {
+		return nil
+	}
+	alias := map[string]int{}
+	for _, m := range luaAlias.FindAllStringSubmatch(src, -1) {
+		if n, err := strconv.Atoi(m[2]); err == nil {
+			alias[m[1]] = n - 1
+		}
+	}
+	keyOf := func(ref string) int {
+		if strings.HasPrefix(ref, "KEYS[") {
+			if n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(ref, "KEYS["), "]")); err == nil {
+				return n - 1
+			}
+			return -1
+		}
+		if n, ok := alias[ref]; ok {
+			return n
+		}
+		return -1
+	}
+	read, removed := map[int]bool{}, map[int]bool{}
+	for _, at := range luaCall.FindAllStringSubmatchIndex(src, -1) {
+		cmd, k := strings.ToUpper(src[at[2]:at[3]]), keyOf(src[at[4]:at[5]])
+		lineStart := strings.LastIndexByte(src[:at[0]], '\n') + 1
+		alone := strings.TrimSpace(src[lineStart:at[0]]) == ""
+		if luaGates[cmd] && !alone {
+			return nil // its reply decides
+		}
+		switch {
+		case k < 0:
+		case luaReads[cmd]:
+			read[k] = true
+		case cmd == "ZREM":
+			removed[k] = true
+		}
+	}
+	var out []int
+	for k := range removed {
+		if !read[k] {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// scriptRemoval returns the removal that call, a script whose source is
+// in the code (scriptSource), makes of members handed to it: of the keys
+// scriptRemoves names, those the call's keys give as a literal. Its
+// members must come from a read of this function (a plain removal), or
+// from a parameter (MoveArg: a removal only where a caller hands it
+// members it read); else the script removes nothing a read saw.
+func (st *analysisState) scriptRemoval(s *fnScope, call *ast.CallExpr) (event, bool) {
+	keys, args, ok := st.scriptCall(call)
+	if !ok {
+		return event{}, false
+	}
+	lit := st.literalOf(s, keys)
+	if lit == nil {
+		return event{}, false
+	}
+	src, ok := st.scriptSource(s, call)
+	if !ok {
+		return event{}, false
+	}
+	read, param := st.handed(s, args)
+	if !read && param == 0 {
+		return event{}, false
+	}
+	for _, k := range scriptRemoves(src) {
+		if k >= len(lit.Elts) {
+			continue
+		}
+		key := lit.Elts[k]
+		ev := event{Access: Access{Name: "ZREM in a script", Key: st.norm(s, key, 0), Pos: pos(st.pass, call),
+			Shown: render(st.pass, key), Batch: true, MoveArg: param}, node: call}
+		return ev, true
+	}
+	return event{}, false
+}
+
+// handed reports whether args carry members of a read of this function
+// (read), or else the members of which of its parameters (param, from 1).
+func (st *analysisState) handed(s *fnScope, args []ast.Expr) (read bool, param int) {
+	if r, p := st.readMember(s, args); r || p > 0 {
+		return r, p
+	}
+	info := st.pass.TypesInfo
+	mentioned := func(seeds ...types.Object) bool {
+		t := st.tainted(s.body, seeds...)
+		for _, a := range args {
+			if mentionsAny(info, t, a) {
+				return true
+			}
+		}
+		return false
+	}
+	// Locals given what a read answered, directly or by a reply's method.
+	var reads []types.Object
+	for o, d := range s.defs {
+		if r, _ := st.readMember(s, []ast.Expr{d}); r {
+			reads = append(reads, o)
+		}
+	}
+	for o, d := range s.tuple {
+		if r, _ := st.readMember(s, []ast.Expr{d}); r {
+			reads = append(reads, o)
+		}
+	}
+	if len(reads) > 0 && mentioned(reads...) {
+		return true, 0
+	}
+	for o, i := range s.params {
+		if i >= 0 && mentioned(o) {
+			return false, i + 1
+		}
+	}
+	return false, 0
+}
+
+// scriptSource returns the source of the script call runs, where it is
+// in the code: a go-redis Script made by NewScript of a constant (or of
+// a local or package variable given one), the script of a client's Eval
+// or EvalRO, or what a function whose summary runs a script of its
+// parameter (Runs.Src) is handed.
+func (st *analysisState) scriptSource(s *fnScope, call *ast.CallExpr) (string, bool) {
+	if st.goRedisScript(call) {
+		sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr)
+		if !ok {
+			return "", false
+		}
+		if fn := calleeOf(st.pass, call); fn != nil {
+			if named := recvNamed(fn); named != nil && named.Obj().Name() == "Script" {
+				return st.newScriptSource(s, sel.X, 0)
+			}
+		}
+		if name := sel.Sel.Name; name == "Eval" || name == "EvalRO" {
+			for _, a := range call.Args {
+				if b, ok := st.pass.TypesInfo.TypeOf(a).(*types.Basic); ok && b.Info()&types.IsString != 0 {
+					return st.constString(s, a, 0)
+				}
+			}
+		}
+		return "", false
+	}
+	if fn := calleeOf(st.pass, call); fn != nil {
+		if sum := st.summaryOf(fn); sum != nil && sum.Runs != nil && sum.Runs.Src > 0 && sum.Runs.Src <= len(call.Args) {
+			return st.constString(s, call.Args[sum.Runs.Src-1], 0)
+		}
+	}
+	return "", false
+}
+
+// newScriptSource returns the source of the go-redis Script e is: a
+// NewScript call, or a variable given one.
+func (st *analysisState) newScriptSource(s *fnScope, e ast.Expr, depth int) (string, bool) {
+	if depth > 4 {
+		return "", false
+	}
+	switch x := ast.Unparen(e).(type) {
+	case *ast.Ident:
+		if d := st.valueOf(s, x); d != nil {
+			return st.newScriptSource(s, d, depth+1)
+		}
+	case *ast.CallExpr:
+		if fn := calleeOf(st.pass, x); fn != nil && fn.Name() == "NewScript" && fn.Pkg() != nil &&
+			isGoRedis(fn.Pkg().Path()) && len(x.Args) == 1 {
+			return st.constString(s, x.Args[0], depth+1)
+		}
+	}
+	return "", false
+}
+
+// constString returns the string e holds: a constant, or a local or
+// package variable given one once.
+func (st *analysisState) constString(s *fnScope, e ast.Expr, depth int) (string, bool) {
+	if tv, ok := st.pass.TypesInfo.Types[e]; ok && tv.Value != nil && tv.Value.Kind() == constant.String {
+		return constant.StringVal(tv.Value), true
+	}
+	if id, ok := ast.Unparen(e).(*ast.Ident); ok && depth <= 4 {
+		if d := st.valueOf(s, id); d != nil {
+			return st.constString(s, d, depth+1)
+		}
+	}
+	return "", false
+}
+
+// valueOf returns what the variable id names was given: a local of s
+// assigned once, or a package variable's initializer.
+func (st *analysisState) valueOf(s *fnScope, id *ast.Ident) ast.Expr {
+	o := st.pass.TypesInfo.ObjectOf(id)
+	if o == nil {
+		return nil
+	}
+	if d, ok := s.defs[o]; ok && !s.multi[o] {
+		return d
+	}
+	v, ok := o.(*types.Var)
+	if !ok || v.Parent() != st.pass.Pkg.Scope() {
+		return nil
+	}
+	for _, f := range st.pass.Files {
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.VAR {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, n := range vs.Names {
+					if st.pass.TypesInfo.Defs[n] == o && i < len(vs.Values) && len(vs.Names) == len(vs.Values) {
+						return vs.Values[i]
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// sourceParam returns the parameter (from 0) that holds the source of the
+// script call runs (a go-redis call: NewScript of it, or a client's Eval of
+// it), or -1.
+func (st *analysisState) sourceParam(s *fnScope, call *ast.CallExpr) int {
+	if !st.goRedisScript(call) {
+		return -1
+	}
+	sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr)
+	if !ok {
+		return -1
+	}
+	param := func(e ast.Expr) int {
+		if id, ok := ast.Unparen(e).(*ast.Ident); ok {
+			if i, ok := s.params[st.pass.TypesInfo.ObjectOf(id)]; ok {
+				return i
+			}
+		}
+		return -1
+	}
+	src := sel.X // the Script
+	if fn := calleeOf(st.pass, call); fn == nil || recvNamed(fn) == nil || recvNamed(fn).Obj().Name() != "Script" {
+		src = nil
+		for _, a := range call.Args {
+			if b, ok := st.pass.TypesInfo.TypeOf(a).(*types.Basic); ok && b.Info()&types.IsString != 0 {
+				return param(a)
+			}
+		}
+		return -1
+	}
+	for depth := 0; depth < 4; depth++ {
+		switch x := ast.Unparen(src).(type) {
+		case *ast.Ident:
+			d := st.valueOf(s, x)
+			if d == nil {
+				return -1
+			}
+			src = d
+		case *ast.CallExpr:
+			if fn := calleeOf(st.pass, x); fn != nil && fn.Name() == "NewScript" && len(x.Args) == 1 {
+				return param(x.Args[0])
+			}
+			return -1
+		default:
+			return -1
+		}
+	}
+	return -1
+}
