@@ -11,7 +11,7 @@ package zclaimvet
 // ZPOPMIN...), tests its ZREM's reply, or compares anything with what its
 // caller passed (ARGV in a condition: a compare-and-set) decides for
 // itself, and is no removal. Where the source cannot be seen (EVALSHA, a
-// script loaded from a file), a script is taken to decide, as before.
+// script loaded from a file), a script is taken to decide.
 
 import (
 	"go/ast"
@@ -19,6 +19,7 @@ import (
 	"go/token"
 	"go/types"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -95,6 +96,7 @@ func scriptRemoves(src string) []int {
 			out = append(out, k)
 		}
 	}
+	slices.Sort(out)
 	return out
 }
 
@@ -164,40 +166,30 @@ func (st *analysisState) handed(s *fnScope, args []ast.Expr) (read bool, param i
 	if len(reads) > 0 && mentioned(reads...) {
 		return true, 0
 	}
+	params := make([]types.Object, 0, len(s.params))
 	for o, i := range s.params {
-		if i >= 0 && mentioned(o) {
-			return false, i + 1
+		if i >= 0 {
+			params = append(params, o)
+		}
+	}
+	slices.SortFunc(params, func(a, b types.Object) int { return s.params[a] - s.params[b] })
+	for _, o := range params {
+		if mentioned(o) {
+			return false, s.params[o] + 1
 		}
 	}
 	return false, 0
 }
 
 // scriptSource returns the source of the script call runs, where it is
-// in the code: a go-redis Script made by NewScript of a constant (or of
-// a local or package variable given one), the script of a client's Eval
-// or EvalRO, or what a function whose summary runs a script of its
-// parameter (Runs.Src) is handed.
+// in the code: what sourceExpr finds, or what a function whose summary
+// runs a script of its parameter (Runs.Src) is handed; a constant, or a
+// variable given one.
 func (st *analysisState) scriptSource(s *fnScope, call *ast.CallExpr) (string, bool) {
-	if st.goRedisScript(call) {
-		sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr)
-		if !ok {
-			return "", false
-		}
-		if fn := calleeOf(st.pass, call); fn != nil {
-			if named := recvNamed(fn); named != nil && named.Obj().Name() == "Script" {
-				return st.newScriptSource(s, sel.X, 0)
-			}
-		}
-		if name := sel.Sel.Name; name == "Eval" || name == "EvalRO" {
-			for _, a := range call.Args {
-				if b, ok := st.pass.TypesInfo.TypeOf(a).(*types.Basic); ok && b.Info()&types.IsString != 0 {
-					return st.constString(s, a, 0)
-				}
-			}
-		}
-		return "", false
+	if e := st.sourceExpr(s, call); e != nil {
+		return st.constString(s, e, 0)
 	}
-	if fn := calleeOf(st.pass, call); fn != nil {
+	if fn := calleeOf(st.pass, call); fn != nil && !st.goRedisScript(call) {
 		if sum := st.summaryOf(fn); sum != nil && sum.Runs != nil && sum.Runs.Src > 0 && sum.Runs.Src <= len(call.Args) {
 			return st.constString(s, call.Args[sum.Runs.Src-1], 0)
 		}
@@ -205,24 +197,47 @@ func (st *analysisState) scriptSource(s *fnScope, call *ast.CallExpr) (string, b
 	return "", false
 }
 
-// newScriptSource returns the source of the go-redis Script e is: a
-// NewScript call, or a variable given one.
-func (st *analysisState) newScriptSource(s *fnScope, e ast.Expr, depth int) (string, bool) {
-	if depth > 4 {
-		return "", false
+// sourceExpr returns the expression that gives the source of the script a
+// go-redis call runs: the argument of the NewScript that made the Script
+// (through variables given it), or a client's Eval's script; nil for
+// none (EvalSha, a Script of unknown making).
+func (st *analysisState) sourceExpr(s *fnScope, call *ast.CallExpr) ast.Expr {
+	if !st.goRedisScript(call) {
+		return nil
 	}
-	switch x := ast.Unparen(e).(type) {
-	case *ast.Ident:
-		if d := st.valueOf(s, x); d != nil {
-			return st.newScriptSource(s, d, depth+1)
+	sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr)
+	if !ok {
+		return nil
+	}
+	if fn := calleeOf(st.pass, call); fn == nil || recvNamed(fn) == nil || recvNamed(fn).Obj().Name() != "Script" {
+		if name := sel.Sel.Name; name != "Eval" && name != "EvalRO" {
+			return nil
 		}
-	case *ast.CallExpr:
-		if fn := calleeOf(st.pass, x); fn != nil && fn.Name() == "NewScript" && fn.Pkg() != nil &&
-			isGoRedis(fn.Pkg().Path()) && len(x.Args) == 1 {
-			return st.constString(s, x.Args[0], depth+1)
+		for _, a := range call.Args {
+			if b, ok := st.pass.TypesInfo.TypeOf(a).(*types.Basic); ok && b.Info()&types.IsString != 0 {
+				return a
+			}
+		}
+		return nil
+	}
+	e := sel.X // the Script
+	for depth := 0; depth < 4; depth++ {
+		switch x := ast.Unparen(e).(type) {
+		case *ast.Ident:
+			if e = st.valueOf(s, x); e == nil {
+				return nil
+			}
+		case *ast.CallExpr:
+			if fn := calleeOf(st.pass, x); fn != nil && fn.Name() == "NewScript" && fn.Pkg() != nil &&
+				isGoRedis(fn.Pkg().Path()) && len(x.Args) == 1 {
+				return x.Args[0]
+			}
+			return nil
+		default:
+			return nil
 		}
 	}
-	return "", false
+	return nil
 }
 
 // constString returns the string e holds: a constant, or a local or
@@ -272,50 +287,12 @@ func (st *analysisState) valueOf(s *fnScope, id *ast.Ident) ast.Expr {
 	return nil
 }
 
-// sourceParam returns the parameter (from 0) that holds the source of the
-// script call runs (a go-redis call: NewScript of it, or a client's Eval of
-// it), or -1.
+// sourceParam returns the parameter (from 0) whose value is the source of
+// the script call runs (sourceExpr), or -1.
 func (st *analysisState) sourceParam(s *fnScope, call *ast.CallExpr) int {
-	if !st.goRedisScript(call) {
-		return -1
-	}
-	sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr)
-	if !ok {
-		return -1
-	}
-	param := func(e ast.Expr) int {
-		if id, ok := ast.Unparen(e).(*ast.Ident); ok {
-			if i, ok := s.params[st.pass.TypesInfo.ObjectOf(id)]; ok {
-				return i
-			}
-		}
-		return -1
-	}
-	src := sel.X // the Script
-	if fn := calleeOf(st.pass, call); fn == nil || recvNamed(fn) == nil || recvNamed(fn).Obj().Name() != "Script" {
-		src = nil
-		for _, a := range call.Args {
-			if b, ok := st.pass.TypesInfo.TypeOf(a).(*types.Basic); ok && b.Info()&types.IsString != 0 {
-				return param(a)
-			}
-		}
-		return -1
-	}
-	for depth := 0; depth < 4; depth++ {
-		switch x := ast.Unparen(src).(type) {
-		case *ast.Ident:
-			d := st.valueOf(s, x)
-			if d == nil {
-				return -1
-			}
-			src = d
-		case *ast.CallExpr:
-			if fn := calleeOf(st.pass, x); fn != nil && fn.Name() == "NewScript" && len(x.Args) == 1 {
-				return param(x.Args[0])
-			}
-			return -1
-		default:
-			return -1
+	if id, ok := ast.Unparen(st.sourceExpr(s, call)).(*ast.Ident); ok {
+		if i, ok := s.params[st.pass.TypesInfo.ObjectOf(id)]; ok {
+			return i
 		}
 	}
 	return -1
