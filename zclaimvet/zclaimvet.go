@@ -66,10 +66,10 @@
 // A script whose source is in the code (go-redis' NewScript or Eval of a
 // constant, also through the project's helper that runs the source it is
 // given) and that removes members it is handed from a sorted set without
-// asking first
-// (a ZREM that is a statement of its own, of a key the script reads
-// nothing of, in a script that compares nothing with its arguments and
-// tests no removal's or pop's reply) removes them as a plain ZREM would:
+// asking first (a ZREM that is a statement of its own, of a key the
+// script reads nothing of, in a script that compares nothing with its
+// arguments and tests no removal's or pop's reply) removes them as a plain
+// ZREM would:
 // handed members a read saw before it, it is paired with that read
 // (lua.go). A script whose source is not in the code is taken to decide.
 // Reports are at the read, and name the removal's position.
