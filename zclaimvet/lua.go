@@ -30,6 +30,9 @@ var (
 	luaCall = regexp.MustCompile(`redis\.p?call\(\s*['"]([A-Za-z]+)['"]\s*,\s*([A-Za-z_]\w*(?:\[\d+\])?)`)
 	// luaAlias matches local name = KEYS[n].
 	luaAlias = regexp.MustCompile(`local\s+([A-Za-z_]\w*)\s*=\s*KEYS\[(\d+)\]`)
+	// luaBreak matches where a statement may begin on a line: after a
+	// semicolon, or after then, do, else or end.
+	luaBreak = regexp.MustCompile(`(?:;|\b(?:then|do|else|end)\b)\s*$`)
 	// luaCAS matches a comparison with what the caller passed (an
 	// argument, or a number made of one): a compare-and-set.
 	luaCAS = regexp.MustCompile(`(?:==|~=|<=|>=|<|>)\s*(?:tonumber\(\s*)?ARGV\b|` +
@@ -77,8 +80,7 @@ func scriptRemoves(src string) []int {
 	read, removed := map[int]bool{}, map[int]bool{}
 	for _, at := range luaCall.FindAllStringSubmatchIndex(src, -1) {
 		cmd, k := strings.ToUpper(src[at[2]:at[3]]), keyOf(src[at[4]:at[5]])
-		lineStart := strings.LastIndexByte(src[:at[0]], '\n') + 1
-		alone := strings.TrimSpace(src[lineStart:at[0]]) == ""
+		alone := statementStart(src[:at[0]])
 		if luaGates[cmd] && !alone {
 			return nil // its reply decides
 		}
@@ -296,4 +298,13 @@ func (st *analysisState) sourceParam(s *fnScope, call *ast.CallExpr) int {
 		}
 	}
 	return -1
+}
+
+// statementStart reports whether what precedes a call on its line (before
+// is the script up to the call) leaves the call a statement of its own:
+// nothing, or a statement or block that ended (a semicolon, then, do,
+// else, end) just before it.
+func statementStart(before string) bool {
+	line := before[strings.LastIndexByte(before, '\n')+1:]
+	return strings.TrimSpace(line) == "" || luaBreak.MatchString(line)
 }

@@ -104,3 +104,17 @@ func restoreOne(rdb *redis.Client, now string) int { // want restoreOne:`^zset\(
 	restoreScript.Run(ctx, rdb, []string{"inflight", "queue"}, "job-1")
 	return n
 }
+
+// Scripts on one line: a ZREM that begins a statement after do (reported),
+// and one whose reply an if on the same line tests (quiet).
+func restoreOneLine(rdb *redis.Client, now string) {
+	ids := rdb.ZRangeByScore(ctx, "inflight", &redis.ZRangeBy{Min: "-inf", Max: now}).Val() // want `racy poller: ZRANGEBYSCORE reads due members of "inflight" here, and ZREM in a script at scripts.go:112 removes`
+	rdb.Eval(ctx, "for i = 1, #ARGV do redis.call('ZREM', KEYS[1], ARGV[i]) redis.call('RPUSH', KEYS[2], ARGV[i]) end",
+		[]string{"inflight", "ready"}, toAny(ids)...)
+}
+
+func restoreOneLineTested(rdb *redis.Client, now string) { // want restoreOneLineTested:`^zset\(read "inflight"\)$`
+	ids := rdb.ZRangeByScore(ctx, "inflight", &redis.ZRangeBy{Min: "-inf", Max: now}).Val()
+	rdb.Eval(ctx, "for i = 1, #ARGV do if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then redis.call('RPUSH', KEYS[2], ARGV[i]) end end",
+		[]string{"inflight", "ready"}, toAny(ids)...)
+}
