@@ -80,43 +80,63 @@ func (st *analysisState) cleanup(s *fnScope, ev event) bool {
 		if !ok || handed || within(call, blk) {
 			return !handed
 		}
-		keys, args, ok := st.scriptCall(call)
-		if !ok || !slices.ContainsFunc(args, func(a ast.Expr) bool { return mentionsAny(info, member, a) }) {
+		sc, ok := st.scriptCall(s, call)
+		if !ok || !slices.ContainsFunc(sc.args, func(a ast.Expr) bool { return mentionsAny(info, member, a) }) {
 			return true
 		}
-		if lit := st.literalOf(s, keys); lit != nil {
-			for _, k := range lit.Elts {
-				handed = handed || st.norm(s, k, 0) == ev.Key
-			}
+		for _, k := range sc.elts {
+			handed = handed || st.norm(s, k, 0) == ev.Key
 		}
 		return !handed
 	})
 	return handed
 }
 
-// scriptCall returns the keys and the arguments call hands to a Lua
-// script: a go-redis call that runs one (goRedisScript: the keys the first
-// []string argument, the arguments those after it), or a call of a
-// function whose summary runs one (Runs).
-func (st *analysisState) scriptCall(call *ast.CallExpr) (keys ast.Expr, args []ast.Expr, ok bool) {
+// scriptArgs is what a call hands a Lua script.
+type scriptArgs struct {
+	keys ast.Expr   // the keys as one slice (go-redis, a Runs helper), or nil
+	elts []ast.Expr // the keys one by one, where the call's code names them
+	args []ast.Expr // the arguments
+}
+
+// scriptCall returns what call hands to a Lua script: a go-redis call that
+// runs one (goRedisScript: the keys the first []string argument, the
+// arguments those after it), a redigo Script's Do, DoContext, Send or
+// SendHash (its keys the first of its keysAndArgs, as many as NewScript
+// was told), or a call of a function whose summary runs one (Runs).
+func (st *analysisState) scriptCall(s *fnScope, call *ast.CallExpr) (scriptArgs, bool) {
+	elts := func(keys ast.Expr) []ast.Expr {
+		if lit := st.literalOf(s, keys); lit != nil {
+			return lit.Elts
+		}
+		return nil
+	}
 	if st.goRedisScript(call) {
 		for i, a := range call.Args {
 			if sl, ok := st.pass.TypesInfo.TypeOf(a).(*types.Slice); ok {
 				if b, ok := sl.Elem().(*types.Basic); ok && b.Kind() == types.String {
-					return a, call.Args[i+1:], true
+					return scriptArgs{keys: a, elts: elts(a), args: call.Args[i+1:]}, true
 				}
 			}
 		}
-		return nil, nil, false
+		return scriptArgs{}, false
+	}
+	if mk, kv, ok := st.redigoScript(s, call); ok {
+		n, ok := constInt(st.pass, mk.Args[0])
+		if !ok || n < 0 || n > len(kv) || call.Ellipsis.IsValid() && n >= len(kv) {
+			return scriptArgs{}, false
+		}
+		return scriptArgs{elts: kv[:n], args: kv[n:]}, true
 	}
 	fn := calleeOf(st.pass, call)
 	if fn == nil {
-		return nil, nil, false
+		return scriptArgs{}, false
 	}
 	if sum := st.summaryOf(fn); sum != nil && sum.Runs != nil && len(call.Args) > sum.Runs.Args {
-		return call.Args[sum.Runs.Keys], call.Args[sum.Runs.Args:], true
+		k := call.Args[sum.Runs.Keys]
+		return scriptArgs{keys: k, elts: elts(k), args: call.Args[sum.Runs.Args:]}, true
 	}
-	return nil, nil, false
+	return scriptArgs{}, false
 }
 
 // runs recognizes a function that runs a script with its parameter keys
@@ -140,11 +160,11 @@ func (st *analysisState) runs(s *fnScope, fd *ast.FuncDecl) *Runs {
 		if !ok || out != nil || !call.Ellipsis.IsValid() {
 			return out == nil
 		}
-		keys, args, ok := st.scriptCall(call)
-		if !ok || len(args) != 1 {
+		sc, ok := st.scriptCall(s, call)
+		if !ok || len(sc.args) != 1 || sc.keys == nil {
 			return true
 		}
-		if k, a := param(keys), param(args[0]); k >= 0 && a >= 0 {
+		if k, a := param(sc.keys), param(sc.args[0]); k >= 0 && a >= 0 {
 			out = &Runs{Keys: k, Args: a, Src: st.sourceParam(s, call) + 1}
 		}
 		return out == nil

@@ -1,17 +1,18 @@
 package zclaimvet
 
-// Scripts whose source is in the code: a script handed members that a
-// read saw before it, which removes them from the key read without asking
-// Redis first whether they are still there as the read saw them, removes
-// them in a separate request as a plain ZREM would (a reaper that restores
-// expired claims by a script that ZREMs them from the in-flight set and
-// puts them back on the queue: two reapers both restore a member, the
-// second after a worker took it again). Such a script call is a removal
-// of those members; a script that reads the key itself (ZSCORE, ZRANGE,
-// ZPOPMIN...), tests its ZREM's reply, or compares anything with what its
-// caller passed (ARGV in a condition: a compare-and-set) decides for
-// itself, and is no removal. Where the source cannot be seen (EVALSHA, a
-// script loaded from a file), a script is taken to decide.
+// Scripts whose source is in the code (go-redis' and redigo's): a script
+// handed members that a read saw before it, which removes them from the key
+// read without asking Redis first whether they are still there as the read
+// saw them, removes them in a separate request as a plain ZREM would (a
+// reaper that restores expired claims by a script that ZREMs them from the
+// in-flight set and puts them back on the queue: two reapers both restore a
+// member, the second after a worker took it again). Such a script call is a
+// removal of those members. A script that reads the key itself (ZSCORE,
+// ZRANGE, ZPOPMIN...), tests or keeps the reply of a removal, a pop or a
+// SET (a gate, as a checked ZREM is in Go), or compares anything with what
+// its caller passed (a compare-and-set) decides for itself, and is no
+// removal. Where the source cannot be seen (EVALSHA, a script loaded from a
+// file), a script is taken to decide.
 
 import (
 	"go/ast"
@@ -22,6 +23,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"golang.org/x/tools/go/analysis"
 )
 
 var (
@@ -109,27 +112,23 @@ func scriptRemoves(src string) []int {
 // from a parameter (MoveArg: a removal only where a caller hands it
 // members it read); else the script removes nothing a read saw.
 func (st *analysisState) scriptRemoval(s *fnScope, call *ast.CallExpr) (event, bool) {
-	keys, args, ok := st.scriptCall(call)
-	if !ok {
-		return event{}, false
-	}
-	lit := st.literalOf(s, keys)
-	if lit == nil {
+	sc, ok := st.scriptCall(s, call)
+	if !ok || len(sc.elts) == 0 {
 		return event{}, false
 	}
 	src, ok := st.scriptSource(s, call)
 	if !ok {
 		return event{}, false
 	}
-	read, param := st.handed(s, args)
+	read, param := st.handed(s, sc.args)
 	if !read && param == 0 {
 		return event{}, false
 	}
 	for _, k := range scriptRemoves(src) {
-		if k >= len(lit.Elts) {
+		if k >= len(sc.elts) {
 			continue
 		}
-		key := lit.Elts[k]
+		key := sc.elts[k]
 		ev := event{Access: Access{Name: "ZREM in a script", Key: st.norm(s, key, 0), Pos: pos(st.pass, call),
 			Shown: render(st.pass, key), Batch: true, MoveArg: param}, node: call}
 		return ev, true
@@ -191,6 +190,9 @@ func (st *analysisState) scriptSource(s *fnScope, call *ast.CallExpr) (string, b
 	if e := st.sourceExpr(s, call); e != nil {
 		return st.constString(s, e, 0)
 	}
+	if _, _, ok := st.redigoScript(s, call); ok {
+		return "", false
+	}
 	if fn := calleeOf(st.pass, call); fn != nil && !st.goRedisScript(call) {
 		if sum := st.summaryOf(fn); sum != nil && sum.Runs != nil && sum.Runs.Src > 0 && sum.Runs.Src <= len(call.Args) {
 			return st.constString(s, call.Args[sum.Runs.Src-1], 0)
@@ -200,10 +202,13 @@ func (st *analysisState) scriptSource(s *fnScope, call *ast.CallExpr) (string, b
 }
 
 // sourceExpr returns the expression that gives the source of the script a
-// go-redis call runs: the argument of the NewScript that made the Script
-// (through variables given it), or a client's Eval's script; nil for
-// none (EvalSha, a Script of unknown making).
+// go-redis or redigo call runs: the source argument of the NewScript that
+// made the Script (through variables given it), or a client's Eval's
+// script; nil for none (EvalSha, a Script of unknown making).
 func (st *analysisState) sourceExpr(s *fnScope, call *ast.CallExpr) ast.Expr {
+	if mk, _, ok := st.redigoScript(s, call); ok {
+		return mk.Args[1]
+	}
 	if !st.goRedisScript(call) {
 		return nil
 	}
@@ -307,4 +312,56 @@ func (st *analysisState) sourceParam(s *fnScope, call *ast.CallExpr) int {
 func statementStart(before string) bool {
 	line := before[strings.LastIndexByte(before, '\n')+1:]
 	return strings.TrimSpace(line) == "" || luaBreak.MatchString(line)
+}
+
+// redigoScript returns, for a redigo Script's Do, DoContext, Send or
+// SendHash, the NewScript call that made the Script (through variables
+// given it) and the keys and arguments the call hands it.
+func (st *analysisState) redigoScript(s *fnScope, call *ast.CallExpr) (mk *ast.CallExpr, keysAndArgs []ast.Expr, ok bool) {
+	fn := calleeOf(st.pass, call)
+	sel, isSel := ast.Unparen(call.Fun).(*ast.SelectorExpr)
+	if fn == nil || fn.Pkg() == nil || !isRedigo(fn.Pkg().Path()) || !isSel {
+		return nil, nil, false
+	}
+	if named := recvNamed(fn); named == nil || named.Obj().Name() != "Script" {
+		return nil, nil, false
+	}
+	from := 1 // the connection
+	switch fn.Name() {
+	case "Do", "Send", "SendHash":
+	case "DoContext":
+		from = 2 // the context, then the connection
+	default:
+		return nil, nil, false
+	}
+	if len(call.Args) < from {
+		return nil, nil, false
+	}
+	e := sel.X
+	for depth := 0; depth < 4; depth++ {
+		switch x := ast.Unparen(e).(type) {
+		case *ast.Ident:
+			if e = st.valueOf(s, x); e == nil {
+				return nil, nil, false
+			}
+		case *ast.CallExpr:
+			if f := calleeOf(st.pass, x); f != nil && f.Name() == "NewScript" && len(x.Args) == 2 {
+				return x, call.Args[from:], true
+			}
+			return nil, nil, false
+		default:
+			return nil, nil, false
+		}
+	}
+	return nil, nil, false
+}
+
+// constInt returns the int constant e is.
+func constInt(pass *analysis.Pass, e ast.Expr) (int, bool) {
+	if tv, ok := pass.TypesInfo.Types[e]; ok && tv.Value != nil && tv.Value.Kind() == constant.Int {
+		if n, ok := constant.Int64Val(tv.Value); ok {
+			return int(n), true
+		}
+	}
+	return 0, false
 }
