@@ -227,7 +227,15 @@ func (st *analysisState) sourceExpr(s *fnScope, call *ast.CallExpr) ast.Expr {
 		}
 		return nil
 	}
-	e := sel.X // the Script
+	if mk := st.newScriptCall(s, sel.X); mk != nil && len(mk.Args) == 1 {
+		return mk.Args[0]
+	}
+	return nil
+}
+
+// newScriptCall returns the NewScript call (go-redis' or redigo's) that
+// made the Script e is, through variables given it, or nil.
+func (st *analysisState) newScriptCall(s *fnScope, e ast.Expr) *ast.CallExpr {
 	for depth := 0; depth < 4; depth++ {
 		switch x := ast.Unparen(e).(type) {
 		case *ast.Ident:
@@ -235,11 +243,12 @@ func (st *analysisState) sourceExpr(s *fnScope, call *ast.CallExpr) ast.Expr {
 				return nil
 			}
 		case *ast.CallExpr:
-			if fn := calleeOf(st.pass, x); fn != nil && fn.Name() == "NewScript" && fn.Pkg() != nil &&
-				isGoRedis(fn.Pkg().Path()) && len(x.Args) == 1 {
-				return x.Args[0]
+			fn := calleeOf(st.pass, x)
+			if fn == nil || fn.Name() != "NewScript" || fn.Pkg() == nil ||
+				!isGoRedis(fn.Pkg().Path()) && !isRedigo(fn.Pkg().Path()) {
+				return nil
 			}
-			return nil
+			return x
 		default:
 			return nil
 		}
@@ -337,21 +346,8 @@ func (st *analysisState) redigoScript(s *fnScope, call *ast.CallExpr) (mk *ast.C
 	if len(call.Args) < from {
 		return nil, nil, false
 	}
-	e := sel.X
-	for depth := 0; depth < 4; depth++ {
-		switch x := ast.Unparen(e).(type) {
-		case *ast.Ident:
-			if e = st.valueOf(s, x); e == nil {
-				return nil, nil, false
-			}
-		case *ast.CallExpr:
-			if f := calleeOf(st.pass, x); f != nil && f.Name() == "NewScript" && len(x.Args) == 2 {
-				return x, call.Args[from:], true
-			}
-			return nil, nil, false
-		default:
-			return nil, nil, false
-		}
+	if mk := st.newScriptCall(s, sel.X); mk != nil && len(mk.Args) == 2 {
+		return mk, call.Args[from:], true
 	}
 	return nil, nil, false
 }
