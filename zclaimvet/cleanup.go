@@ -101,7 +101,8 @@ type scriptArgs struct {
 
 // scriptCall returns what call hands to a Lua script: a go-redis call that
 // runs one (goRedisScript: the keys the first []string argument, the
-// arguments those after it), a redigo Script's Do, DoContext, Send or
+// arguments those after it), an EVAL sent by name (the keys after the
+// script and their count), a redigo Script's Do, DoContext, Send or
 // SendHash (its keys the first of its keysAndArgs, as many as NewScript
 // was told), or a call of a function whose summary runs one (Runs).
 func (st *analysisState) scriptCall(s *fnScope, call *ast.CallExpr) (scriptArgs, bool) {
@@ -120,6 +121,13 @@ func (st *analysisState) scriptCall(s *fnScope, call *ast.CallExpr) (scriptArgs,
 			}
 		}
 		return scriptArgs{}, false
+	}
+	if na, ok := evalByName(st.pass, call); ok {
+		n, ok := constInt(st.pass, na[2])
+		if !ok || n < 0 || 3+n > len(na) || call.Ellipsis.IsValid() && 3+n >= len(na) {
+			return scriptArgs{}, false
+		}
+		return scriptArgs{elts: na[3 : 3+n], args: na[3+n:]}, true
 	}
 	if mk, kv, ok := st.redigoScript(s, call); ok {
 		n, ok := constInt(st.pass, mk.Args[0])

@@ -1,18 +1,18 @@
 package zclaimvet
 
-// Scripts whose source is in the code (go-redis' and redigo's): a script
-// handed members that a read saw before it, which removes them from the key
-// read without asking Redis first whether they are still there as the read
-// saw them, removes them in a separate request as a plain ZREM would (a
-// reaper that restores expired claims by a script that ZREMs them from the
-// in-flight set and puts them back on the queue: two reapers both restore a
-// member, the second after a worker took it again). Such a script call is a
-// removal of those members. A script that reads the key itself (ZSCORE,
-// ZRANGE, ZPOPMIN...), tests or keeps the reply of a removal, a pop or a
-// SET (a gate, as a checked ZREM is in Go), or compares anything with what
-// its caller passed (a compare-and-set) decides for itself, and is no
-// removal. Where the source cannot be seen (EVALSHA, a script loaded from a
-// file), a script is taken to decide.
+// Scripts whose source is in the code (go-redis', redigo's, an EVAL sent by
+// name): a script handed members that a read saw before it, which removes
+// them from the key read without asking Redis first whether they are still
+// there as the read saw them, removes them in a separate request as a plain
+// ZREM would (a reaper that restores expired claims by a script that ZREMs
+// them from the in-flight set and puts them back on the queue: two reapers
+// both restore a member, the second after a worker took it again). Such a
+// script call is a removal of those members. A script that reads the key
+// itself (ZSCORE, ZRANGE, ZPOPMIN...), tests or keeps the reply of a
+// removal, a pop or a SET (a gate, as a checked ZREM is in Go), or compares
+// anything with what its caller passed (a compare-and-set) decides for
+// itself, and is no removal. Where the source cannot be seen (EVALSHA, a
+// script loaded from a file), a script is taken to decide.
 
 import (
 	"go/ast"
@@ -190,6 +190,9 @@ func (st *analysisState) scriptSource(s *fnScope, call *ast.CallExpr) (string, b
 	if e := st.sourceExpr(s, call); e != nil {
 		return st.constString(s, e, 0)
 	}
+	if _, ok := evalByName(st.pass, call); ok {
+		return "", false
+	}
 	if _, _, ok := st.redigoScript(s, call); ok {
 		return "", false
 	}
@@ -203,9 +206,13 @@ func (st *analysisState) scriptSource(s *fnScope, call *ast.CallExpr) (string, b
 
 // sourceExpr returns the expression that gives the source of the script a
 // go-redis or redigo call runs: the source argument of the NewScript that
-// made the Script (through variables given it), or a client's Eval's
-// script; nil for none (EvalSha, a Script of unknown making).
+// made the Script (through variables given it), a client's Eval's script,
+// or an EVAL's sent by name; nil for none (EvalSha, a Script of unknown
+// making).
 func (st *analysisState) sourceExpr(s *fnScope, call *ast.CallExpr) ast.Expr {
+	if na, ok := evalByName(st.pass, call); ok {
+		return na[1]
+	}
 	if mk, _, ok := st.redigoScript(s, call); ok {
 		return mk.Args[1]
 	}
@@ -360,4 +367,15 @@ func constInt(pass *analysis.Pass, e ast.Expr) (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// evalByName returns the arguments of an EVAL sent by name (redigo's Do or
+// Send, radix's Cmd, GoFrame's Do), from the command's name on: the name,
+// the script, the number of keys, the keys, the arguments.
+func evalByName(pass *analysis.Pass, call *ast.CallExpr) ([]ast.Expr, bool) {
+	if cmd, ok := namedCmd(pass, call); !ok || cmd != "EVAL" {
+		return nil, false
+	}
+	na, _ := namedArgs(pass, call)
+	return na, len(na) >= 3
 }

@@ -63,15 +63,15 @@
 // dropping a stale claim whose job is gone, the script taking the rest):
 // the script is taken to claim what it is handed, and the removal pairs
 // with no read (cleanup.go).
-// A script whose source is in the code (go-redis' or redigo's NewScript, or
-// go-redis' Eval, of a constant; also through the project's helper that
-// runs the source it is given) and that removes members it is handed from a
-// sorted set without asking first (a ZREM that is a statement of its own,
-// of a key the script reads nothing of, in a script that compares nothing
-// with its arguments and tests no removal's or pop's reply) removes them as
-// a plain ZREM would: handed members a read saw before it, it is paired
-// with that read (lua.go). A script whose source is not in the code is
-// taken to decide.
+// A script whose source is in the code (go-redis' or redigo's NewScript,
+// go-redis' Eval, or an EVAL sent by name, of a constant; also through the
+// project's helper that runs the source it is given) and that removes
+// members it is handed from a sorted set without asking first (a ZREM that
+// is a statement of its own, of a key the script reads nothing of, in a
+// script that compares nothing with its arguments and tests no removal's or
+// pop's reply) removes them as a plain ZREM would: handed members a read
+// saw before it, it is paired with that read (lua.go). A script whose
+// source is not in the code is taken to decide.
 // Reports are at the read, and name the removal's position.
 //
 //	go run github.com/zclaim/zclaim/cmd/zclaimvet@latest ./...

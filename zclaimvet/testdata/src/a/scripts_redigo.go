@@ -35,3 +35,26 @@ func restoreWithRedigoChecked(c redigo.Conn, now int64) { // want restoreWithRed
 		oneKeyRedigo.Do(c, "ready", "inflight", id)
 	}
 }
+
+// EVAL sent by name: the keys follow the script and their count.
+const restoreSrc = `
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('RPUSH', 'ready', ARGV[1])`
+
+const restoreSecondSrc = `
+redis.call('ZREM', KEYS[2], ARGV[1])`
+
+func restoreByName(c redigo.Conn, now int64) {
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", "inflight", "-inf", now)) // want `racy poller: ZRANGEBYSCORE reads due members of "inflight" here, and ZREM in a script at scripts_redigo.go:50 removes`
+	for _, id := range ids {
+		c.Do("EVAL", restoreSrc, 1, "inflight", id)
+	}
+}
+
+// Its twin: told of one key, the script's KEYS[2] is none of the keys.
+func restoreByNameOneKey(c redigo.Conn, now int64) { // want restoreByNameOneKey:`^zset\(read "inflight"\)$`
+	ids, _ := redigo.Strings(c.Do("ZRANGEBYSCORE", "inflight", "-inf", now))
+	for _, id := range ids {
+		c.Do("EVAL", restoreSecondSrc, 1, "ready", "inflight", id)
+	}
+}
