@@ -31,8 +31,8 @@ var (
 	// luaCall matches redis.call('CMD', KEY: the command and its first
 	// argument (KEYS[n] or a local's name).
 	luaCall = regexp.MustCompile(`redis\.p?call\(\s*['"]([A-Za-z]+)['"]\s*,\s*([A-Za-z_]\w*(?:\[\d+\])?)`)
-	// luaAlias matches local name = KEYS[n].
-	luaAlias = regexp.MustCompile(`local\s+([A-Za-z_]\w*)\s*=\s*KEYS\[(\d+)\]`)
+	// luaAlias matches local name = KEYS[n], the whole of a statement.
+	luaAlias = regexp.MustCompile(`(?m)local\s+([A-Za-z_]\w*)\s*=\s*KEYS\[(\d+)\]\s*(?:;|--.*)?$`)
 	// luaBreak matches where a statement may begin on a line: after a
 	// semicolon, or after then, do, else or end.
 	luaBreak = regexp.MustCompile(`(?:;|\b(?:then|do|else|end)\b)\s*$`)
