@@ -123,18 +123,10 @@ func (st *analysisState) scriptCall(s *fnScope, call *ast.CallExpr) (scriptArgs,
 		return scriptArgs{}, false
 	}
 	if na, ok := evalByName(st.pass, call); ok {
-		n, ok := constInt(st.pass, na[2])
-		if !ok || n < 0 || 3+n > len(na) || call.Ellipsis.IsValid() && 3+n >= len(na) {
-			return scriptArgs{}, false
-		}
-		return scriptArgs{elts: na[3 : 3+n], args: na[3+n:]}, true
+		return st.splitKeys(call, na[2], na[3:])
 	}
 	if mk, kv, ok := st.redigoScript(s, call); ok {
-		n, ok := constInt(st.pass, mk.Args[0])
-		if !ok || n < 0 || n > len(kv) || call.Ellipsis.IsValid() && n >= len(kv) {
-			return scriptArgs{}, false
-		}
-		return scriptArgs{elts: kv[:n], args: kv[n:]}, true
+		return st.splitKeys(call, mk.Args[0], kv)
 	}
 	fn := calleeOf(st.pass, call)
 	if fn == nil {
@@ -145,6 +137,18 @@ func (st *analysisState) scriptCall(s *fnScope, call *ast.CallExpr) (scriptArgs,
 		return scriptArgs{keys: k, elts: elts(k), args: call.Args[sum.Runs.Args:]}, true
 	}
 	return scriptArgs{}, false
+}
+
+// splitKeys splits kv, the keys and arguments call hands a script after
+// their count (an EVAL's numkeys, a redigo NewScript's keyCount), into the
+// keys, the first count of them, and the arguments; a count that is no
+// constant, or a spread that may hold keys, does not split.
+func (st *analysisState) splitKeys(call *ast.CallExpr, count ast.Expr, kv []ast.Expr) (scriptArgs, bool) {
+	n, ok := constInt(st.pass, count)
+	if !ok || n < 0 || n > len(kv) || call.Ellipsis.IsValid() && n >= len(kv) {
+		return scriptArgs{}, false
+	}
+	return scriptArgs{elts: kv[:n], args: kv[n:]}, true
 }
 
 // runs recognizes a function that runs a script with its parameter keys

@@ -190,13 +190,7 @@ func (st *analysisState) scriptSource(s *fnScope, call *ast.CallExpr) (string, b
 	if e := st.sourceExpr(s, call); e != nil {
 		return st.constString(s, e, 0)
 	}
-	if _, ok := evalByName(st.pass, call); ok {
-		return "", false
-	}
-	if _, _, ok := st.redigoScript(s, call); ok {
-		return "", false
-	}
-	if fn := calleeOf(st.pass, call); fn != nil && !st.goRedisScript(call) {
+	if fn := calleeOf(st.pass, call); fn != nil {
 		if sum := st.summaryOf(fn); sum != nil && sum.Runs != nil && sum.Runs.Src > 0 && sum.Runs.Src <= len(call.Args) {
 			return st.constString(s, call.Args[sum.Runs.Src-1], 0)
 		}
