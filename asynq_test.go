@@ -32,6 +32,12 @@ func testQueue(t testing.TB) string {
 // shut down when the test ends. cfg's zero fields get test defaults.
 func startAsynq(t testing.TB, addr, queue string, h asynq.Handler, cfg asynq.Config) *asynq.Server {
 	t.Helper()
+	return startAsynqOn(t, nil, addr, queue, h, cfg)
+}
+
+// startAsynqOn is startAsynq with the server on client rdb, if not nil.
+func startAsynqOn(t testing.TB, rdb redis.UniversalClient, addr, queue string, h asynq.Handler, cfg asynq.Config) *asynq.Server {
+	t.Helper()
 	cfg.Queues = map[string]int{queue: 1}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 4
@@ -52,7 +58,12 @@ func startAsynq(t testing.TB, addr, queue string, h asynq.Handler, cfg asynq.Con
 	}
 	cfg.Logger = quietLogger{}
 	cfg.LogLevel = asynq.FatalLevel
-	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: addr}, cfg)
+	var srv *asynq.Server
+	if rdb != nil {
+		srv = asynq.NewServerFromRedisClient(rdb, cfg)
+	} else {
+		srv = asynq.NewServer(asynq.RedisClientOpt{Addr: addr}, cfg)
+	}
 	if err := srv.Start(h); err != nil {
 		t.Fatalf("asynq server: %v", err)
 	}

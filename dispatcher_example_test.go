@@ -31,7 +31,8 @@ func ExampleDispatcher_Run() {
 		return nil
 	})
 	queue := key // one queue per example run; yours is "default" or your own
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+	// On the store's AsynqClient, a run's Complete goes with asynq's done.
+	srv := asynq.NewServerFromRedisClient(idem.AsynqClient(), asynq.Config{
 		Queues:            map[string]int{queue: 1},
 		IsFailure:         zclaim.IsFailure,
 		RetryDelayFunc:    zclaim.RetryDelay,

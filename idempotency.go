@@ -146,10 +146,15 @@ type Idempotency struct {
 	doneBuckets int         // buckets of finished records (setupDone)
 	doneSub     int         // of them, in each slot (doneTagged: all)
 	sweepOdds   int         // a Complete sweeps its bucket with odds 1 in this (doneSweepOdds)
-	// begin, complete and settle are begin.lua, complete.lua and
-	// settle.lua with the options written in (storeScript).
-	begin, complete, settle *redis.Script
+	// begin, complete, settle and done are begin.lua, complete.lua,
+	// settle.lua and doneScript with the options written in (storeScript).
+	begin, complete, settle, done *redis.Script
 
+	// viaDone are the asynq queues (string -> bool) whose dones an asynq
+	// server sent through AsynqClient: their Completes wait for asynq's
+	// done (completeLater).
+	viaDone    sync.Map
+	cluster    bool     // rdb is a Redis Cluster's client: a script's keys share a slot
 	defaultKey bool     // Key is OccurrenceKey: takeovers tell a task's key from its id
 	asynqKnown bool     // asynq is of the release line knownAsynq: busyQueues may read its lists
 	takeover   takeover // the loop that takes over dead workers' runs
@@ -215,7 +220,7 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 	}
 	i := &Idempotency{rdb: rdb, opts: opts, log: opts.Logger, defaultKey: defaultKey, sweepOdds: doneSweepOdds,
 		asynqKnown: strings.HasPrefix(asynqVersion(), knownAsynq), repl: replication{opts.WaitReplicas, opts.WaitTimeout},
-		grp: group{rdb: rdb},
+		grp: group{rdb: rdb}, cluster: isCluster(rdb),
 		// The bare prefix is the record key of no key (keys are never
 		// empty): it holds the store's state marker.
 		state: &stateMarker{rdb: rdb, key: opts.Prefix, log: opts.Logger,
@@ -225,6 +230,7 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 	i.begin = storeScript(beginLua, lease, ttl, retention)
 	i.complete = storeScript(completeLua, lease, ttl, retention)
 	i.settle = storeScript(settleLua, lease, ttl, retention)
+	i.done = storeScript(doneScript(), lease, ttl, retention)
 	if err := startup(rdb, opts.Prefix, opts.AllowEviction, i.log, i.state); err != nil {
 		return nil, err
 	}
@@ -382,20 +388,31 @@ func (e *Execution) settle(ctx context.Context, op string) (int64, error) {
 	}
 	var cmd *redis.Cmd
 	if op == "complete" {
-		e.mu.Lock()
-		dl := e.leaseUntil.UnixMilli()
-		e.mu.Unlock()
-		// The run record as Begin or this run's last Extend left it:
-		// complete.lua's fence is then one comparison.
-		rec := strconv.AppendInt(append(strconv.AppendInt(append(make([]byte, 0, 40), "run "...), e.Token, 10), ' '), dl, 10)
-		args := []any{rec, e.field, dl}
-		if e.i.sweepOdds <= 1 || rand.IntN(e.i.sweepOdds) == 0 {
-			args = append(args, 1)
-		}
-		cmd = e.i.script(ctx, e.i.complete, e.keys, args...)
+		cmd = e.i.script(ctx, e.i.complete, e.keys, e.completeArgs()...)
 	} else {
 		cmd = e.i.script(ctx, e.i.settle, e.keys[:1], e.Token, op)
 	}
+	return e.settled(ctx, op, cmd)
+}
+
+// completeArgs are complete.lua's arguments for e.
+func (e *Execution) completeArgs() []any {
+	e.mu.Lock()
+	dl := e.leaseUntil.UnixMilli()
+	e.mu.Unlock()
+	// The run record as Begin or this run's last Extend left it:
+	// complete.lua's fence is then one comparison.
+	rec := strconv.AppendInt(append(strconv.AppendInt(append(make([]byte, 0, 40), "run "...), e.Token, 10), ' '), dl, 10)
+	args := []any{rec, e.field, dl}
+	if e.i.sweepOdds <= 1 || rand.IntN(e.i.sweepOdds) == 0 {
+		args = append(args, 1)
+	}
+	return args
+}
+
+// settled reads the reply of e's op: the number it returned, or
+// ErrLeaseLost when the token was not current.
+func (e *Execution) settled(ctx context.Context, op string, cmd *redis.Cmd) (int64, error) {
 	reply, err := cmd.Result()
 	if err != nil {
 		return 0, e.i.wrap(ctx, op, e.keys[0], e.keys[1], err)

@@ -114,6 +114,9 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 // A handler that returns nil completes the key, and so does one that
 // returns an error matching ErrAlreadyDone (its own database found the
 // work done, as zclaimpg.Complete does): that task succeeds as skipped.
+// The Complete goes before the middleware returns, or, for a server on
+// the store's AsynqClient, in one round trip with asynq's done of the
+// task, ahead of it.
 // One that returns another error or panics releases the key, so a retry
 // can run; the error or panic goes on to asynq unchanged. If Redis cannot be reached the handler does not run and
 // the error goes back to asynq (fail closed). A key that can never run
@@ -234,18 +237,10 @@ func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler,
 				slog.String("key", short(e.Key)), slog.String("type", t.Type()))
 		}
 		if handlerErr == nil && !panicked || skipped {
-			cerr := e.Complete(sctx)
-			if skipped {
-				i.count(cerr, &i.skipped)
-			} else {
-				i.count(cerr, &i.completed)
+			if i.completeLater(ctx, e, skipped) {
+				return nil
 			}
-			if cerr != nil {
-				i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not complete a run",
-					slog.String("key", short(e.Key)), slog.Int64("token", e.Token), slog.String("error", cerr.Error()))
-				return zerr("zclaim: complete %q: %w", e.Key, cerr)
-			}
-			return nil
+			return i.afterComplete(ctx, e, skipped, e.Complete(sctx))
 		}
 		var rerr error
 		if endsTask(ctx, handlerErr) {
@@ -268,6 +263,23 @@ func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler,
 	}()
 	herr := next.ProcessTask(hctx, t)
 	return settle(herr, false)
+}
+
+// afterComplete counts and logs the Complete of run e, which returned
+// cerr, and returns the error for asynq; skipped tells that the handler
+// found the work done (ErrAlreadyDone).
+func (i *Idempotency) afterComplete(ctx context.Context, e *Execution, skipped bool, cerr error) error {
+	if skipped {
+		i.count(cerr, &i.skipped)
+	} else {
+		i.count(cerr, &i.completed)
+	}
+	if cerr != nil {
+		i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not complete a run",
+			slog.String("key", short(e.Key)), slog.Int64("token", e.Token), slog.String("error", cerr.Error()))
+		return zerr("zclaim: complete %q: %w", e.Key, cerr)
+	}
+	return nil
 }
 
 // count counts a run's settling: ok when err is nil, a lost lease when it

@@ -46,7 +46,7 @@ func ExampleIdempotency_Middleware() {
 		return nil
 	})
 
-	// Your server: asynq.NewServer(redisOpt, asynq.Config{
+	// Your server: asynq.NewServerFromRedisClient(idem.AsynqClient(), asynq.Config{
 	//     IsFailure:      zclaim.IsFailure,  // "in progress elsewhere" is not a failure
 	//     RetryDelayFunc: zclaim.RetryDelay, // and is retried soon
 	// }).Run(mux)

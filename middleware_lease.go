@@ -33,10 +33,13 @@ type leaseGuard struct {
 // first renewal comes by Lease/3. A timer per run would cost each task
 // the wake-up of an idle thread, which Go's runtime makes when a timer is
 // added ahead of the others.
+// The same loop sends the Completes that wait for asynq's done of their
+// task (late) but have waited Lease/4: see completeLater.
 type guards struct {
 	mu      sync.Mutex
 	set     map[*leaseGuard]struct{}
-	running bool // the loop runs
+	late    map[string]*lateComplete // by asynq's key of the task
+	running bool                     // the loop runs
 }
 
 // add adds g, and starts the loop unless it runs.
@@ -46,11 +49,16 @@ func (gs *guards) add(g *leaseGuard, lease time.Duration) {
 		gs.set = make(map[*leaseGuard]struct{})
 	}
 	gs.set[g] = struct{}{}
+	gs.run(g.i, lease)
+	gs.mu.Unlock()
+}
+
+// run starts the loop unless it runs; gs.mu is held.
+func (gs *guards) run(i *Idempotency, lease time.Duration) {
 	if !gs.running {
 		gs.running = true
-		go gs.loop(lease)
+		go gs.loop(i, lease)
 	}
-	gs.mu.Unlock()
 }
 
 // remove removes g (its handler returned, or its heartbeat started).
@@ -61,15 +69,17 @@ func (gs *guards) remove(g *leaseGuard) {
 }
 
 // loop starts, every Lease/12, the heartbeats of the guards whose handler
-// has run Lease/4; it ends when it finds none left.
-func (gs *guards) loop(lease time.Duration) {
+// has run Lease/4, and sends the late Completes that have waited as long;
+// it ends when it finds neither left.
+func (gs *guards) loop(i *Idempotency, lease time.Duration) {
 	tick := time.NewTicker(max(lease/12, time.Millisecond/4))
 	defer tick.Stop()
 	var due []*leaseGuard
+	var late []*lateComplete
 	for range tick.C {
 		now := time.Now()
 		gs.mu.Lock()
-		if len(gs.set) == 0 {
+		if len(gs.set) == 0 && len(gs.late) == 0 {
 			gs.running = false
 			gs.mu.Unlock()
 			return
@@ -80,12 +90,23 @@ func (gs *guards) loop(lease time.Duration) {
 				delete(gs.set, g)
 			}
 		}
+		for k, l := range gs.late {
+			if now.Sub(l.since) >= lease/4 {
+				late = append(late, l)
+				delete(gs.late, k)
+			}
+		}
 		gs.mu.Unlock()
 		for k, g := range due {
 			g.start()
 			due[k] = nil
 		}
 		due = due[:0]
+		for k, l := range late {
+			go i.completeNow(l)
+			late[k] = nil
+		}
+		late = late[:0]
 	}
 }
 

@@ -68,10 +68,12 @@ func (i *Idempotency) asynqRedis() redis.UniversalClient {
 	return i.rdb
 }
 
-// Close stops the store's takeover loop, if it runs, and waits for it. The
+// Close sends the Completes held back for asynq's done (see AsynqClient),
+// and stops the store's takeover loop, if it runs, and waits for it. The
 // store's calls keep working; a middleware handling tasks after Close takes
 // no part in takeovers. It never closes the Redis clients it was given.
 func (i *Idempotency) Close() error {
+	i.flushLate()
 	tk := &i.takeover
 	tk.once.Do(func() {}) // no loop starts after Close
 	tk.mu.Lock()

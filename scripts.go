@@ -71,6 +71,8 @@ var (
 	settleLua string
 	//go:embed lua/complete.lua
 	completeLua string
+	//go:embed lua/done.lua
+	doneLua string
 	//go:embed lua/takeover.lua
 	takeoverLua string
 	//go:embed lua/marker.lua
@@ -82,6 +84,12 @@ var (
 	takeoverScript = redis.NewScript(takeoverLua)
 	markerScript   = redis.NewScript(markerLua)
 )
+
+// doneScript is done.lua with complete.lua in front of it, as the
+// function complete(KEYS, ARGV) that done.lua calls.
+func doneScript() string {
+	return "local function complete(KEYS, ARGV)\n" + completeLua + "\nend\n" + doneLua
+}
 
 // storeScript returns the script of body with a store's options written
 // into it: lease and retention in ms for LEASE_MS and RETENTION_MS, and

@@ -203,7 +203,7 @@ func worker(f roleFlags) {
 		time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond)
 		return nil
 	})
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+	srv := asynq.NewServerFromRedisClient(idem.AsynqClient(), asynq.Config{ // as the quick start's: Complete with asynq's done
 		Queues:                   map[string]int{f.queue: 1},
 		Concurrency:              10,
 		TaskCheckInterval:        10 * time.Millisecond,

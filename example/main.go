@@ -202,7 +202,7 @@ func run(w io.Writer, rdb *redis.Client, ns string, cfg config) (bool, error) {
 		}
 		return nil
 	})
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+	srv := asynq.NewServerFromRedisClient(idem.AsynqClient(), asynq.Config{ // each run's Complete goes with asynq's done
 		Queues:                   map[string]int{queue: 1},
 		Concurrency:              20,
 		TaskCheckInterval:        10 * time.Millisecond, // asynq's idle loop sleeps up to 1.5 s by default
