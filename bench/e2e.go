@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim"
 )
 
@@ -23,13 +24,15 @@ func e2eScenario() {
 	// The ratios compare each contender with the first and the last.
 	contenders := []e2eContender{
 		{name: "asynq alone: the tasks pending in its queue"},
-		{name: "zclaim quick start: Dispatcher writing in bulk (AsynqRedis) + asynq server + idempotency middleware, jobs due in the schedule",
+		{name: "zclaim quick start: Dispatcher writing in bulk (AsynqRedis) + asynq server on the store's AsynqClient + idempotency middleware, jobs due in the schedule",
+			dispatcher: true, bulk: true, middleware: true, viaDone: true},
+		{name: "the quick start with the asynq server on a client of its own (each Complete a round trip of its own)",
 			dispatcher: true, bulk: true, middleware: true},
 		{name: "the same, the Dispatcher enqueuing through an asynq client on an autopipelined go-redis client",
-			dispatcher: true, autopipeline: true, middleware: true},
-		{name: "the same, through an asynq client on a plain go-redis client", dispatcher: true, middleware: true},
+			dispatcher: true, autopipeline: true, middleware: true, viaDone: true},
+		{name: "the same, through an asynq client on a plain go-redis client", dispatcher: true, middleware: true, viaDone: true},
 		{name: "the quick start with the Dispatcher's default TaskRetention (asynq keeps each finished task 91 s)",
-			dispatcher: true, bulk: true, middleware: true, keepFinished: true},
+			dispatcher: true, bulk: true, middleware: true, keepFinished: true, viaDone: true},
 		{name: "Dispatcher writing in bulk + asynq server, no middleware (its default TaskRetention)", dispatcher: true, bulk: true, keepFinished: true},
 		{name: "asynq server + idempotency middleware, the tasks pending in its queue", middleware: true},
 		{name: "floor of a feeder: asynq server, the tasks enqueued within the window by plain Enqueue (16 goroutines, an autopipelined client; no schedule, no claim)",
@@ -67,8 +70,10 @@ func e2eScenario() {
 			"(its forwarder moves them to pending as zclaim's dispatcher enqueues its due jobs). "+
 			"Both use default options otherwise (the dispatcher's Concurrency 16, the middleware's Lease 5 s and takeover loop). "+
 			"The quick start's Dispatcher writes its tasks into asynq's Redis in bulk (DispatcherOptions.AsynqRedis) and has asynq keep no finished task "+
-			"(TaskRetention -1: the middleware's records skip an occurrence dispatched again), as the README's does; "+
-			"the next two rows enqueue each through an asynq client instead, one on (*redis.Client).AutoPipeline, whose concurrent enqueues share round trips, one on a plain client. "+
+			"(TaskRetention -1: the middleware's records skip an occurrence dispatched again), and runs the asynq server on the idempotency store's AsynqClient "+
+			"(each run's Complete goes in one pipeline with asynq's done of its task), as the README's does; "+
+			"the next row puts the server on a client of its own, each Complete a round trip of its own; "+
+			"the two rows after it enqueue each through an asynq client instead, one on (*redis.Client).AutoPipeline, whose concurrent enqueues share round trips, one on a plain client. "+
 			"The two floor rows have no schedule: 16 goroutines enqueue the tasks (asynq alone's) on such a client once the clock runs, "+
 			"which is what feeding asynq inside the window costs whatever the feeder; the second adds the two plain commands a middleware "+
 			"that records each run's start and finish sends at least (table 3's second floor). "+
@@ -89,6 +94,7 @@ type e2eContender struct {
 	processAt       bool // asynq's tasks wait in its scheduled set, due a second ago; else pending
 	bulk            bool // the Dispatcher writes in bulk (DispatcherOptions.AsynqRedis), on a plain client
 	keepFinished    bool // the Dispatcher's default TaskRetention; else -1, as the quick start's
+	viaDone         bool // the asynq server runs on the idempotency store's AsynqClient, as the quick start's
 }
 
 // e2eRound runs contender c of e2eScenario once: its rate and CPU per job.
@@ -144,6 +150,7 @@ func e2eRound(c e2eContender, n, conc int) (float64, [2]time.Duration) {
 	h, done := noopHandler(n)
 	idemClient := newClient(32)
 	defer idemClient.Close()
+	var server redis.UniversalClient // the asynq server's client; nil: one of its own
 	if c.middleware {
 		idem, err := zclaim.NewIdempotency(idemClient, zclaim.IdempotencyOptions{Prefix: key + ":run:"})
 		if err != nil {
@@ -151,13 +158,22 @@ func e2eRound(c e2eContender, n, conc int) (float64, [2]time.Duration) {
 		}
 		defer idem.Close()
 		h = idem.Middleware()(h)
+		if c.viaDone {
+			server = idem.AsynqClient()
+		}
 	}
 	if c.plainMiddleware {
 		h = plainStartFinish(idemClient, key+":run:")(h)
 	}
-	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: redisAddr}, asynq.Config{
+	cfg := asynq.Config{
 		Queues: map[string]int{queue: 1}, Concurrency: conc, TaskCheckInterval: 10 * time.Millisecond, DelayedTaskCheckInterval: 10 * time.Millisecond,
-		IsFailure: zclaim.IsFailure, RetryDelayFunc: zclaim.RetryDelay, Logger: quietLog{}, LogLevel: asynq.FatalLevel})
+		IsFailure: zclaim.IsFailure, RetryDelayFunc: zclaim.RetryDelay, Logger: quietLog{}, LogLevel: asynq.FatalLevel}
+	var srv *asynq.Server
+	if server != nil {
+		srv = asynq.NewServerFromRedisClient(server, cfg)
+	} else {
+		srv = asynq.NewServer(asynq.RedisClientOpt{Addr: redisAddr}, cfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	runtime.GC()

@@ -47,12 +47,17 @@ type scriptCounter struct {
 	prefix string
 }
 
-// ofTask reports whether cmd is a script or SET on a run record's key.
+// ofTask reports whether cmd is a script or SET on a run record's key,
+// and not one of asynq's (the store's AsynqClient sends a Complete in
+// asynq's done: asynq's round trip).
 func (h scriptCounter) ofTask(cmd redis.Cmder) bool {
 	args, key := cmd.Args(), 1
 	switch cmd.Name() {
 	case "evalsha", "eval":
 		key = 3
+		if n, _ := args[2].(int); slices.ContainsFunc(args[3:min(3+n, len(args))], isAsynqKey) {
+			return false
+		}
 	case "set":
 	default:
 		return false
@@ -72,11 +77,24 @@ func (h scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (h scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if slices.ContainsFunc(cmds, h.ofTask) {
-			h.n.Add(1) // one round trip
+		if slices.ContainsFunc(cmds, h.ofTask) && !slices.ContainsFunc(cmds, ofAsynq) {
+			h.n.Add(1) // one round trip of the records' own
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// ofAsynq reports whether cmd is one of asynq's scripts (its first key
+// is asynq's): a pipeline that carries one is asynq's round trip.
+func ofAsynq(cmd redis.Cmder) bool {
+	a := cmd.Args()
+	return (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(a) > 3 && isAsynqKey(a[3])
+}
+
+// isAsynqKey reports whether k is a key of asynq's.
+func isAsynqKey(k any) bool {
+	s, _ := k.(string)
+	return strings.HasPrefix(s, "asynq:{")
 }
 
 // noopHandler returns a handler that does nothing, and a channel closed
@@ -219,11 +237,13 @@ func middlewareScenario() {
 		wrap         string // "": nothing; "idem": the middleware; "setnx", "startFinish", "scripts", "handoff": the floors
 		noTakeover   bool   // the middleware's DisableTakeover
 		autopipeline bool   // the middleware's client is (*redis.Client).AutoPipeline
+		asynqClient  bool   // the asynq server runs on the store's AsynqClient
 	}
 	contenders := []contender{
 		{name: "asynq, no middleware"},
 		{name: "asynq + idempotency middleware", wrap: "idem"},
 		{name: "asynq + idempotency middleware, `DisableTakeover` (no takeover loop)", wrap: "idem", noTakeover: true},
+		{name: "asynq + idempotency middleware, the server on the store's `AsynqClient` (each Complete in one script with asynq's done of its task, in its place)", wrap: "idem", asynqClient: true},
 		{name: "floor: asynq + one plain SET NX per task (no script, no fencing, never completed)", wrap: "setnx"},
 		{name: "floor of start + finish: plain SET NX GET before the handler, plain SET after (no script, no token, no fence)", wrap: "startFinish"},
 		{name: "floor of a fenced start + finish: a script before the handler and one after, each a single SET (on Redis 7 a check and a write in one step take a script)", wrap: "scripts"},
@@ -275,7 +295,12 @@ func middlewareScenario() {
 			case "handoff":
 				h, stopHandOffs = handOffs(h)
 			}
-			srv := asynq.NewServer(asynq.RedisClientOpt{Addr: redisAddr}, noopServerConfig(queue))
+			var srv *asynq.Server
+			if c.asynqClient {
+				srv = asynq.NewServerFromRedisClient(idem.AsynqClient(), noopServerConfig(queue))
+			} else {
+				srv = asynq.NewServer(asynq.RedisClientOpt{Addr: redisAddr}, noopServerConfig(queue))
+			}
 			rate, perTask, calls := serveBacklog(admin, srv, h, done, n)
 			stopHandOffs()
 			if idem != nil {
@@ -317,7 +342,7 @@ func middlewareScenario() {
 			"two scripts a task, one round trip each, each making a single SET, with as many keys and arguments as the middleware's Begin and Complete. "+
 			"The fourth asks nothing of Redis: before the handler and after it, the handler's goroutine hands a request to another goroutine and waits for its answer, "+
 			"which comes at once: what waiting twice a task costs asynq's server, whatever a middleware waits for. "+
-			"Round trips count the scripts and SETs on run records the middleware's client sends, alone or in a pipeline, not the takeover loop's passes (once a second, whatever the tasks). "+
+			"Round trips count the scripts and SETs on run records the middleware's client sends, alone or in a pipeline, not the takeover loop's passes (once a second, whatever the tasks), nor a script or pipeline that carries asynq's done of the task too (asynq's round trip). "+
 			"The row of the autopipelined client gives the middleware a client of (*redis.Client).AutoPipeline: its round trips count the pipelines it sends. "+
 			"The last row runs the first again in each round: how far its ratio is from 1.00× is how far a ratio moves when nothing changes.")
 }
