@@ -182,7 +182,9 @@ func (r *clusterRuns) serve(t *testing.T, cc *redis.ClusterClient, queue string,
 		}
 		return nil
 	}))
-	srv := asynq.NewServerFromRedisClient(cc, asynq.Config{Queues: map[string]int{queue: 1}, Concurrency: 20,
+	// On the store's AsynqClient: on a cluster a Complete goes in one
+	// pipeline with asynq's done (its keys and asynq's are in different slots).
+	srv := asynq.NewServerFromRedisClient(idem.AsynqClient(), asynq.Config{Queues: map[string]int{queue: 1}, Concurrency: 20,
 		TaskCheckInterval: 10 * time.Millisecond, IsFailure: IsFailure,
 		// A run that failed while its record's master failed over comes
 		// back in a moment, not after asynq's default 15 s or more.
@@ -275,8 +277,9 @@ func TestClusterShards(t *testing.T) {
 		}
 	}
 	runs := &clusterRuns{runs: map[string]int{}}
-	for _, q := range qs {
-		runs.serve(t, cc, q, 0)
+	idems := make([]*Idempotency, len(qs))
+	for k, q := range qs {
+		idems[k] = runs.serve(t, cc, q, 0)
 	}
 	d, err := NewBroker(cc, BrokerOptions{Key: "zt:{dispatch}", Shards: 16, Lease: 2 * time.Second})
 	must(t, err)
@@ -329,6 +332,11 @@ func TestClusterShards(t *testing.T) {
 	}
 	if bulkCalls.bulk.Load() == 0 {
 		t.Fatal("the dispatcher with AsynqRedis wrote no task in bulk")
+	}
+	for k, q := range qs {
+		if _, ok := idems[k].viaDone.Load(q); !ok {
+			t.Fatalf("no done of queue %s came through its store's AsynqClient", q)
+		}
 	}
 	t.Logf("%d bulk writes in %d pipelines", bulkCalls.bulk.Load(), bulkCalls.bulkTrips.Load())
 	if bulkCalls.bulk.Load() == bulkCalls.bulkTrips.Load() {
