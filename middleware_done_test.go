@@ -195,20 +195,25 @@ func TestAsynqClientCompletesWithDone(t *testing.T) {
 	}
 }
 
+// heldStore returns a client, a store of lease on it, and a queue of the
+// test's own whose dones the store takes to come through its AsynqClient:
+// its middleware holds the Completes of that queue's tasks back.
+func heldStore(t *testing.T, lease time.Duration) (*redis.Client, *Idempotency, string) {
+	t.Helper()
+	rdb := newClient(t)
+	idem := newIdem(t, rdb, IdempotencyOptions{Lease: lease})
+	queue := testQueue(t)
+	idem.viaDone.Store(queue, true)
+	return rdb, idem, queue
+}
+
 // A store whose AsynqClient carried an asynq done holds Completes back
 // for theirs; a task whose server is on another client has its Complete
 // sent alone Lease/4 after its handler returned.
 func TestAsynqClientLateCompleteAlone(t *testing.T) {
 	t.Parallel()
-	rdb := newClient(t)
-	idem := newIdem(t, rdb, IdempotencyOptions{Lease: 80 * time.Millisecond})
-	queue := testQueue(t)
-	idem.viaDone.Store(queue, true) // as after a done through AsynqClient
-	var returned atomic.Int64
-	h := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
-		returned.Add(1)
-		return nil
-	}))
+	_, idem, queue := heldStore(t, 80*time.Millisecond)
+	h := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error { return nil }))
 	startAsynq(t, testAddr, queue, h, asynq.Config{Concurrency: 8})
 	cl := newAsynqClient(t, testAddr)
 	const n = 40
@@ -227,10 +232,7 @@ func TestAsynqClientLateCompleteAlone(t *testing.T) {
 // Close sends the Completes held back, at once.
 func TestAsynqClientCloseSendsLate(t *testing.T) {
 	t.Parallel()
-	rdb := newClient(t)
-	idem := newIdem(t, rdb, IdempotencyOptions{Lease: time.Minute}) // held back 15 s
-	queue := testQueue(t)
-	idem.viaDone.Store(queue, true)
+	_, idem, queue := heldStore(t, time.Minute) // held back 15 s
 	h := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error { return nil }))
 	startAsynq(t, testAddr, queue, h, asynq.Config{Concurrency: 4})
 	cl := newAsynqClient(t, testAddr)
@@ -258,10 +260,7 @@ func TestAsynqClientCloseSendsLate(t *testing.T) {
 // nothing, and asynq's done of its task goes through all the same.
 func TestAsynqClientLateCompleteFenced(t *testing.T) {
 	t.Parallel()
-	rdb := newClient(t)
-	idem := newIdem(t, rdb, IdempotencyOptions{Lease: time.Second})
-	queue := testQueue(t)
-	idem.viaDone.Store(queue, true)
+	rdb, idem, queue := heldStore(t, time.Second)
 	var later atomic.Int64
 	h := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		e, _ := ExecutionFromContext(ctx)
@@ -296,10 +295,7 @@ func TestAsynqClientLateCompleteFenced(t *testing.T) {
 // of another type leaves asynq's done to go through.
 func TestAsynqClientDoneEdges(t *testing.T) {
 	t.Parallel()
-	rdb := newClient(t)
-	idem := newIdem(t, rdb, IdempotencyOptions{Lease: time.Second})
-	queue := testQueue(t)
-	idem.viaDone.Store(queue, true)
+	rdb, idem, queue := heldStore(t, time.Second)
 	must(t, rdb.Set(ctx, asynqKey(queue, "processed"), int64(math.MaxInt64), 0).Err())
 	h := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		if e, _ := ExecutionFromContext(ctx); e.Key == "wrongtype" { // its bucket of finished records is made a list
@@ -379,10 +375,7 @@ func TestAsynqClientOtherQueue(t *testing.T) {
 // before it counts as made, and is not sent again.
 func TestAsynqClientDoneAsynqError(t *testing.T) {
 	t.Parallel()
-	rdb := newClient(t)
-	idem := newIdem(t, rdb, IdempotencyOptions{Lease: 200 * time.Millisecond})
-	queue := testQueue(t)
-	idem.viaDone.Store(queue, true)
+	rdb, idem, queue := heldStore(t, 200*time.Millisecond)
 	now := time.Now().UTC()
 	for _, d := range []time.Time{now, now.Add(time.Hour)} { // the day asynq names, should it turn meanwhile
 		must(t, rdb.LPush(ctx, asynqKey(queue, "processed:"+d.Format("2006-01-02")), "not a counter").Err())
