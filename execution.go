@@ -1,0 +1,132 @@
+package zclaim
+
+// A run of a key: its Execution, and the calls that renew, complete or
+// release its lease.
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Execution is one run of a key, holding its lease.
+type Execution struct {
+	Key   string // the idempotency key
+	Token int64  // fencing token: larger than every earlier run's of Key
+	// Resumed tells that an earlier run of Key began and did not complete:
+	// its worker died or stalled past its lease, or it failed and was
+	// released. Its effect may have happened. A handler whose effect lives
+	// outside the database of zclaimpg checks its own store for Key first.
+	// It is false for a key whose earlier record expired or was lost.
+	Resumed bool
+
+	i          *Idempotency
+	keys       []string  // the run record's key, and the bucket of finished records that holds Key's
+	field      any       // Key's field in that bucket (a string)
+	sent       time.Time // local time just before Begin was sent: no later than Redis' start of the lease
+	state      string    // the store's state marker at Begin
+	mu         sync.Mutex
+	leaseUntil time.Time
+}
+
+// execution is a run of key under token tok, with the keys of its records.
+func (i *Idempotency) execution(key string, tok int64) *Execution {
+	bucket, field := i.doneOf(key)
+	return &Execution{Key: key, Token: tok, i: i, keys: []string{i.recordKey(key), bucket}, field: field}
+}
+
+// LeaseUntil is the lease deadline by Redis' clock as of the last Begin or Extend.
+func (e *Execution) LeaseUntil() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.leaseUntil
+}
+
+// settle runs settle.lua's op (extend, release) for e, or complete.lua for
+// "complete". The record it leaves (running, released, or the bucket of
+// finished ones) lives Lease + Retention.
+func (e *Execution) settle(ctx context.Context, op string) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, wrap(ctx, op, err, nil)
+	}
+	var cmd *redis.Cmd
+	if op == "complete" {
+		cmd = e.i.script(ctx, e.i.complete, e.keys, e.completeArgs()...)
+	} else {
+		cmd = e.i.script(ctx, e.i.settle, e.keys[:1], e.Token, op)
+	}
+	return e.settled(ctx, op, cmd)
+}
+
+// completeArgs are complete.lua's arguments for e.
+func (e *Execution) completeArgs() []any {
+	e.mu.Lock()
+	dl := e.leaseUntil.UnixMilli()
+	e.mu.Unlock()
+	// The run record as Begin or this run's last Extend left it:
+	// complete.lua's fence is then one comparison.
+	rec := strconv.AppendInt(append(strconv.AppendInt(append(make([]byte, 0, 40), "run "...), e.Token, 10), ' '), dl, 10)
+	args := []any{rec, e.field, dl}
+	if e.i.sweepOdds <= 1 || rand.IntN(e.i.sweepOdds) == 0 {
+		args = append(args, 1)
+	}
+	return args
+}
+
+// settled reads the reply of e's op: the number it returned, or
+// ErrLeaseLost when the token was not current.
+func (e *Execution) settled(ctx context.Context, op string, cmd *redis.Cmd) (int64, error) {
+	reply, err := cmd.Result()
+	if err != nil {
+		return 0, e.i.wrap(ctx, op, e.keys[0], e.keys[1], err)
+	}
+	n, ok := reply.(int64)
+	if !ok {
+		return 0, zerr("zclaim: %s: %w: reply %v", op, ErrCorrupt, reply)
+	}
+	if n == 0 {
+		e.i.state.check(context.WithoutCancel(ctx))
+		lost := e.state != "" && e.i.state.current() != e.state
+		return 0, &LeaseLostError{Op: op, ID: e.Key, StateLost: lost}
+	}
+	return n, nil
+}
+
+// Extend renews the lease for another Lease from now by Redis' clock. It
+// returns ErrLeaseLost, changing nothing, when another run has taken the key.
+func (e *Execution) Extend(ctx context.Context) error {
+	dl, err := e.settle(ctx, "extend")
+	if err == nil {
+		e.mu.Lock()
+		e.leaseUntil = time.UnixMilli(dl)
+		e.mu.Unlock()
+	}
+	return err
+}
+
+// Complete marks the key finished; it is kept for Retention. It returns
+// ErrLeaseLost, changing nothing, when this run's token is no longer current.
+func (e *Execution) Complete(ctx context.Context) error {
+	_, err := e.settle(ctx, "complete")
+	return err
+}
+
+// Release gives the key up without finishing it, so that the next run can
+// start at once. It returns ErrLeaseLost, changing nothing, when this run's
+// token is no longer current.
+func (e *Execution) Release(ctx context.Context) error {
+	_, err := e.settle(ctx, "release")
+	return err
+}
+
+// releaseFinal releases the key after a failure that ends its task (asynq
+// archives or revokes it): the record says so, and a takeover leaves the
+// task to asynq.
+func (e *Execution) releaseFinal(ctx context.Context) error {
+	_, err := e.settle(ctx, "release-final")
+	return err
+}
