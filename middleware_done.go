@@ -171,9 +171,7 @@ func asynqDoneKey(keys []string, args []any) (task, queue string) {
 }
 
 // completeWith sends the Complete l holds back and asynq's call (asynq) in
-// one pipeline, in that order, and returns asynq's reply. A Complete the
-// pipeline did not run (Redis unreachable, its script not loaded) waits
-// for the next of asynq's tries, or for the loop of late Completes.
+// one pipeline, in that order, and returns asynq's reply.
 func (i *Idempotency) completeWith(ctx context.Context, l *lateComplete, asynqCall func(redis.Pipeliner) *redis.Cmd) *redis.Cmd {
 	var cc, ac *redis.Cmd
 	_, perr := i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -186,20 +184,13 @@ func (i *Idempotency) completeWith(ctx context.Context, l *lateComplete, asynqCa
 			c.SetErr(perr) // the pipeline never ran
 		}
 	}
-	if err := cc.Err(); err != nil && !isReply(err) {
-		i.retryLate(l)
-		return ac
-	}
-	_, err := l.e.settled(context.WithoutCancel(ctx), "complete", cc)
-	i.afterComplete(ctx, l.e, l.skipped, err)
+	i.lateSent(ctx, l, cc)
 	return ac
 }
 
 // completeIn sends the Complete l holds back and asynq's done (keys,
 // args: one of asynqDones') in one script, done.lua, and returns asynq's
-// part of its reply as asynq's script would have replied. A Complete the
-// script did not run (done.lua replies whenever it ran) waits, as
-// completeWith's.
+// part of its reply as asynq's script would have replied.
 func (i *Idempotency) completeIn(ctx context.Context, l *lateComplete, keys []string, args []any) *redis.Cmd {
 	ca := l.e.completeArgs()
 	k := make([]string, 0, 2+len(keys))
@@ -207,30 +198,39 @@ func (i *Idempotency) completeIn(ctx context.Context, l *lateComplete, keys []st
 	a := make([]any, 0, 1+len(ca)+len(args))
 	a = append(append(append(a, len(ca)), ca...), args...)
 	reply, err := i.done.Run(ctx, i.rdb, k, a...).Result()
-	ac := redis.NewCmd(ctx)
-	if err != nil {
-		ac.SetErr(err)
-		i.retryLate(l)
-		return ac
-	}
+	cc, ac := redis.NewCmd(ctx), redis.NewCmd(ctx)
 	r, ok := reply.([]any)
-	if !ok || len(r) != 2 {
-		err = zerr("zclaim: complete: %w: reply %v", ErrCorrupt, reply)
+	switch {
+	case err != nil:
+		cc.SetErr(err)
 		ac.SetErr(err)
-		i.afterComplete(ctx, l.e, l.skipped, err)
-		return ac
-	}
-	cc := redis.NewCmd(ctx)
-	for j, c := range []*redis.Cmd{cc, ac} {
-		if e, ok := r[j].(error); ok {
-			c.SetErr(e)
-		} else {
-			c.SetVal(r[j])
+	case !ok || len(r) != 2:
+		cc.SetVal(reply) // settled finds it corrupt
+		ac.SetErr(zerr("zclaim: asynq's done: %w: reply %v", ErrCorrupt, reply))
+	default:
+		for j, c := range []*redis.Cmd{cc, ac} {
+			if e, ok := r[j].(error); ok {
+				c.SetErr(e)
+			} else {
+				c.SetVal(r[j])
+			}
 		}
 	}
-	_, err = l.e.settled(context.WithoutCancel(ctx), "complete", cc)
-	i.afterComplete(ctx, l.e, l.skipped, err)
+	i.lateSent(ctx, l, cc)
 	return ac
+}
+
+// lateSent reads cc, the reply of l's Complete sent with asynq's done: a
+// Complete that did not run (Redis unreachable, its script not loaded:
+// done.lua replies whenever it ran) is held again, for asynq's next try of
+// its done or the loop; one that ran is counted and logged.
+func (i *Idempotency) lateSent(ctx context.Context, l *lateComplete, cc *redis.Cmd) {
+	if err := cc.Err(); err != nil && !isReply(err) {
+		i.retryLate(l)
+		return
+	}
+	_, err := l.e.settled(context.WithoutCancel(ctx), "complete", cc)
+	i.afterComplete(ctx, l.e, l.skipped, err)
 }
 
 // isReply tells an error a script replied (WRONGTYPE, ZCLAIM_CORRUPT)
