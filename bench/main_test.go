@@ -119,6 +119,13 @@ func TestQuickRun(t *testing.T) {
 	if trips, err := strconv.ParseFloat(r[6], 64); err != nil || trips > 2 {
 		t.Errorf("middleware: %q zclaim round trips a task, want at most 2", r[6])
 	}
+	// On the store's AsynqClient the Complete rides in asynq's done: one
+	// round trip a task of its own (a few more where a Complete went before
+	// the first done came through the client).
+	via := row(t, out, "asynq + idempotency middleware, the server on the store's `AsynqClient` (each Complete in one script with asynq's done of its task, in its place)")
+	if trips, err := strconv.ParseFloat(via[6], 64); err != nil || trips < 1 || trips > 1.05 {
+		t.Errorf("middleware on AsynqClient: %q zclaim round trips a task, want 1 to 1.05", via[6])
+	}
 	// CPU a task beyond asynq alone's, in the same round: none for asynq
 	// alone itself, and a signed figure for the others (its size is a
 	// measurement, which a smoke run under a loaded machine does not check).
