@@ -179,11 +179,7 @@ func (i *Idempotency) completeWith(ctx context.Context, l *lateComplete, asynqCa
 		ac = asynqCall(p)
 		return nil
 	})
-	for _, c := range []*redis.Cmd{cc, ac} {
-		if perr != nil && c.Err() == nil && c.Val() == nil {
-			c.SetErr(perr) // the pipeline never ran
-		}
-	}
+	neverRan(perr, cc, ac)
 	i.lateSent(ctx, l, cc)
 	return ac
 }

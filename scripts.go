@@ -137,6 +137,17 @@ func (b *Broker) pipelined(ctx context.Context, s *redis.Script, shards []*keys,
 	})
 }
 
+// neverRan gives the commands of a pipeline that never ran (its
+// connection could not be made or authenticated: WRONGPASS, NOAUTH), which
+// are left without a reply or an error, the pipeline's error perr.
+func neverRan(perr error, cmds ...*redis.Cmd) {
+	for _, c := range cmds {
+		if perr != nil && c.Err() == nil && c.Val() == nil {
+			c.SetErr(perr)
+		}
+	}
+}
+
 // pipelinedScripts sends n script calls in one pipeline, call(i) naming
 // the i-th's script, keys and arguments, and returns their replies in
 // order. A call refused before it ran (NOSCRIPT: the node lacks the
@@ -151,14 +162,7 @@ func pipelinedScripts(ctx context.Context, rdb redis.UniversalClient, n int,
 		}
 		return nil
 	})
-	// A pipeline that never ran (its connection could not be made or
-	// authenticated: WRONGPASS, NOAUTH) leaves its commands without a
-	// reply or an error: they get the pipeline's.
-	for _, c := range cmds {
-		if perr != nil && c.Err() == nil && c.Val() == nil {
-			c.SetErr(perr)
-		}
-	}
+	neverRan(perr, cmds...)
 	for i := range cmds {
 		if err := cmds[i].Err(); redis.HasErrorPrefix(err, "NOSCRIPT") || retryable(err) {
 			s, keys, a := call(i)

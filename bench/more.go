@@ -55,7 +55,7 @@ func (h scriptCounter) ofTask(cmd redis.Cmder) bool {
 	switch cmd.Name() {
 	case "evalsha", "eval":
 		key = 3
-		if n, _ := args[2].(int); slices.ContainsFunc(args[3:min(3+n, len(args))], isAsynqKey) {
+		if ofAsynq(cmd) {
 			return false
 		}
 	case "set":
@@ -84,17 +84,19 @@ func (h scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	}
 }
 
-// ofAsynq reports whether cmd is one of asynq's scripts (its first key
-// is asynq's): a pipeline that carries one is asynq's round trip.
+// ofAsynq reports whether cmd is a script on one of asynq's keys (asynq's
+// own, or done.lua carrying a Complete in asynq's done): it, and a
+// pipeline that carries it, are asynq's round trip.
 func ofAsynq(cmd redis.Cmder) bool {
 	a := cmd.Args()
-	return (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(a) > 3 && isAsynqKey(a[3])
-}
-
-// isAsynqKey reports whether k is a key of asynq's.
-func isAsynqKey(k any) bool {
-	s, _ := k.(string)
-	return strings.HasPrefix(s, "asynq:{")
+	if cmd.Name() != "evalsha" && cmd.Name() != "eval" || len(a) < 3 {
+		return false
+	}
+	n, _ := a[2].(int)
+	return slices.ContainsFunc(a[3:min(3+n, len(a))], func(k any) bool {
+		s, _ := k.(string)
+		return strings.HasPrefix(s, "asynq:{")
+	})
 }
 
 // noopHandler returns a handler that does nothing, and a channel closed
