@@ -143,6 +143,7 @@ type Idempotency struct {
 	doneReady   atomic.Bool // doneBuckets and doneSub are set (readyDone)
 	doneBuckets int         // buckets of finished records (setupDone)
 	doneSub     int         // of them, in each slot (doneTagged: all)
+	doneSHA1    bool        // the store digests keys with SHA-1, not SHA-256 (digest)
 	sweepOdds   int         // a Complete sweeps its bucket with odds 1 in this (doneSweepOdds)
 	// begin, complete, settle and done are begin.lua, complete.lua,
 	// settle.lua and doneScript with the options written in (storeScript).
@@ -161,6 +162,12 @@ type Idempotency struct {
 	// bool): true where a takeover can tell their tasks' keys (always, for
 	// OccurrenceKey; see learnKey for a Key function of the user's).
 	types sync.Map
+	// typesMu guards the writes of dequeueTypes: the types of types
+	// (true) whose runs asynq's dequeue begins (handled), for deq, the
+	// store's dequeue.lua (dequeueScript; nil where it begins none).
+	typesMu      sync.Mutex
+	dequeueTypes atomic.Pointer[[]any]
+	deq          atomic.Pointer[redis.Script]
 }
 
 // IdempotencyStats count what an Idempotency store's middleware did since

@@ -20,6 +20,7 @@ package zclaim
 
 import (
 	"context"
+	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -52,12 +53,35 @@ const doneSweepOdds = 32
 
 // doneOf returns the bucket and field of key's finished record.
 func (i *Idempotency) doneOf(key string) (bucket, field string) {
-	d := sha256.Sum256([]byte(key))
+	d := i.digest(key)
 	b := strconv.FormatUint(uint64(binary.BigEndian.Uint32(d[16:20])%uint32(i.doneSub)), 10)
 	if i.doneTagged {
 		return i.opts.Prefix + doneInfix + ":" + b, string(d[:16])
 	}
 	return i.opts.Prefix + doneInfix + ":{" + slotTags()[slot(i.recordKey(key))] + "}" + b, string(d[:16])
+}
+
+// digestSHA1 follows the number of buckets a store records when its
+// records are digested with SHA-1 (see digest).
+const digestSHA1 = " sha1"
+
+// digest is the digest of key that names its finished record: its first 16
+// bytes are the field, the 4 after them pick the bucket. A store made by
+// this version digests with SHA-1, which its dequeue script reaches in
+// Redis (redis.sha1hex: half a microsecond where SHA-256 written in Lua
+// takes about 40); one that recorded its number of buckets without
+// digestSHA1 was written with SHA-256, and keeps it. Either holds 128 bits
+// of a field: only a key chosen to match another one the same chooser
+// chose (a collision, about 2^61 SHA-1 steps) could share a record, and
+// no key can be made to match a given one.
+func (i *Idempotency) digest(key string) [32]byte {
+	if i.doneSHA1 {
+		var d [32]byte
+		s := sha1.Sum([]byte(key))
+		copy(d[:], s[:])
+		return d
+	}
+	return sha256.Sum256([]byte(key))
 }
 
 // slotTags returns, for each Redis Cluster slot, a short string whose
@@ -108,6 +132,9 @@ func (i *Idempotency) readyDone(ctx context.Context) error {
 	if err := i.setupDone(ctx); err != nil {
 		return err
 	}
+	if s := i.dequeueScript(); s != nil {
+		i.deq.Store(s)
+	}
 	i.loadScripts(ctx)
 	i.doneReady.Store(true)
 	return nil
@@ -125,13 +152,15 @@ func (i *Idempotency) setupDone(ctx context.Context) error {
 	if n == 0 {
 		n = DefaultDoneBuckets
 	}
-	old, err := i.rdb.SetArgs(ctx, p+doneInfix, n, redis.SetArgs{Mode: "NX", Get: true}).Result()
+	old, err := i.rdb.SetArgs(ctx, p+doneInfix, strconv.Itoa(n)+digestSHA1, redis.SetArgs{Mode: "NX", Get: true}).Result()
+	useSHA1 := true
 	switch {
 	case err == redis.Nil:
 	case err != nil:
 		return wrap(ctx, "idempotency store: record the number of buckets", err, nil)
 	default:
-		rec, perr := strconv.Atoi(old)
+		num, s1 := strings.CutSuffix(old, digestSHA1)
+		rec, perr := strconv.Atoi(num)
 		if perr != nil || rec < 1 || rec > maxDoneBuckets {
 			return zerr("zclaim: idempotency store: %w: %q holds %q, not a number of buckets",
 				ErrCorrupt, p+doneInfix, old)
@@ -140,9 +169,9 @@ func (i *Idempotency) setupDone(ctx context.Context) error {
 			return fmt.Errorf("%w: DoneBuckets %d, but this store's finished records were written with %d "+
 				"(%q): a store that looked elsewhere would run their work again", ErrInvalidOptions, want, rec, p+doneInfix)
 		}
-		n = rec
+		n, useSHA1 = rec, s1
 	}
-	i.doneBuckets = n
+	i.doneBuckets, i.doneSHA1 = n, useSHA1
 	i.doneSub = n
 	if !i.doneTagged {
 		i.doneSub = max(1, (n+16383)/16384)
@@ -162,8 +191,10 @@ func (i *Idempotency) loadScripts(ctx context.Context) {
 	// and retries.
 	ctx, cancel := context.WithTimeout(ctx, loadScriptsFor)
 	defer cancel()
-	for _, s := range []*redis.Script{i.begin, i.complete} {
-		_ = s.Load(ctx, i.rdb).Err()
+	for _, s := range []*redis.Script{i.begin, i.complete, i.deq.Load()} {
+		if s != nil {
+			_ = s.Load(ctx, i.rdb).Err()
+		}
 	}
 }
 

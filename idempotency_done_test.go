@@ -1,9 +1,13 @@
 package zclaim
 
 import (
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"testing"
 	"time"
 
@@ -158,6 +162,42 @@ func TestDoneBucketsRecorded(t *testing.T) {
 			t.Fatalf("bucket %q of %q in slot %d, its run record in %d", b, k, slot(b), slot(untagged+k))
 		}
 	}
+}
+
+// A store made now digests its keys with SHA-1 and records so beside its
+// number of buckets; one whose number was recorded alone (by an earlier
+// version) digests with SHA-256, finds the records written so, and
+// begins no runs in asynq's dequeue; a record it cannot read is refused.
+func TestDoneDigestRecorded(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	prefix := testKey(t) + ":run:"
+	i := newIdem(t, rdb, IdempotencyOptions{Prefix: prefix, DoneBuckets: 8})
+	d1 := sha1.Sum([]byte("k"))
+	if v := rdb.Get(ctx, prefix+doneInfix).Val(); v != "8 sha1" || !i.doneSHA1 {
+		t.Fatalf("recorded %q (SHA-1: %t)", v, i.doneSHA1)
+	}
+	if _, field := i.doneOf("k"); field != string(d1[:16]) {
+		t.Fatalf("field %x, want SHA-1's %x", field, d1[:16])
+	}
+
+	old := testKey(t) + "-old:run:"
+	must(t, rdb.Set(ctx, old+doneInfix, "8", 0).Err())
+	o := newIdem(t, rdb, IdempotencyOptions{Prefix: old})
+	if o.doneSHA1 || o.doneBuckets != 8 || o.deq.Load() != nil {
+		t.Fatalf("a store of SHA-256 records: SHA-1 %t, %d buckets, dequeue script %t", o.doneSHA1, o.doneBuckets, o.deq.Load() != nil)
+	}
+	d := sha256.Sum256([]byte("k"))
+	bucket := old + doneInfix + ":" + strconv.Itoa(int(binary.BigEndian.Uint32(d[16:20])%8))
+	must(t, rdb.HSet(ctx, bucket, string(d[:16]), time.Now().Add(time.Hour).UnixMilli()).Err())
+	if _, err := o.Begin(ctx, "k"); !errors.Is(err, ErrAlreadyDone) {
+		t.Errorf("Begin of a key an earlier version finished: %v, want ErrAlreadyDone", err)
+	}
+
+	bad := testKey(t) + "-bad:run:"
+	must(t, rdb.Set(ctx, bad+doneInfix, "8 md5", 0).Err())
+	_, err := NewIdempotency(rdb, IdempotencyOptions{Prefix: bad, Logger: slog.New(slog.DiscardHandler)})
+	wantErr(t, err, ErrCorrupt)
 }
 
 // Keys of the store's own form are refused; a bucket of another type is

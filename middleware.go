@@ -116,7 +116,8 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 // work done, as zclaimpg.Complete does): that task succeeds as skipped.
 // The Complete goes before the middleware returns, or, for a server on
 // the store's AsynqClient, in one round trip with asynq's done of the
-// task, ahead of it.
+// task, ahead of it; on that client the Begin is made in asynq's dequeue
+// of the task, where it can be (see AsynqClient).
 // One that returns another error or panics releases the key, so a retry
 // can run; the error or panic goes on to asynq unchanged. If Redis cannot be reached the handler does not run and
 // the error goes back to asynq (fail closed). A key that can never run
@@ -129,9 +130,7 @@ func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 			ctx = withJob(ctx, t)
 			if i.defaultKey {
-				if _, ok := i.types.Load(t.Type()); !ok {
-					i.types.Store(t.Type(), true)
-				}
+				i.handled(t.Type())
 			}
 			key, err := i.keyOf(ctx, t)
 			if err != nil {
@@ -144,7 +143,10 @@ func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 			if !i.defaultKey && t.Headers()[headerTakeover] == "" {
 				i.learnKey(ctx, t, key)
 			}
-			e, err := i.beginOrWait(ctx, key)
+			e, err := i.preBegunOf(ctx, key)
+			if e == nil && err == nil {
+				e, err = i.beginOrWait(ctx, key)
+			}
 			switch {
 			case errors.Is(err, ErrAlreadyDone):
 				i.skipped.Add(1)

@@ -15,16 +15,28 @@ import (
 
 // AsynqClient returns the store's Redis client for the asynq server whose
 // handlers this store's middleware wraps (asynq.NewServerFromRedisClient).
-// Through it, the Complete of a run whose handler succeeded goes to Redis
-// with asynq's own call that marks its task done, ahead of it: one round
-// trip a task less than the middleware's own Complete, and the same order
-// of writes (the run is finished on Redis before asynq's done of its
-// task). Under asynq v0.26 the two are one script, done.lua, sent in place
-// of asynq's (which the client tells by its SHA1) and making the writes
-// asynq's makes; under another asynq, or on Redis Cluster, they go in one
-// pipeline. Every other call goes to the store's client as it is. Close
-// the client you gave NewIdempotency, not this one, and only after the
-// server has shut down.
+// Through it, a run begins in asynq's own call that dequeues its task and
+// finishes in the one that marks it done: no round trip a task of the
+// middleware's own.
+//
+// Begin: under asynq v0.26, not on Redis Cluster, with the default Key,
+// the client sends dequeue.lua in place of asynq's dequeue script (which
+// it tells by its SHA1): asynq's writes, then the Begin of the task's run
+// where the task is of a type the middleware has handled (up to 16) and
+// its key is its id with no run record. The middleware takes that run
+// when asynq calls it with the task; one no handler takes within Lease/2
+// is deleted, so give the client only to servers whose handlers of those
+// types the middleware wraps. A store an earlier version made, whose
+// finished records are digested with SHA-256, makes its own Begins.
+//
+// Complete: a run whose handler succeeded is completed with asynq's own
+// call that marks its task done, ahead of it, in the same order of writes
+// (the run is finished on Redis before asynq's done of its task). Under
+// asynq v0.26 the two are one script, done.lua, sent in place of asynq's
+// and making the writes asynq's makes; under another asynq, or on Redis
+// Cluster, they go in one pipeline. Every other call goes to the store's
+// client as it is. Close the client you gave NewIdempotency, not this
+// one, and only after the server has shut down.
 //
 // The middleware holds a Complete back for asynq's done once the client has
 // carried one of asynq's dones of the task's queue. A Complete whose done
@@ -34,7 +46,7 @@ import (
 // the client to every asynq server whose handlers use this store's
 // middleware. Where IdempotencyOptions.AsynqRedis names another client
 // than the store's, or writes wait for replicas (WaitReplicas), it returns
-// that client as it is and each Complete goes alone.
+// that client as it is and each Begin and Complete goes alone.
 func (i *Idempotency) AsynqClient() redis.UniversalClient {
 	if a := i.opts.AsynqRedis; a != nil && a != i.rdb {
 		return a
@@ -45,8 +57,9 @@ func (i *Idempotency) AsynqClient() redis.UniversalClient {
 	return asynqClient{i.rdb, i}
 }
 
-// asynqClient is the store's client, for an asynq server: it sends the
-// Complete a run holds back with asynq's done of the run's task.
+// asynqClient is the store's client, for an asynq server: it begins runs
+// in asynq's dequeue, and sends the Complete a run holds back with
+// asynq's done of the run's task.
 type asynqClient struct {
 	redis.UniversalClient
 	i *Idempotency
@@ -54,6 +67,11 @@ type asynqClient struct {
 
 // EvalSha is the call of asynq's scripts (redis.Script.Run).
 func (c asynqClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if sha == asynqDequeue {
+		if cmd := c.i.dequeue(ctx, keys, args); cmd != nil {
+			return cmd
+		}
+	}
 	if l := c.i.lateFor(keys, args); l != nil {
 		if _, ok := asynqDones[sha]; ok && !c.i.cluster {
 			return c.i.completeIn(ctx, l, keys, args)

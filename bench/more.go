@@ -48,8 +48,8 @@ type scriptCounter struct {
 }
 
 // ofTask reports whether cmd is a script or SET on a run record's key,
-// and not one of asynq's (the store's AsynqClient sends a Complete in
-// asynq's done: asynq's round trip).
+// and not one of asynq's (the store's AsynqClient begins a run in asynq's
+// dequeue and sends its Complete in asynq's done: asynq's round trips).
 func (h scriptCounter) ofTask(cmd redis.Cmder) bool {
 	args, key := cmd.Args(), 1
 	switch cmd.Name() {
@@ -245,7 +245,7 @@ func middlewareScenario() {
 		{name: "asynq, no middleware"},
 		{name: "asynq + idempotency middleware", wrap: "idem"},
 		{name: "asynq + idempotency middleware, `DisableTakeover` (no takeover loop)", wrap: "idem", noTakeover: true},
-		{name: "asynq + idempotency middleware, the server on the store's `AsynqClient` (each Complete in one script with asynq's done of its task, in its place)", wrap: "idem", asynqClient: true},
+		{name: "asynq + idempotency middleware, the server on the store's `AsynqClient` (each run begun in one script with asynq's dequeue of its task, and completed in one with its done, in their place)", wrap: "idem", asynqClient: true},
 		{name: "floor: asynq + one plain SET NX per task (no script, no fencing, never completed)", wrap: "setnx"},
 		{name: "floor of start + finish: plain SET NX GET before the handler, plain SET after (no script, no token, no fence)", wrap: "startFinish"},
 		{name: "floor of a fenced start + finish: a script before the handler and one after, each a single SET (on Redis 7 a check and a write in one step take a script)", wrap: "scripts"},
@@ -344,7 +344,7 @@ func middlewareScenario() {
 			"two scripts a task, one round trip each, each making a single SET, with as many keys and arguments as the middleware's Begin and Complete. "+
 			"The fourth asks nothing of Redis: before the handler and after it, the handler's goroutine hands a request to another goroutine and waits for its answer, "+
 			"which comes at once: what waiting twice a task costs asynq's server, whatever a middleware waits for. "+
-			"Round trips count the scripts and SETs on run records the middleware's client sends, alone or in a pipeline, not the takeover loop's passes (once a second, whatever the tasks), nor a script or pipeline that carries asynq's done of the task too (asynq's round trip). "+
+			"Round trips count the scripts and SETs on run records the middleware's client sends, alone or in a pipeline, not the takeover loop's passes (once a second, whatever the tasks), nor a script or pipeline that carries asynq's dequeue or done of the task too (asynq's round trips). "+
 			"The row of the autopipelined client gives the middleware a client of (*redis.Client).AutoPipeline: its round trips count the pipelines it sends. "+
 			"The last row runs the first again in each round: how far its ratio is from 1.00× is how far a ratio moves when nothing changes.")
 }

@@ -1,0 +1,108 @@
+-- dequeue.lua: asynq v0.26's dequeue of one task, and the Begin of its
+-- run in the same step, for the store's AsynqClient (middleware_dequeue.go).
+-- KEYS and ARGV[1..2] are asynq's: the queue's pending list, paused flag,
+-- active list and lease set; the task's lease deadline (Unix s) and the
+-- prefix of its tasks' keys. ARGV[3..] the task types the store's
+-- middleware has handled.
+-- The store writes in front of it (dequeueScript): PREFIX its prefix,
+-- TAGGED whether that has a hash tag, DONE_SUB its buckets of finished
+-- records in each slot, TAGS the hash tag of each slot (4 bytes each,
+-- padded with spaces), CRC the CRC16 table (2 bytes an entry), CRC0 the
+-- CRC16 of PREFIX, and MAXLEN
+-- the longest key; and, as begin.lua's, LEASE_MS, TTL_MS and RETENTION_MS.
+-- Returns what asynq's script returns (the task's message, or nil) when it
+-- began nothing; else {message, id, reply, bucket, field}: reply is the
+-- new run's token (begin.lua's reply for a key with no record) or 0 for a
+-- key that finished (begin.lua's {1, 0, 0}), bucket and field where it
+-- looked for the finished record (the middleware checks they are its own).
+-- It begins nothing for a task of another type, one whose message holds a
+-- header of the store's (zclaim-job or zclaim-takeover, as a key of its
+-- headers: its key is not its id; bytes of the payload that look so only
+-- make it leave the Begin to the middleware), an id the
+-- middleware refuses, or a key that has a run record (the middleware's
+-- Begin then makes its own call), nor where its commands fail (a key of
+-- the wrong type): asynq's part is made all the same.
+if redis.call('EXISTS', KEYS[2]) ~= 0 then return nil end
+local id = redis.call('RPOPLPUSH', KEYS[1], KEYS[3])
+if not id then return nil end
+local tk = ARGV[2] .. id
+redis.call('HSET', tk, 'state', 'active')
+redis.call('HDEL', tk, 'pending_since')
+redis.call('ZADD', KEYS[4], ARGV[1], id)
+local msg = redis.call('HGET', tk, 'msg')
+if not msg then return nil end
+
+-- The task's type: the message's field 1 (protobuf), its first when set.
+local function typeOf(m)
+  if string.byte(m, 1) ~= 10 then return nil end
+  local n, mul, p = 0, 1, 2
+  while true do
+    local b = string.byte(m, p)
+    if not b or p > 5 then return nil end
+    n, mul, p = n + b % 128 * mul, mul * 128, p + 1
+    if b < 128 then break end
+  end
+  return string.sub(m, p, p + n - 1)
+end
+
+-- The Redis Cluster slot of the run record PREFIX .. k (CRC16 of its hash
+-- tag), as keys.go's slot: PREFIX has no brace (TAGGED is false), so the
+-- tag is one in k, or else the whole name, whose CRC16 goes on from
+-- PREFIX's (CRC0).
+local function slot(k)
+  local crc = CRC0
+  local s = string.find(k, '{', 1, true)
+  if s then
+    local e = string.find(k, '}', s + 1, true)
+    if e and e > s + 1 then k, crc = string.sub(k, s + 1, e - 1), 0 end
+  end
+  for j = 1, #k do
+    local x = bit.bxor(bit.rshift(crc, 8), string.byte(k, j))
+    local hi, lo = string.byte(CRC, 2 * x + 1, 2 * x + 2)
+    crc = bit.bxor(bit.band(crc * 256, 65535), hi * 256 + lo)
+  end
+  return crc % 16384
+end
+
+
+local function begin()
+  local h = redis.sha1hex(id)
+  -- The field: the digest's first 16 bytes, read as 4 numbers of 32 bits.
+  local a, b, c, d = tonumber(string.sub(h, 1, 8), 16), tonumber(string.sub(h, 9, 16), 16),
+    tonumber(string.sub(h, 17, 24), 16), tonumber(string.sub(h, 25, 32), 16)
+  local field = string.char(
+    (a - a % 16777216) / 16777216, (a % 16777216 - a % 65536) / 65536, (a % 65536 - a % 256) / 256, a % 256,
+    (b - b % 16777216) / 16777216, (b % 16777216 - b % 65536) / 65536, (b % 65536 - b % 256) / 256, b % 256,
+    (c - c % 16777216) / 16777216, (c % 16777216 - c % 65536) / 65536, (c % 65536 - c % 256) / 256, c % 256,
+    (d - d % 16777216) / 16777216, (d % 16777216 - d % 65536) / 65536, (d % 65536 - d % 256) / 256, d % 256)
+  local n = tonumber(string.sub(h, 33, 40), 16) % DONE_SUB
+  local rk = PREFIX .. id
+  local bucket
+  if TAGGED then
+    bucket = PREFIX .. '\0done:' .. n
+  else
+    local s = slot(id)
+    bucket = PREFIX .. '\0done:{' .. string.match(string.sub(TAGS, 4 * s + 1, 4 * s + 4), '%w+') .. '}' .. n
+  end
+  local t = redis.call('TIME')
+  local now_us = t[1] * 1000000 + t[2]
+  local now_ms = (now_us - now_us % 1000) / 1000
+  local fin = redis.call('HGET', bucket, field)
+  if fin and tonumber(fin) + RETENTION_MS > now_ms then return {msg, id, 0, bucket, field} end
+  local rec = redis.call('SET', rk, string.format('run %d %d', now_us, now_ms + LEASE_MS), 'NX', 'PX', 'TTL_MS', 'GET')
+  if rec then return msg end
+  return {msg, id, now_us, bucket, field}
+end
+
+local typ = typeOf(msg)
+local known = false
+for j = 3, #ARGV do
+  if ARGV[j] == typ then known = true break end
+end
+if not known or #id > MAXLEN or string.sub(id, 1, 5) == '\0done' or
+  string.find(msg, '\10\10zclaim-job', 1, true) or string.find(msg, '\10\15zclaim-takeover', 1, true) then
+  return msg
+end
+local ok, r = pcall(begin)
+if ok then return r end
+return msg
