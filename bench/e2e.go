@@ -26,7 +26,7 @@ func e2eScenario() {
 		{name: "asynq alone: the tasks pending in its queue"},
 		{name: "zclaim quick start: Dispatcher writing in bulk (AsynqRedis) + asynq server on the store's AsynqClient + idempotency middleware, jobs due in the schedule",
 			dispatcher: true, bulk: true, middleware: true, viaDone: true},
-		{name: "the quick start with the asynq server on a client of its own (each Complete a round trip of its own)",
+		{name: "the quick start with the asynq server on a client of its own (each Begin and Complete a round trip of its own)",
 			dispatcher: true, bulk: true, middleware: true},
 		{name: "the same, the Dispatcher enqueuing through an asynq client on an autopipelined go-redis client",
 			dispatcher: true, autopipeline: true, middleware: true, viaDone: true},
@@ -71,8 +71,8 @@ func e2eScenario() {
 			"Both use default options otherwise (the dispatcher's Concurrency 16, the middleware's Lease 5 s and takeover loop). "+
 			"The quick start's Dispatcher writes its tasks into asynq's Redis in bulk (DispatcherOptions.AsynqRedis) and has asynq keep no finished task "+
 			"(TaskRetention -1: the middleware's records skip an occurrence dispatched again), and runs the asynq server on the idempotency store's AsynqClient "+
-			"(each run's Complete goes in one pipeline with asynq's done of its task), as the README's does; "+
-			"the next row puts the server on a client of its own, each Complete a round trip of its own; "+
+			"(each run is begun in one script with asynq's dequeue of its task and completed in one with its done), as the README's does; "+
+			"the next row puts the server on a client of its own, each Begin and Complete a round trip of its own; "+
 			"the two rows after it enqueue each through an asynq client instead, one on (*redis.Client).AutoPipeline, whose concurrent enqueues share round trips, one on a plain client. "+
 			"The two floor rows have no schedule: 16 goroutines enqueue the tasks (asynq alone's) on such a client once the clock runs, "+
 			"which is what feeding asynq inside the window costs whatever the feeder; the second adds the two plain commands a middleware "+

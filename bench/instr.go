@@ -76,6 +76,10 @@ func instructionsScenario() {
 			}
 			return nil
 		}},
+		{"asynq's dequeue of a task (v0.26's script), per task", 1, pendingN(queue, 2*n), dequeueOp(queue, "")},
+		{"the same through the store's AsynqClient: dequeue.lua, asynq's writes and the Begin of the task's run, per task (the default Prefix)",
+			1, pendingN(queue, 2*n), dequeueOp(queue, zclaim.DefaultIdempotencyPrefix)},
+		{"the same, a Prefix with a hash tag of its own", 1, pendingN(queue, 2*n), dequeueOp(queue, "zclaim:{run}:")},
 		{"floor of Begin + Complete: plain SET NX GET, then SET", 1, nil, func(ctx context.Context, rdb *redis.Client, k int) error {
 			for j := range k {
 				key := "k" + strconv.Itoa(j)
@@ -258,6 +262,66 @@ func dispatchOp(queue string, hook, bulk bool) func(ctx context.Context, rdb *re
 		}
 		stop()
 		<-ran
+		return nil
+	}
+}
+
+// asynqDequeue is asynq v0.26's dequeue script (internal/rdb).
+var asynqDequeue = redis.NewScript(`
+if redis.call("EXISTS", KEYS[2]) == 0 then
+	local id = redis.call("RPOPLPUSH", KEYS[1], KEYS[3])
+	if id then
+		local key = ARGV[2] .. id
+		redis.call("HSET", key, "state", "active")
+		redis.call("HDEL", key, "pending_since")
+		redis.call("ZADD", KEYS[4], ARGV[1], id)
+		return redis.call("HGET", key, "msg")
+	end
+end
+return nil`)
+
+// pendingN enqueues count tasks of type "t" into queue on the counted
+// server, each with an occurrence's TaskID, as a dispatcher names them.
+func pendingN(queue string, count int) func(ctx context.Context, rdb *redis.Client) error {
+	return func(ctx context.Context, rdb *redis.Client) error {
+		ac := asynq.NewClientFromRedisClient(rdb)
+		due := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+		for j := range count {
+			if _, err := ac.EnqueueContext(ctx, asynq.NewTask("t", nil), asynq.Queue(queue),
+				asynq.TaskID(zclaim.OccurrenceID("order-"+strconv.Itoa(j), due))); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// dequeueOp dequeues k tasks of queue as asynq's processor does: on the
+// plain client (prefix ""), or through the AsynqClient of a store of
+// prefix whose middleware has handled a task of their type.
+func dequeueOp(queue, prefix string) func(ctx context.Context, rdb *redis.Client, k int) error {
+	return func(ctx context.Context, rdb *redis.Client, k int) error {
+		var c redis.UniversalClient = rdb
+		if prefix != "" {
+			// A lease long enough that no run begun here is taken back (nor
+			// by Close: it is not called) on the counted server.
+			i, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: prefix, Lease: time.Hour, DisableTakeover: true})
+			if err != nil {
+				return err
+			}
+			// The middleware notes the type of a task it handles before it
+			// asks for the task's key (which this one, outside a server, lacks).
+			_ = i.Middleware()(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })).
+				ProcessTask(ctx, asynq.NewTask("t", nil))
+			c = i.AsynqClient()
+		}
+		p := "asynq:{" + queue + "}:"
+		keys := []string{p + "pending", p + "paused", p + "active", p + "lease"}
+		for range k {
+			if err := asynqDequeue.Run(ctx, c, keys, time.Now().Add(30*time.Second).Unix(), p+"t:").Err(); err != nil {
+				return err
+			}
+		}
 		return nil
 	}
 }
