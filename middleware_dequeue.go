@@ -7,6 +7,8 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,7 +94,7 @@ func (i *Idempotency) handled(typ string) {
 	i.typesMu.Lock()
 	defer i.typesMu.Unlock()
 	old := i.dequeueTypes.Load()
-	if old != nil && (len(*old) >= maxDequeueTypes || contains(*old, typ)) {
+	if old != nil && (len(*old) >= maxDequeueTypes || slices.Contains(*old, any(typ))) {
 		return
 	}
 	var next []any
@@ -101,15 +103,6 @@ func (i *Idempotency) handled(typ string) {
 	}
 	next = append(next, typ)
 	i.dequeueTypes.Store(&next)
-}
-
-func contains(a []any, s string) bool {
-	for _, v := range a {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // dequeue makes asynq's dequeue (keys, args) with dequeue.lua, which also
@@ -226,7 +219,8 @@ func (i *Idempotency) undoPre(p *preBegun) {
 	defer cancel()
 	rec := "run " + strconv.FormatInt(p.token, 10) + " " + strconv.FormatInt(p.token/1000+ms(i.opts.Lease), 10)
 	if err := undoScript.Run(ctx, i.rdb, []string{i.recordKey(p.key)}, rec).Err(); err != nil {
-		i.log.Warn("zclaim: could not undo a run begun for a task no handler took", "key", short(p.key), "error", err)
+		i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not undo a run begun for a task no handler took",
+			slog.String("key", short(p.key)), slog.String("error", err.Error()))
 	}
 }
 
