@@ -66,7 +66,8 @@ func (i *Idempotency) dequeueScript() *redis.Script {
 		luaString(i.opts.Prefix), i.doneTagged, i.doneSub, luaString(tags.String()), luaString(string(crc)),
 		crc16(i.opts.Prefix), MaxIDLen)
 	lease, ttl, retention := ms(i.opts.Lease), ms(i.opts.Lease+i.opts.Retention), ms(i.opts.Retention)
-	return storeScript(head+dequeueLua, lease, ttl, retention)
+	// The options go into the body alone: a prefix may hold their names.
+	return redis.NewScript(head + storeBody(dequeueLua, lease, ttl, retention))
 }
 
 // luaString quotes s for Lua 5.1: bytes other than printable ASCII, quotes

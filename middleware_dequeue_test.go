@@ -155,7 +155,7 @@ func (i *Idempotency) pre(queue, id string) *preBegun {
 func TestDequeueBeginsWhereGoLooks(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
-	untagged := "zt-" + t.Name() + ":run:"
+	untagged := "zt-" + t.Name() + ":LEASE_MS:run:" // the script's names of options, in a prefix
 	t.Cleanup(func() {
 		if ks, err := rdb.Keys(ctx, untagged+"*").Result(); err == nil && len(ks) > 0 {
 			rdb.Del(ctx, ks...)

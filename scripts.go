@@ -98,10 +98,15 @@ func doneScript() string {
 // the call), on the path that every run takes; stores with the same
 // options share a script.
 func storeScript(body string, lease, ttl, retention int64) *redis.Script {
-	return redis.NewScript(strings.NewReplacer(
+	return redis.NewScript(storeBody(body, lease, ttl, retention))
+}
+
+// storeBody is body with a store's options written in, as storeScript.
+func storeBody(body string, lease, ttl, retention int64) string {
+	return strings.NewReplacer(
 		"LEASE_MS", strconv.FormatInt(lease, 10),
 		"TTL_MS", strconv.FormatInt(ttl, 10),
-		"RETENTION_MS", strconv.FormatInt(retention, 10)).Replace(body))
+		"RETENTION_MS", strconv.FormatInt(retention, 10)).Replace(body)
 }
 
 // eachShard runs script s, a read, on every shard of the schedule, with
