@@ -230,7 +230,7 @@ func TestDequeueBeginsWhereGoLooks(t *testing.T) {
 func TestDequeueRunsTakenBack(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
-	const lease = 200 * time.Millisecond
+	const lease = 500 * time.Millisecond // taken back from 250 ms, and by its end under load
 	idem := newIdem(t, rdb, IdempotencyOptions{Lease: lease})
 	idem.handled("t")
 	c := idem.AsynqClient()
