@@ -56,12 +56,16 @@ local function slot(k)
     local e = string.find(k, '}', s + 1, true)
     if e and e > s + 1 then k, crc = string.sub(k, s + 1, e - 1), 0 end
   end
-  for j = 1, #k do
-    local x = bit.bxor(bit.rshift(crc, 8), string.byte(k, j))
-    local hi, lo = string.byte(CRC, 2 * x + 1, 2 * x + 2)
-    crc = bit.bxor(bit.band(crc * 256, 65535), hi * 256 + lo)
+  -- A byte at a time, its two halves apart: a call of the bit library or
+  -- of string.byte costs Redis more than the arithmetic around it.
+  local bytes = {string.byte(k, 1, -1)}
+  local hi, lo = (crc - crc % 256) / 256, crc % 256
+  for j = 1, #bytes do
+    local x = bit.bxor(hi, bytes[j])
+    local th, tl = string.byte(CRC, 2 * x + 1, 2 * x + 2)
+    hi, lo = bit.bxor(lo, th), tl
   end
-  return crc % 16384
+  return (hi * 256 + lo) % 16384
 end
 
 
