@@ -158,6 +158,7 @@ type Idempotency struct {
 	asynqKnown bool     // asynq is of the release line knownAsynq: busyQueues may read its lists
 	takeover   takeover // the loop that takes over dead workers' runs
 	guards     guards   // the lease guards of running handlers whose heartbeat has not started
+	ahead      ahead    // the tasks asynq's dequeues took ahead (middleware_prefetch.go)
 	// types are the task types the middleware has handled (string ->
 	// bool): true where a takeover can tell their tasks' keys (always, for
 	// OccurrenceKey; see learnKey for a Key function of the user's).
@@ -225,7 +226,7 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 	}
 	i := &Idempotency{rdb: rdb, opts: opts, log: opts.Logger, defaultKey: defaultKey, sweepOdds: doneSweepOdds,
 		asynqKnown: strings.HasPrefix(asynqVersion(), knownAsynq), repl: replication{opts.WaitReplicas, opts.WaitTimeout},
-		grp: group{rdb: rdb}, cluster: isCluster(rdb),
+		grp: group{rdb: rdb}, cluster: isCluster(rdb), ahead: ahead{hold: min(takeAheadHold, opts.Lease/4)},
 		// The bare prefix is the record key of no key (keys are never
 		// empty): it holds the store's state marker.
 		state: &stateMarker{rdb: rdb, key: opts.Prefix, log: opts.Logger,

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -109,36 +108,59 @@ func (i *Idempotency) handled(typ string) {
 // dequeue makes asynq's dequeue (keys, args) with dequeue.lua, which also
 // begins the task's run, and returns asynq's part of its reply as asynq's
 // script would have replied; nil where the store begins no runs there.
+// It answers from the tasks the last dequeue of the queue took ahead,
+// where it took any (middleware_prefetch.go).
 func (i *Idempotency) dequeue(ctx context.Context, keys []string, args []any) *redis.Cmd {
 	s := i.deq.Load()
-	types := i.dequeueTypes.Load()
-	if s == nil || types == nil || len(keys) != 4 || len(args) != 2 ||
+	if s == nil || len(keys) != 4 || len(args) != 2 ||
 		!strings.HasPrefix(keys[0], "asynq:{") || !strings.HasSuffix(keys[0], "}:pending") {
 		return nil
 	}
-	a := make([]any, 0, 2+len(*types))
-	a = append(append(a, args...), *types...)
+	prefix, ok := args[1].(string)
+	if !ok {
+		return nil
+	}
+	q := keys[0][len("asynq:{") : len(keys[0])-len("}:pending")]
+	cmd := redis.NewCmd(ctx)
+	t, ok, k := i.ahead.next(q)
+	if ok {
+		cmd.SetVal(t.msg)
+		return cmd
+	}
+	a := make([]any, 0, 8)
+	a = append(a, args[0], prefix, k)
+	if types := i.dequeueTypes.Load(); types != nil {
+		a = append(a, *types...)
+	}
 	sent := time.Now()
 	reply, err := s.Run(ctx, i.rdb, keys, a...).Result()
-	cmd := redis.NewCmd(ctx)
-	switch r := reply.(type) {
-	case []any:
-		if len(r) != 5 {
-			cmd.SetErr(zerr("zclaim: asynq's dequeue: %w: reply %v", ErrCorrupt, reply))
-			break
-		}
-		msg, _ := r[0].(string)
-		id, _ := r[1].(string)
-		tok, _ := r[2].(int64)
-		bucket, _ := r[3].(string)
-		field, _ := r[4].(string)
-		cmd.SetVal(msg)
-		q := keys[0][len("asynq:{") : len(keys[0])-len("}:pending")]
-		i.guards.holdPre(i, q+"\x00"+id, &preBegun{key: id, bucket: bucket, field: field, token: tok, sent: sent})
-	default:
-		cmd.SetVal(reply)
+	r, ok := reply.([]any)
+	switch {
+	case err != nil:
 		cmd.SetErr(err)
+		return cmd
+	case !ok || len(r)%5 != 0 || len(r) > 5*k:
+		cmd.SetErr(zerr("zclaim: asynq's dequeue: %w: reply %v", ErrCorrupt, reply))
+		return cmd
+	case len(r) == 0:
+		cmd.SetErr(redis.Nil)
+		return cmd
 	}
+	ts := make([]takenTask, len(r)/5)
+	for j := range ts {
+		msg, _ := r[5*j].(string)
+		id, _ := r[5*j+1].(string)
+		tok, _ := r[5*j+2].(int64)
+		ts[j] = takenTask{msg: msg, id: id}
+		if tok >= 0 {
+			bucket, _ := r[5*j+3].(string)
+			field, _ := r[5*j+4].(string)
+			ts[j].pre = &preBegun{key: id, bucket: bucket, field: field, token: tok, sent: sent}
+			i.guards.holdPre(i, q+"\x00"+id, ts[j].pre)
+		}
+	}
+	i.keepAhead(q, keys, prefix, k, len(ts), ts[1:])
+	cmd.SetVal(ts[0].msg)
 	return cmd
 }
 
@@ -218,7 +240,7 @@ func (i *Idempotency) undoPre(p *preBegun) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
-	rec := "run " + strconv.FormatInt(p.token, 10) + " " + strconv.FormatInt(p.token/1000+ms(i.opts.Lease), 10)
+	rec := preRecord(p.token, i.opts.Lease)
 	if err := undoScript.Run(ctx, i.rdb, []string{i.recordKey(p.key)}, rec).Err(); err != nil {
 		i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not undo a run begun for a task no handler took",
 			slog.String("key", short(p.key)), slog.String("error", err.Error()))

@@ -74,6 +74,7 @@ func (i *Idempotency) asynqRedis() redis.UniversalClient {
 // no part in takeovers. It never closes the Redis clients it was given.
 func (i *Idempotency) Close() error {
 	i.flushLate()
+	i.flushAhead()
 	i.flushPre()
 	tk := &i.takeover
 	tk.once.Do(func() {}) // no loop starts after Close

@@ -1,20 +1,24 @@
--- dequeue.lua: asynq v0.26's dequeue of one task, and the Begin of its
--- run in the same step, for the store's AsynqClient (middleware_dequeue.go).
+-- dequeue.lua: asynq v0.26's dequeue of up to ARGV[3] tasks, and the
+-- Begin of each one's run in the same step, for the store's AsynqClient
+-- (middleware_dequeue.go, middleware_prefetch.go).
 -- KEYS and ARGV[1..2] are asynq's: the queue's pending list, paused flag,
--- active list and lease set; the task's lease deadline (Unix s) and the
--- prefix of its tasks' keys. ARGV[3..] the task types the store's
--- middleware has handled.
+-- active list and lease set; the tasks' lease deadline (Unix s) and the
+-- prefix of its tasks' keys. ARGV[3] how many tasks to take at most,
+-- ARGV[4..] the task types the store's middleware has handled.
 -- The store writes in front of it (dequeueScript): PREFIX its prefix,
 -- TAGGED whether that has a hash tag, DONE_SUB its buckets of finished
 -- records in each slot, TAGS the hash tag of each slot (4 bytes each,
 -- padded with spaces), CRC the CRC16 table (2 bytes an entry), CRC0 the
 -- CRC16 of PREFIX, and MAXLEN
 -- the longest key; and, as begin.lua's, LEASE_MS, TTL_MS and RETENTION_MS.
--- Returns what asynq's script returns (the task's message, or nil) when it
--- began nothing; else {message, id, reply, bucket, field}: reply is the
--- new run's token (begin.lua's reply for a key with no record) or 0 for a
--- key that finished (begin.lua's {1, 0, 0}), bucket and field where it
--- looked for the finished record (the middleware checks they are its own).
+-- Each task taken makes asynq's writes (the task active, under the lease)
+-- and then, where it begins a run, begin.lua's.
+-- Returns 5 values a task taken, in the order taken (none for a paused or
+-- empty queue): its message, its id, the reply of its Begin (the new
+-- run's token; 0 for a key that finished, begin.lua's {1, 0, 0}; -1 where
+-- it began none), and the bucket and field where it looked for the
+-- finished record ('' where it began none; the middleware checks they are
+-- its own).
 -- It begins nothing for a task of another type, one whose message holds a
 -- header of the store's (zclaim-job or zclaim-takeover, as a key of its
 -- headers: its key is not its id; bytes of the payload that look so only
@@ -22,15 +26,7 @@
 -- middleware refuses, or a key that has a run record (the middleware's
 -- Begin then makes its own call), nor where its commands fail (a key of
 -- the wrong type): asynq's part is made all the same.
-if redis.call('EXISTS', KEYS[2]) ~= 0 then return nil end
-local id = redis.call('RPOPLPUSH', KEYS[1], KEYS[3])
-if not id then return nil end
-local tk = ARGV[2] .. id
-redis.call('HSET', tk, 'state', 'active')
-redis.call('HDEL', tk, 'pending_since')
-redis.call('ZADD', KEYS[4], ARGV[1], id)
-local msg = redis.call('HGET', tk, 'msg')
-if not msg then return nil end
+if redis.call('EXISTS', KEYS[2]) ~= 0 then return {} end
 
 -- The task's type: the message's field 1 (protobuf), its first when set.
 local function typeOf(m)
@@ -69,7 +65,9 @@ local function slot(k)
 end
 
 
-local function begin()
+local now_us, now_ms
+
+local function begin(id)
   local h = redis.sha1hex(id)
   -- The field: the digest's first 16 bytes, read as 4 numbers of 32 bits.
   local a, b, c, d = tonumber(string.sub(h, 1, 8), 16), tonumber(string.sub(h, 9, 16), 16),
@@ -80,7 +78,6 @@ local function begin()
     (c - c % 16777216) / 16777216, (c % 16777216 - c % 65536) / 65536, (c % 65536 - c % 256) / 256, c % 256,
     (d - d % 16777216) / 16777216, (d % 16777216 - d % 65536) / 65536, (d % 65536 - d % 256) / 256, d % 256)
   local n = tonumber(string.sub(h, 33, 40), 16) % DONE_SUB
-  local rk = PREFIX .. id
   local bucket
   if TAGGED then
     bucket = PREFIX .. '\0done:' .. n
@@ -88,25 +85,40 @@ local function begin()
     local s = slot(id)
     bucket = PREFIX .. '\0done:{' .. string.match(string.sub(TAGS, 4 * s + 1, 4 * s + 4), '%w+') .. '}' .. n
   end
-  local t = redis.call('TIME')
-  local now_us = t[1] * 1000000 + t[2]
-  local now_ms = (now_us - now_us % 1000) / 1000
+  if not now_us then
+    local t = redis.call('TIME')
+    now_us = t[1] * 1000000 + t[2]
+    now_ms = (now_us - now_us % 1000) / 1000
+  end
   local fin = redis.call('HGET', bucket, field)
-  if fin and tonumber(fin) + RETENTION_MS > now_ms then return {msg, id, 0, bucket, field} end
-  local rec = redis.call('SET', rk, string.format('run %d %d', now_us, now_ms + LEASE_MS), 'NX', 'PX', 'TTL_MS', 'GET')
-  if rec then return msg end
-  return {msg, id, now_us, bucket, field}
+  if fin and tonumber(fin) + RETENTION_MS > now_ms then return 0, bucket, field end
+  -- One TIME a call: the runs it begins share their token, each of its own key.
+  local rec = redis.call('SET', PREFIX .. id, string.format('run %d %d', now_us, now_ms + LEASE_MS), 'NX', 'PX', 'TTL_MS', 'GET')
+  if rec then return -1, '', '' end
+  return now_us, bucket, field
 end
 
-local typ = typeOf(msg)
-local known = false
-for j = 3, #ARGV do
-  if ARGV[j] == typ then known = true break end
+local known = {}
+for j = 4, #ARGV do known[ARGV[j]] = true end
+local out = {}
+for _ = 1, tonumber(ARGV[3]) do
+  local id = redis.call('RPOPLPUSH', KEYS[1], KEYS[3])
+  if not id then break end
+  local tk = ARGV[2] .. id
+  redis.call('HSET', tk, 'state', 'active')
+  redis.call('HDEL', tk, 'pending_since')
+  redis.call('ZADD', KEYS[4], ARGV[1], id)
+  -- A task without its message stays active, as asynq's dequeue leaves it.
+  local msg = redis.call('HGET', tk, 'msg')
+  if msg then
+    local tok, bucket, field = -1, '', ''
+    if known[typeOf(msg)] and #id <= MAXLEN and string.sub(id, 1, 5) ~= '\0done' and
+      not string.find(msg, '\10\10zclaim-job', 1, true) and not string.find(msg, '\10\15zclaim-takeover', 1, true) then
+      local ok, t, b, f = pcall(begin, id)
+      if ok then tok, bucket, field = t, b, f end
+    end
+    local j = #out
+    out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5] = msg, id, tok, bucket, field
+  end
 end
-if not known or #id > MAXLEN or string.sub(id, 1, 5) == '\0done' or
-  string.find(msg, '\10\10zclaim-job', 1, true) or string.find(msg, '\10\15zclaim-takeover', 1, true) then
-  return msg
-end
-local ok, r = pcall(begin)
-if ok then return r end
-return msg
+return out

@@ -1,0 +1,185 @@
+package zclaim
+
+// The tasks dequeue.lua takes beyond the one asynq asked for: asynq's
+// processor dequeues one task a round trip, in one goroutine, and on the
+// store's AsynqClient the next dequeues of the queue are answered from
+// what the last one took.
+
+import (
+	"context"
+	_ "embed"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed lua/giveback.lua
+var givebackLua string
+
+// givebackScript puts tasks taken ahead back on their queue (giveback.lua).
+var givebackScript = redis.NewScript(givebackLua)
+
+// maxTakeAhead bounds the tasks one dequeue takes (dequeue.lua's ARGV[3]).
+const maxTakeAhead = 8
+
+// takeAheadHold is how long a task taken ahead waits for asynq's next
+// dequeue of its queue before it goes back (ahead.hold: at most Lease/4).
+const takeAheadHold = 20 * time.Millisecond
+
+// takenTask is a task dequeue.lua took ahead: its message and id, and the
+// run it began for it (nil where none; also held in guards.pre).
+type takenTask struct {
+	msg, id string
+	pre     *preBegun
+}
+
+// aheadQueue is what a store took ahead of one asynq queue.
+type aheadQueue struct {
+	// k is how many tasks the next dequeue takes: it doubles (up to
+	// maxTakeAhead) when asynq asked for all that a dequeue took, and
+	// halves when some went back unasked.
+	k      int
+	batch  int // how many the dequeue that filled tasks took
+	tasks  []takenTask
+	gen    uint64 // counts the dequeues that filled tasks
+	keys   []string
+	prefix string // asynq's prefix of the queue's task keys
+}
+
+// ahead holds a store's tasks taken ahead, by asynq queue.
+type ahead struct {
+	hold time.Duration // how long a task waits for asynq's dequeue: takeAheadHold, at most Lease/4
+	mu   sync.Mutex
+	qs   map[string]*aheadQueue
+}
+
+// next returns the task taken ahead that asynq's dequeue of queue q gets,
+// if any, and how many tasks a dequeue of q takes otherwise.
+func (a *ahead) next(q string) (t takenTask, ok bool, k int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	aq := a.qs[q]
+	if aq == nil {
+		return takenTask{}, false, 1
+	}
+	if len(aq.tasks) == 0 {
+		return takenTask{}, false, aq.k
+	}
+	t, aq.tasks = aq.tasks[0], aq.tasks[1:]
+	if len(aq.tasks) == 0 {
+		aq.tasks = nil
+		if aq.batch == aq.k {
+			aq.k = min(2*aq.k, maxTakeAhead)
+		}
+	}
+	return t, true, 0
+}
+
+// took records a dequeue of queue q (keys, prefix: asynq's) that asked for
+// k tasks and took n, of which rest go to asynq's next dequeues; it
+// returns the generation that give back takes.
+func (a *ahead) took(q string, keys []string, prefix string, k, n int, rest []takenTask) uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.qs == nil {
+		a.qs = make(map[string]*aheadQueue)
+	}
+	aq := a.qs[q]
+	if aq == nil {
+		aq = &aheadQueue{k: 1}
+		a.qs[q] = aq
+	}
+	aq.keys, aq.prefix = keys, prefix
+	aq.tasks = append(aq.tasks, rest...)
+	aq.batch = n
+	aq.gen++
+	if len(aq.tasks) == 0 && n == k && k == aq.k {
+		aq.k = min(2*aq.k, maxTakeAhead)
+	}
+	return aq.gen
+}
+
+// takeBack removes the tasks of queue q taken ahead (only if the dequeue
+// of generation gen filled them; any, for gen 0) and returns them with the
+// queue's keys and prefix of task keys.
+func (a *ahead) takeBack(q string, gen uint64) ([]takenTask, []string, string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	aq := a.qs[q]
+	if aq == nil || len(aq.tasks) == 0 || gen != 0 && aq.gen != gen {
+		return nil, nil, ""
+	}
+	ts := aq.tasks
+	aq.tasks = nil
+	aq.k = max(1, aq.k/2)
+	return ts, aq.keys, aq.prefix
+}
+
+// keepAhead keeps rest, the tasks of queue q that a dequeue (keys, prefix:
+// asynq's) which asked for k took beyond the first of its n, for asynq's
+// next dequeues of q; those still there after takeAheadHold go back.
+func (i *Idempotency) keepAhead(q string, keys []string, prefix string, k, n int, rest []takenTask) {
+	gen := i.ahead.took(q, keys, prefix, k, n, rest)
+	if len(rest) == 0 {
+		return
+	}
+	time.AfterFunc(i.ahead.hold, func() { i.giveBack(q, gen) })
+}
+
+// giveBack puts the tasks of queue q taken ahead (by the dequeue of
+// generation gen; any, for 0) back where asynq's next dequeue takes them
+// first, in their order, and deletes the runs begun for them: asynq did
+// not ask for them in time (its workers were all busy, or it stopped).
+func (i *Idempotency) giveBack(q string, gen uint64) {
+	ts, qkeys, prefix := i.ahead.takeBack(q, gen)
+	if len(ts) == 0 {
+		return
+	}
+	keys := []string{qkeys[0], qkeys[2], qkeys[3]}
+	args := []any{prefix, time.Now().UnixNano()}
+	gs := &i.guards
+	gs.mu.Lock()
+	for _, t := range ts {
+		keys = append(keys, i.recordKey(t.id))
+		rec := ""
+		if p := t.pre; p != nil {
+			if gs.pre[q+"\x00"+t.id] == p {
+				delete(gs.pre, q+"\x00"+t.id)
+			}
+			if p.token > 0 {
+				rec = preRecord(p.token, i.opts.Lease)
+			}
+		}
+		args = append(args, t.id, rec)
+	}
+	gs.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	if err := givebackScript.Run(ctx, i.rdb, keys, args...).Err(); err != nil {
+		// They stay active under asynq's lease, their runs under theirs:
+		// asynq's recovery and the takeover bring them back.
+		i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not give back tasks taken ahead of asynq's dequeue",
+			slog.String("queue", q), slog.Int("tasks", len(ts)), slog.String("error", err.Error()))
+	}
+}
+
+// flushAhead gives back every task taken ahead (Close).
+func (i *Idempotency) flushAhead() {
+	i.ahead.mu.Lock()
+	qs := make([]string, 0, len(i.ahead.qs))
+	for q := range i.ahead.qs {
+		qs = append(qs, q)
+	}
+	i.ahead.mu.Unlock()
+	for _, q := range qs {
+		i.giveBack(q, 0)
+	}
+}
+
+// preRecord is the run record that dequeue.lua wrote for a run of token tok.
+func preRecord(tok int64, lease time.Duration) string {
+	return "run " + strconv.FormatInt(tok, 10) + " " + strconv.FormatInt(tok/1000+ms(lease), 10)
+}
