@@ -236,7 +236,7 @@ func middlewareScenario() {
 	// What runs around the handler; the ratios compare each with the first.
 	type contender struct {
 		name         string
-		wrap         string // "": nothing; "idem": the middleware; "setnx", "startFinish", "scripts", "handoff": the floors
+		wrap         string // "": nothing; "idem": the middleware; "client": a store, no middleware; "setnx", "startFinish", "scripts", "handoff": the floors
 		noTakeover   bool   // the middleware's DisableTakeover
 		autopipeline bool   // the middleware's client is (*redis.Client).AutoPipeline
 		asynqClient  bool   // the asynq server runs on the store's AsynqClient
@@ -246,6 +246,7 @@ func middlewareScenario() {
 		{name: "asynq + idempotency middleware", wrap: "idem"},
 		{name: "asynq + idempotency middleware, `DisableTakeover` (no takeover loop)", wrap: "idem", noTakeover: true},
 		{name: "asynq + idempotency middleware, the server on the store's `AsynqClient` (each run begun in one script with asynq's dequeue of its task, and completed in one with its done, in their place)", wrap: "idem", asynqClient: true},
+		{name: "asynq, no middleware, the server on a store's `AsynqClient` (its dequeues take up to 8 tasks at a time)", wrap: "client", asynqClient: true},
 		{name: "floor: asynq + one plain SET NX per task (no script, no fencing, never completed)", wrap: "setnx"},
 		{name: "floor of start + finish: plain SET NX GET before the handler, plain SET after (no script, no token, no fence)", wrap: "startFinish"},
 		{name: "floor of a fenced start + finish: a script before the handler and one after, each a single SET (on Redis 7 a check and a write in one step take a script)", wrap: "scripts"},
@@ -271,7 +272,7 @@ func middlewareScenario() {
 			var idem *zclaim.Idempotency
 			stopHandOffs := func() {}
 			switch c.wrap {
-			case "idem":
+			case "idem", "client":
 				var rdb redis.UniversalClient = idemClient
 				if c.autopipeline {
 					ap, err := idemClient.AutoPipeline()
@@ -285,7 +286,9 @@ func middlewareScenario() {
 				if err != nil {
 					panic(err)
 				}
-				h = idem.Middleware()(h)
+				if c.wrap == "idem" {
+					h = idem.Middleware()(h)
+				}
 			case "setnx":
 				h = aroundTask(key+":run:", func(ctx context.Context, k string) error {
 					return idemClient.SetNX(ctx, k, "1", time.Minute).Err()
@@ -337,6 +340,8 @@ func middlewareScenario() {
 			"the next column gives the middle half of those per-round ratios (first to third quartile): how far one round's ratio strays. "+
 			"CPU beyond asynq alone's is likewise the median over the rounds of the difference of the two contenders' CPU a task in one round (Redis' and this process'). "+
 			"Commands count every command Redis ran, including those inside scripts. "+
+			"On the store's AsynqClient, a dequeue of asynq's takes the tasks its next ones get, up to 8 (doubling from 1 while asynq asks for all it took), and begins their runs: "+
+			"asynq's processor dequeues one task a round trip in one goroutine, which bounds asynq alone; the row without the middleware shows what that alone is worth. "+
 			"The first floor does one round trip per task and nothing else: what asking Redis once per task costs on this machine. "+
 			"The second does the two plain commands a middleware that records each run's start and finish needs at least, one round trip each, "+
 			"without the token, lease and fence that make the middleware's scripts safe. "+
