@@ -223,4 +223,5 @@ func worker(f roleFlags) {
 	}
 	<-ctx.Done()
 	srv.Shutdown()
+	idem.Close() // as the quick start's: tasks taken ahead go back
 }

@@ -158,6 +158,7 @@ func run(w io.Writer, rdb *redis.Client, ns string, cfg config) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	defer idem.Close() // after the server's Shutdown (deferred below): sends the Completes it holds
 
 	// Jobs late by design (claimed by a worker that crashes) are left out
 	// of the lag figures.
