@@ -118,13 +118,13 @@ func TestTakenAheadGoBack(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
 	idem := newIdem(t, rdb, IdempotencyOptions{Lease: time.Minute})
+	idem.ahead.hold = time.Minute // the test gives back itself, as the timer does
 	idem.handled("t")
 	queue := testQueue(t)
 	ids := seqIDs("b", 10)
 	enqueueIDs(t, queue, ids...)
 	startAhead(idem, queue, 8)
 	c := idem.AsynqClient()
-	start := time.Now()
 	reply, err := dequeueOn(c, queue)
 	if msg, ok := reply.(string); err != nil || !ok || !strings.Contains(msg, ids[0]) {
 		t.Fatalf("dequeue: %v, %v", reply, err)
@@ -138,10 +138,7 @@ func TestTakenAheadGoBack(t *testing.T) {
 			t.Fatalf("task %s taken ahead without its run begun", id)
 		}
 	}
-	waitFor(t, 5*time.Second, "the tasks given back", func() bool { return rdb.LLen(ctx, p+"active").Val() == 1 })
-	if d := time.Since(start); d < idem.ahead.hold {
-		t.Errorf("given back after %v, before the hold (%v)", d, idem.ahead.hold)
-	}
+	idem.giveBack(queue, 0)
 	if rdb.Exists(ctx, idem.recordKey(ids[0])).Val() != 1 {
 		t.Errorf("the run of the task asynq got was deleted")
 	}
@@ -152,6 +149,23 @@ func TestTakenAheadGoBack(t *testing.T) {
 	if k != 4 {
 		t.Errorf("after a give back the next dequeue takes %d, want 4", k)
 	}
+
+	// The timer gives back once the hold has run out.
+	idem3 := newIdem(t, rdb, IdempotencyOptions{Lease: time.Minute})
+	idem3.handled("t")
+	ids = seqIDs("e", 3)
+	enqueueIDs(t, queue, ids...)
+	startAhead(idem3, queue, 8)
+	start := time.Now()
+	if _, err := dequeueOn(idem3.AsynqClient(), queue); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the tasks given back", func() bool { return rdb.LLen(ctx, p+"pending").Val() == 2 })
+	if d := time.Since(start); d < idem3.ahead.hold {
+		t.Errorf("given back after %v, before the hold (%v)", d, idem3.ahead.hold)
+	}
+	checkGivenBack(t, rdb, idem3, queue, ids[1:])
+	idem3.flushPre()
 
 	// Close gives back at once.
 	idem2 := newIdem(t, rdb, IdempotencyOptions{Lease: time.Minute})
