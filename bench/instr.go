@@ -22,8 +22,8 @@ import (
 // Scenario 6 (-only instructions; needs valgrind): Redis' own instructions
 // per operation, counted by callgrind on a redis-server of its own. The
 // operations run one after another, so the count does not follow how busy
-// the machine is: within about 1% from run to run of the same code for
-// the middleware's rows, up to 5% for the rows that claim (a count over
+// the machine is: within about 2% from run to run of the same code for
+// the middleware's rows, up to 9% for the rows that claim (a count over
 // more jobs, with the server's counters zeroed after the load, tells a
 // small change apart better). It counts user-space instructions only (the
 // kernel's network work is not in it), so it compares versions of a path,
@@ -172,7 +172,7 @@ func instructionsScenario() {
 		rows = append(rows, []string{op.name, fmt.Sprintf("%.1fk", per/1000)})
 	}
 	table("6. Redis instructions per operation (callgrind)", []string{"operation", "instructions"}, rows,
-		"Counted by `valgrind --tool=callgrind` on a redis-server serving the operations one after another: within about 1% from run to run of the same code, however busy the machine, for Begin + Complete and the floors; the rows that claim move by up to 5% between runs of the same code, and the Dispatcher's rows have batches as large as its pace lets them be. Its scripts alone take 100 jobs a batch. "+
+		"Counted by `valgrind --tool=callgrind` on a redis-server serving the operations one after another: within about 2% from run to run of the same code on one VM (up to 8% from one VM to another) for Begin + Complete, the floors and the dequeues; the rows that claim move by up to 9% between runs of the same code, and the Dispatcher's rows have batches as large as its pace lets them be. Its scripts alone take 100 jobs a batch. The AsynqClient's dequeues take up to 8 tasks a call, as an asynq server's would here. "+
 			"The row writing in bulk counts the tasks' writes too (asynq on the counted server), as does the row of asynq's own Enqueue. "+
 			"User-space only: compare versions of one path with it, not paths with different round trips.")
 }
