@@ -49,6 +49,10 @@ type aheadQueue struct {
 	prefix string // asynq's prefix of the queue's task keys
 }
 
+// grow doubles how many tasks the next dequeue takes, up to maxTakeAhead:
+// asynq asked for all that a full dequeue took.
+func (aq *aheadQueue) grow() { aq.k = min(2*aq.k, maxTakeAhead) }
+
 // ahead holds a store's tasks taken ahead, by asynq queue.
 type ahead struct {
 	hold time.Duration // how long a task waits for asynq's dequeue: takeAheadHold, at most Lease/4
@@ -72,7 +76,7 @@ func (a *ahead) next(q string) (t takenTask, ok bool, k int) {
 	if len(aq.tasks) == 0 {
 		aq.tasks = nil
 		if aq.batch == aq.k {
-			aq.k = min(2*aq.k, maxTakeAhead)
+			aq.grow()
 		}
 	}
 	return t, true, 0
@@ -97,7 +101,7 @@ func (a *ahead) took(q string, keys []string, prefix string, k, n int, rest []ta
 	aq.batch = n
 	aq.gen++
 	if len(aq.tasks) == 0 && n == k && k == aq.k {
-		aq.k = min(2*aq.k, maxTakeAhead)
+		aq.grow()
 	}
 	return aq.gen
 }
