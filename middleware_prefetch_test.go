@@ -241,6 +241,7 @@ func TestTakeAheadServersShareQueue(t *testing.T) {
 	for _, g := range gives {
 		n += g.n.Load()
 	}
+	t.Logf("give backs: %d", n)
 	if n == 0 {
 		t.Errorf("no task taken ahead went back: the test did not test that")
 	}
