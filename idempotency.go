@@ -115,7 +115,20 @@ type IdempotencyOptions struct {
 	// middleware handles, where takeovers read active tasks and enqueue
 	// their copies. Default: the store's own client.
 	AsynqRedis redis.UniversalClient
+	// TakeAhead is the most tasks one of asynq's dequeues takes on the
+	// store's AsynqClient, where it begins runs there: asynq's next
+	// dequeues of the queue get the others with no round trip (see
+	// AsynqClient). 1 takes one task a dequeue, as asynq does; at most
+	// MaxTakeAhead. Default: DefaultTakeAhead (8).
+	TakeAhead int
 }
+
+// DefaultTakeAhead is IdempotencyOptions.TakeAhead's default, and
+// MaxTakeAhead its largest value.
+const (
+	DefaultTakeAhead = 8
+	MaxTakeAhead     = 64
+)
 
 // Idempotency is a store of run records, one per key: running (with a lease
 // and a fencing token) or finished. It keeps one key to at most one live
@@ -212,7 +225,10 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 		opts.Key = OccurrenceKey
 	}
 	orDefault(&opts.Logger, discardLogger)
+	orDefault(&opts.TakeAhead, DefaultTakeAhead)
 	switch {
+	case opts.TakeAhead < 1 || opts.TakeAhead > MaxTakeAhead:
+		return nil, fmt.Errorf("%w: TakeAhead must be 1 to %d, not %d", ErrInvalidOptions, MaxTakeAhead, opts.TakeAhead)
 	case opts.Lease < 3*time.Millisecond:
 		return nil, fmt.Errorf("%w: Lease must be at least 3ms, not %v", ErrInvalidOptions, opts.Lease)
 	case opts.Retention < time.Millisecond:
@@ -226,7 +242,7 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 	}
 	i := &Idempotency{rdb: rdb, opts: opts, log: opts.Logger, defaultKey: defaultKey, sweepOdds: doneSweepOdds,
 		asynqKnown: strings.HasPrefix(asynqVersion(), knownAsynq), repl: replication{opts.WaitReplicas, opts.WaitTimeout},
-		grp: group{rdb: rdb}, cluster: isCluster(rdb), ahead: ahead{hold: min(takeAheadHold, opts.Lease/4)},
+		grp: group{rdb: rdb}, cluster: isCluster(rdb), ahead: ahead{hold: min(takeAheadHold, opts.Lease/4), most: opts.TakeAhead},
 		// The bare prefix is the record key of no key (keys are never
 		// empty): it holds the store's state marker.
 		state: &stateMarker{rdb: rdb, key: opts.Prefix, log: opts.Logger,

@@ -229,7 +229,8 @@ func TestIdempotencyBadInput(t *testing.T) {
 	if e, err := i.Begin(ctx, "big"); err != nil || e.Token != 9007199254740991 {
 		t.Fatalf("after token 9007199254740990: %+v, %v", e, err)
 	}
-	for _, o := range []IdempotencyOptions{{Lease: time.Millisecond}, {Retention: -time.Second}, {Lease: time.Second, Retention: math.MaxInt64}} {
+	for _, o := range []IdempotencyOptions{{Lease: time.Millisecond}, {Retention: -time.Second}, {Lease: time.Second, Retention: math.MaxInt64},
+		{TakeAhead: -1}, {TakeAhead: MaxTakeAhead + 1}} {
 		_, err := NewIdempotency(rdb, o)
 		wantErr(t, err, ErrInvalidOptions)
 	}

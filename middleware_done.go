@@ -30,7 +30,8 @@ import (
 // finished records are digested with SHA-256, makes its own Begins.
 //
 // Taking ahead: where it begins runs in the dequeue, a dequeue of asynq's
-// takes the tasks the next ones get, up to 8, and the client answers
+// takes the tasks the next ones get, up to IdempotencyOptions.TakeAhead
+// (8 by default; 1 takes one, as asynq does), and the client answers
 // asynq's next dequeues of the queue from them, with no round trip
 // (asynq's processor dequeues one task at a time, in one goroutine). How
 // many it takes doubles from 1 while asynq asks for all a dequeue took,

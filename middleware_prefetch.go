@@ -22,9 +22,6 @@ var givebackLua string
 // givebackScript puts tasks taken ahead back on their queue (giveback.lua).
 var givebackScript = redis.NewScript(givebackLua)
 
-// maxTakeAhead bounds the tasks one dequeue takes (dequeue.lua's ARGV[3]).
-const maxTakeAhead = 8
-
 // takeAheadHold is how long a task taken ahead waits for asynq's next
 // dequeue of its queue before it goes back (ahead.hold: at most Lease/4).
 const takeAheadHold = 20 * time.Millisecond
@@ -39,7 +36,7 @@ type takenTask struct {
 // aheadQueue is what a store took ahead of one asynq queue.
 type aheadQueue struct {
 	// k is how many tasks the next dequeue takes: it doubles (up to
-	// maxTakeAhead) when asynq asked for all that a dequeue took, and
+	// ahead.most) when asynq asked for all that a dequeue took, and
 	// halves when some went back unasked.
 	k      int
 	batch  int // how many the dequeue that filled tasks took
@@ -49,13 +46,14 @@ type aheadQueue struct {
 	prefix string // asynq's prefix of the queue's task keys
 }
 
-// grow doubles how many tasks the next dequeue takes, up to maxTakeAhead:
-// asynq asked for all that a full dequeue took.
-func (aq *aheadQueue) grow() { aq.k = min(2*aq.k, maxTakeAhead) }
+// grow doubles how many tasks the next dequeue takes, up to most: asynq
+// asked for all that a full dequeue took.
+func (aq *aheadQueue) grow(most int) { aq.k = min(2*aq.k, most) }
 
 // ahead holds a store's tasks taken ahead, by asynq queue.
 type ahead struct {
 	hold time.Duration // how long a task waits for asynq's dequeue: takeAheadHold, at most Lease/4
+	most int           // the most tasks a dequeue takes (IdempotencyOptions.TakeAhead)
 	mu   sync.Mutex
 	qs   map[string]*aheadQueue
 }
@@ -76,7 +74,7 @@ func (a *ahead) next(q string) (t takenTask, ok bool, k int) {
 	if len(aq.tasks) == 0 {
 		aq.tasks = nil
 		if aq.batch == aq.k {
-			aq.grow()
+			aq.grow(a.most)
 		}
 	}
 	return t, true, 0
@@ -101,7 +99,7 @@ func (a *ahead) took(q string, keys []string, prefix string, k, n int, rest []ta
 	aq.batch = n
 	aq.gen++
 	if len(aq.tasks) == 0 && n == k && k == aq.k {
-		aq.grow()
+		aq.grow(a.most)
 	}
 	return aq.gen
 }

@@ -34,7 +34,7 @@ func seqIDs(p string, n int) []string {
 }
 
 // On the store's AsynqClient a dequeue takes the tasks asynq's next
-// dequeues of the queue get, up to maxTakeAhead, as many more each time
+// dequeues of the queue get, up to TakeAhead, as many more each time
 // asynq asked for all it took: each task once, in the queue's order, its
 // run begun, and fewer round trips than tasks.
 func TestDequeueTakesAhead(t *testing.T) {
@@ -71,6 +71,32 @@ func TestDequeueTakesAhead(t *testing.T) {
 		t.Errorf("%d tasks active, want 40", n)
 	}
 	idem.flushPre()
+}
+
+// TakeAhead bounds what a dequeue takes: with 3, the dequeues of 10 tasks
+// take 1, 2, 3, 3 and 1; with 1, one each, as asynq's own.
+func TestTakeAheadOption(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ most, calls int }{{3, 5}, {1, 10}} {
+		rdb := newClient(t)
+		calls := &scriptCalls{}
+		rdb.AddHook(calls)
+		idem := newIdem(t, rdb, IdempotencyOptions{Lease: time.Minute, TakeAhead: c.most})
+		idem.ahead.hold = time.Minute
+		calls.sha = idem.deq.Load().Hash()
+		queue := testQueue(t)
+		ids := seqIDs(fmt.Sprintf("m%d-", c.most), 10)
+		enqueueIDs(t, queue, ids...)
+		for _, id := range ids {
+			reply, err := dequeueOn(idem.AsynqClient(), queue)
+			if msg, ok := reply.(string); err != nil || !ok || !strings.Contains(msg, id) {
+				t.Fatalf("TakeAhead %d: dequeue: %v, %v; want task %s", c.most, reply, err, id)
+			}
+		}
+		if n := calls.n.Load(); n != int64(c.calls) {
+			t.Errorf("TakeAhead %d: %d dequeues reached Redis for 10 tasks, want %d", c.most, n, c.calls)
+		}
+	}
 }
 
 // startAhead makes the store take k tasks in its next dequeue of queue.
@@ -252,12 +278,13 @@ func TestTakeAheadServersShareQueue(t *testing.T) {
 
 // What a store takes ahead, against a model: asynq gets each task once,
 // from next or the queue after a give back, in the order taken; a
-// dequeue takes k, which doubles up to maxTakeAhead when asynq asked for
+// dequeue takes k, which doubles up to its most when asynq asked for
 // all a full dequeue took, and halves on a give back.
 func TestAheadModel(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(rt *rapid.T) {
-		var a ahead
+		most := rapid.IntRange(1, MaxTakeAhead).Draw(rt, "most")
+		a := ahead{most: most}
 		var held []string // the model's tasks taken ahead
 		k, batch, gen, seq := 1, 0, uint64(0), 0
 		var seen []string // asynq's tasks, and those given back, in order
@@ -292,7 +319,7 @@ func TestAheadModel(t *testing.T) {
 				}
 				seen = append(seen, tt.id)
 				if held = held[1:]; len(held) == 0 && batch == k {
-					k = min(2*k, maxTakeAhead)
+					k = min(2*k, most)
 				}
 				continue
 			}
@@ -315,7 +342,7 @@ func TestAheadModel(t *testing.T) {
 			gen = a.took("q", []string{"p", "x", "a", "l"}, "t:", kk, n, rest)
 			batch = n
 			if n == 1 && kk == 1 {
-				k = min(2*k, maxTakeAhead)
+				k = min(2*k, most)
 			}
 		}
 		for _, x := range held {
