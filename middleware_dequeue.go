@@ -105,11 +105,12 @@ func (i *Idempotency) handled(typ string) {
 	i.dequeueTypes.Store(&next)
 }
 
-// dequeue makes asynq's dequeue (keys, args) with dequeue.lua, which also
-// begins the task's run, and returns asynq's part of its reply as asynq's
-// script would have replied; nil where the store begins no runs there.
-// It answers from the tasks the last dequeue of the queue took ahead,
-// where it took any (middleware_prefetch.go).
+// dequeue makes asynq's dequeue (keys, args) with dequeue.lua, which takes
+// up to TakeAhead tasks and begins their runs, and returns the first
+// task's message as asynq's script would have replied (redis.Nil for
+// none); nil where the store does not send dequeue.lua. It answers from
+// the tasks the last dequeue of the queue took ahead, where it holds any
+// (middleware_prefetch.go).
 func (i *Idempotency) dequeue(ctx context.Context, keys []string, args []any) *redis.Cmd {
 	s := i.deq.Load()
 	if s == nil || len(keys) != 4 || len(args) != 2 ||
