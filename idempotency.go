@@ -178,10 +178,12 @@ type Idempotency struct {
 	types sync.Map
 	// typesMu guards the writes of dequeueTypes: the types of types
 	// (true) whose runs asynq's dequeue begins (handled), for deq, the
-	// store's dequeue.lua (dequeueScript; nil where it begins none).
+	// store's dequeue.lua (dequeueScript; nil where AsynqClient is the
+	// store's client as it is), where deqBegins (dequeueBegins).
 	typesMu      sync.Mutex
 	dequeueTypes atomic.Pointer[[]any]
 	deq          atomic.Pointer[redis.Script]
+	deqBegins    atomic.Bool
 }
 
 // IdempotencyStats count what an Idempotency store's middleware did since

@@ -132,7 +132,8 @@ func (i *Idempotency) readyDone(ctx context.Context) error {
 	if err := i.setupDone(ctx); err != nil {
 		return err
 	}
-	if s := i.dequeueScript(); s != nil {
+	if s, begins := i.dequeueScript(); s != nil {
+		i.deqBegins.Store(begins)
 		i.deq.Store(s)
 	}
 	i.loadScripts(ctx)

@@ -184,8 +184,8 @@ func TestDoneDigestRecorded(t *testing.T) {
 	old := testKey(t) + "-old:run:"
 	must(t, rdb.Set(ctx, old+doneInfix, "8", 0).Err())
 	o := newIdem(t, rdb, IdempotencyOptions{Prefix: old})
-	if o.doneSHA1 || o.doneBuckets != 8 || o.deq.Load() != nil {
-		t.Fatalf("a store of SHA-256 records: SHA-1 %t, %d buckets, dequeue script %t", o.doneSHA1, o.doneBuckets, o.deq.Load() != nil)
+	if o.doneSHA1 || o.doneBuckets != 8 || o.deqBegins.Load() {
+		t.Fatalf("a store of SHA-256 records: SHA-1 %t, %d buckets, runs begun in dequeues %t", o.doneSHA1, o.doneBuckets, o.deqBegins.Load())
 	}
 	d := sha256.Sum256([]byte("k"))
 	bucket := old + doneInfix + ":" + strconv.Itoa(int(binary.BigEndian.Uint32(d[16:20])%8))

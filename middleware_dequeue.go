@@ -41,17 +41,16 @@ type preBegun struct {
 }
 
 // dequeueScript returns dequeue.lua for the store, once readyDone has
-// settled its buckets; nil where the middleware's key of a task is not its
-// id (a Key function of the user's), on Redis Cluster (asynq's keys and
-// the store's are in different slots), where writes wait for replicas, or
-// where the store digests its keys with SHA-256 (one made by an earlier
-// version), which Lua in Redis computes about 80 times slower than SHA-1.
-func (i *Idempotency) dequeueScript() *redis.Script {
-	if !i.defaultKey || i.cluster || i.repl.n > 0 || !i.doneSHA1 {
-		return nil
+// settled its buckets, and whether it begins runs (dequeueBegins); nil
+// where writes wait for replicas (AsynqClient is then the store's client
+// as it is).
+func (i *Idempotency) dequeueScript() (*redis.Script, bool) {
+	if i.repl.n > 0 {
+		return nil, false
 	}
-	var tags strings.Builder
-	if !i.doneTagged {
+	begins := i.dequeueBegins()
+	var tags strings.Builder // only where it begins runs: 64 KB
+	if begins && !i.doneTagged {
 		for _, t := range slotTags() {
 			tags.WriteString(t + "    "[len(t):])
 		}
@@ -66,7 +65,18 @@ func (i *Idempotency) dequeueScript() *redis.Script {
 		crc16(i.opts.Prefix), MaxIDLen)
 	lease, ttl, retention := ms(i.opts.Lease), ms(i.opts.Lease+i.opts.Retention), ms(i.opts.Retention)
 	// The options go into the body alone: a prefix may hold their names.
-	return redis.NewScript(head + storeBody(dequeueLua, lease, ttl, retention))
+	return redis.NewScript(head + storeBody(dequeueLua, lease, ttl, retention)), begins
+}
+
+// dequeueBegins reports whether dequeue.lua begins the runs of the tasks
+// it takes. It begins none, and only takes tasks ahead, where the
+// middleware's key of a task is not its id (a Key function of the
+// user's), on Redis Cluster (asynq's keys and the store's are in
+// different slots), or where the store digests its keys with SHA-256 (one
+// made by an earlier version), which Lua in Redis computes about 80 times
+// slower than SHA-1.
+func (i *Idempotency) dequeueBegins() bool {
+	return i.defaultKey && !i.cluster && i.doneSHA1
 }
 
 // luaString quotes s for Lua 5.1: bytes other than printable ASCII, quotes
@@ -106,7 +116,7 @@ func (i *Idempotency) handled(typ string) {
 }
 
 // dequeue makes asynq's dequeue (keys, args) with dequeue.lua, which takes
-// up to TakeAhead tasks and begins their runs, and returns the first
+// up to TakeAhead tasks and begins their runs (where dequeueBegins), and returns the first
 // task's message as asynq's script would have replied (redis.Nil for
 // none); nil where the store does not send dequeue.lua. It answers from
 // the tasks the last dequeue of the queue took ahead, where it holds any
@@ -130,7 +140,7 @@ func (i *Idempotency) dequeue(ctx context.Context, keys []string, args []any) *r
 	}
 	a := make([]any, 0, 8)
 	a = append(a, args[0], prefix, k)
-	if types := i.dequeueTypes.Load(); types != nil {
+	if types := i.dequeueTypes.Load(); types != nil && i.deqBegins.Load() {
 		a = append(a, *types...)
 	}
 	sent := time.Now()
@@ -184,7 +194,7 @@ func (gs *guards) holdPre(i *Idempotency, task string, p *preBegun) {
 // ctx, whose key is key: an Execution, ErrAlreadyDone, or (nil, nil) where
 // it began none (or one of another record than key's, which it undoes).
 func (i *Idempotency) preBegunOf(ctx context.Context, key string) (*Execution, error) {
-	if i.deq.Load() == nil {
+	if !i.deqBegins.Load() {
 		return nil, nil
 	}
 	q, ok := asynq.GetQueueName(ctx)

@@ -29,15 +29,16 @@ import (
 // types the middleware wraps. A store an earlier version made, whose
 // finished records are digested with SHA-256, makes its own Begins.
 //
-// Taking ahead: where it begins runs in the dequeue, a dequeue of asynq's
-// takes the tasks the next ones get, up to IdempotencyOptions.TakeAhead
+// Taking ahead: under asynq v0.26 (on Redis Cluster too, and with a Key
+// of the user's, where it begins no runs), a dequeue of asynq's takes the
+// tasks the next ones get, up to IdempotencyOptions.TakeAhead
 // (8 by default; 1 takes one, as asynq does), and the client answers
 // asynq's next dequeues of the queue from them, with no round trip
 // (asynq's processor dequeues one task at a time, in one goroutine). How
 // many it takes doubles from 1 while asynq asks for all a dequeue took,
 // and halves when some go back: a task asynq does not ask for within
 // 20 ms (or Lease/4, if less) goes back to the front of its queue, its run
-// deleted, as does every task still held at Close. Meanwhile such a task
+// (if begun) deleted, as does every task still held at Close. Meanwhile such a task
 // is active in asynq's lists with no worker, and one taken just before
 // its queue was paused may still start.
 //

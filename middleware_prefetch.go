@@ -145,7 +145,6 @@ func (i *Idempotency) giveBack(q string, gen uint64) {
 	gs := &i.guards
 	gs.mu.Lock()
 	for _, t := range ts {
-		keys = append(keys, i.recordKey(t.id))
 		rec := ""
 		if p := t.pre; p != nil {
 			if gs.pre[q+"\x00"+t.id] == p {
@@ -153,6 +152,7 @@ func (i *Idempotency) giveBack(q string, gen uint64) {
 			}
 			if p.token > 0 {
 				rec = preRecord(p.token, i.opts.Lease)
+				keys = append(keys, i.recordKey(t.id))
 			}
 		}
 		args = append(args, t.id, rec)

@@ -108,7 +108,7 @@ func startAhead(idem *Idempotency, queue string, k int) {
 
 // checkGivenBack checks that the tasks ids of queue, taken ahead by idem,
 // are back where asynq's dequeue takes them first, in order, unbegun.
-func checkGivenBack(t *testing.T, rdb *redis.Client, idem *Idempotency, queue string, ids []string) {
+func checkGivenBack(t *testing.T, rdb redis.UniversalClient, idem *Idempotency, queue string, ids []string) {
 	t.Helper()
 	p := "asynq:{" + queue + "}:"
 	for _, id := range ids {
@@ -215,6 +215,116 @@ func TestTakenAheadGoBack(t *testing.T) {
 		t.Errorf("%d tasks pending after the given back were taken, want 0", n)
 	}
 	idem.flushPre()
+}
+
+// Where the dequeue cannot begin runs (a Key function of the user's, a
+// Redis Cluster, whose slots keep asynq's keys and the store's apart), it
+// still takes tasks ahead: fewer dequeues than tasks, each task once and in
+// order, no run begun; those not asked for go back, naming no run record
+// (Redis Cluster refuses a script whose keys are in other slots). Under
+// the middleware each task's run begins in the handler, and runs once.
+func TestTakeAheadBeginsNone(t *testing.T) {
+	t.Parallel()
+	srv := ownRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { admin.Close() })
+	must(t, admin.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err())
+	waitFor(t, 10*time.Second, "the cluster to be ok", func() bool {
+		info, _ := admin.ClusterInfo(ctx).Result()
+		return strings.Contains(info, "cluster_state:ok")
+	})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}})
+	t.Cleanup(func() { cc.Close() })
+	byPayload := func(_ context.Context, task *asynq.Task) (string, error) { return "p-" + string(task.Payload()), nil }
+	for _, c := range []struct {
+		name string
+		rdb  redis.UniversalClient
+		addr string
+		opts IdempotencyOptions
+	}{
+		{"Key", newClient(t), testAddr, IdempotencyOptions{Lease: time.Minute, Key: byPayload}},
+		{"cluster", cc, srv.Addr, IdempotencyOptions{Lease: time.Minute, Prefix: "zt-run:"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			idem := newIdem(t, c.rdb, c.opts)
+			idem.ahead.hold = time.Minute // the test gives back itself
+			if idem.deq.Load() == nil || idem.deqBegins.Load() {
+				t.Fatalf("dequeue script %t, begins runs %t; want one that begins none", idem.deq.Load() != nil, idem.deqBegins.Load())
+			}
+			calls := &scriptCalls{sha: idem.deq.Load().Hash()}
+			c.rdb.AddHook(calls)
+			idem.handled("t")
+			queue := testQueue(t)
+			ac := asynq.NewClientFromRedisClient(c.rdb)
+			enqueue := func(ids []string) {
+				for _, id := range ids {
+					_, err := ac.Enqueue(asynq.NewTask("t", []byte(id)), asynq.Queue(queue), asynq.TaskID(id))
+					must(t, err)
+				}
+			}
+			ids := seqIDs("n", 10)
+			enqueue(ids)
+			for _, id := range ids {
+				reply, err := dequeueOn(idem.AsynqClient(), queue)
+				if msg, ok := reply.(string); err != nil || !ok || !strings.Contains(msg, id) {
+					t.Fatalf("dequeue: %v, %v; want task %s", reply, err, id)
+				}
+				if p := idem.pre(queue, id); p != nil {
+					t.Fatalf("task %s: a run begun in the dequeue: %+v", id, p)
+				}
+				if n := c.rdb.Exists(ctx, idem.recordKey(id), idem.recordKey("p-"+id)).Val(); n != 0 {
+					t.Fatalf("task %s: a run record written in the dequeue", id)
+				}
+			}
+			// 1, 2, 4, then the 3 left.
+			if n := calls.n.Load(); n != 4 {
+				t.Errorf("%d dequeues reached Redis for 10 tasks, want 4", n)
+			}
+
+			ids = seqIDs("g", 4)
+			enqueue(ids)
+			startAhead(idem, queue, 4)
+			if _, err := dequeueOn(idem.AsynqClient(), queue); err != nil {
+				t.Fatal(err)
+			}
+			idem.giveBack(queue, 0)
+			checkGivenBack(t, c.rdb, idem, queue, ids[1:])
+
+			// Under the middleware, on a server of the store's AsynqClient.
+			var mu sync.Mutex
+			runs := map[string]int{}
+			h := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+				e, _ := ExecutionFromContext(ctx)
+				mu.Lock()
+				defer mu.Unlock()
+				runs[e.Key]++
+				return nil
+			}))
+			startAsynqOn(t, idem.AsynqClient(), c.addr, queue, h, asynq.Config{Concurrency: 8})
+			ids = seqIDs("s", 40)
+			enqueue(ids)
+			dequeues := calls.n.Load()
+			waitProgress(t, 5*time.Second, "tasks run", len(ids), func() int {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(runs)
+			}, nil)
+			mu.Lock()
+			defer mu.Unlock()
+			want := func(id string) string {
+				if c.opts.Key != nil {
+					return "p-" + id
+				}
+				return id
+			}
+			for _, id := range ids {
+				if runs[want(id)] != 1 {
+					t.Errorf("task %s ran %d times under key %q", id, runs[want(id)], want(id))
+				}
+			}
+			t.Logf("%d dequeues reached Redis for %d tasks", calls.n.Load()-dequeues, len(ids))
+		})
+	}
 }
 
 // Several asynq servers on one queue, each on a store's AsynqClient of its

@@ -3,16 +3,21 @@
 -- order they were taken, and deletes the runs it began for them
 -- (middleware_prefetch.go).
 -- KEYS[1..3] asynq's pending list, active list and lease set of the queue;
---   KEYS[3 + j] the run record of the j-th task
+--   KEYS[4..] the run records of the tasks whose runs it began, in their
+--   order (none on Redis Cluster, where they are in other slots)
 -- ARGV[1] the prefix of the queue's task keys   ARGV[2] now (Unix ns:
 --   asynq's pending_since)   ARGV[1 + 2j], ARGV[2 + 2j] the j-th task's
 --   id, and its run record as dequeue.lua wrote it ('' where it began none)
 -- A task no longer active (asynq's recovery moved it) is left where it is.
 -- Returns the number of tasks put back.
+local tasks, rk, m = (#ARGV - 2) / 2, {}, 3
+for j = 1, tasks do
+  if ARGV[2 + 2 * j] ~= '' then m = m + 1; rk[j] = KEYS[m] end
+end
 local n = 0
-for j = #KEYS - 3, 1, -1 do
+for j = tasks, 1, -1 do
   local id, rec = ARGV[1 + 2 * j], ARGV[2 + 2 * j]
-  if rec ~= '' and redis.call('GET', KEYS[3 + j]) == rec then redis.call('DEL', KEYS[3 + j]) end
+  if rk[j] and redis.call('GET', rk[j]) == rec then redis.call('DEL', rk[j]) end
   if redis.call('LREM', KEYS[2], 0, id) > 0 then
     redis.call('ZREM', KEYS[3], id)
     redis.call('HSET', ARGV[1] .. id, 'state', 'pending', 'pending_since', ARGV[2])
