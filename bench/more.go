@@ -240,12 +240,14 @@ func middlewareScenario() {
 		noTakeover   bool   // the middleware's DisableTakeover
 		autopipeline bool   // the middleware's client is (*redis.Client).AutoPipeline
 		asynqClient  bool   // the asynq server runs on the store's AsynqClient
+		userKey      bool   // the middleware's Key is a function of the user's (the task id, as a function the store cannot see into)
 	}
 	contenders := []contender{
 		{name: "asynq, no middleware"},
 		{name: "asynq + idempotency middleware", wrap: "idem"},
 		{name: "asynq + idempotency middleware, `DisableTakeover` (no takeover loop)", wrap: "idem", noTakeover: true},
 		{name: "asynq + idempotency middleware, the server on the store's `AsynqClient` (each run begun in one script with asynq's dequeue of its task, and completed in one with its done, in their place)", wrap: "idem", asynqClient: true},
+		{name: "asynq + idempotency middleware with a `Key` function of the user's, the server on the store's `AsynqClient` (its dequeues take up to 8 tasks at a time but begin no runs: each Begin a call of its own; completed in one script with asynq's done)", wrap: "idem", asynqClient: true, userKey: true},
 		{name: "asynq, no middleware, the server on a store's `AsynqClient` (its dequeues take up to 8 tasks at a time)", wrap: "client", asynqClient: true},
 		{name: "floor: asynq + one plain SET NX per task (no script, no fencing, never completed)", wrap: "setnx"},
 		{name: "floor of start + finish: plain SET NX GET before the handler, plain SET after (no script, no token, no fence)", wrap: "startFinish"},
@@ -282,7 +284,14 @@ func middlewareScenario() {
 					rdb = ap
 				}
 				var err error
-				idem, err = zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: key + ":run:", DisableTakeover: c.noTakeover})
+				opts := zclaim.IdempotencyOptions{Prefix: key + ":run:", DisableTakeover: c.noTakeover}
+				if c.userKey {
+					opts.Key = func(ctx context.Context, _ *asynq.Task) (string, error) {
+						id, _ := asynq.GetTaskID(ctx)
+						return id, nil
+					}
+				}
+				idem, err = zclaim.NewIdempotency(rdb, opts)
 				if err != nil {
 					panic(err)
 				}
@@ -342,6 +351,7 @@ func middlewareScenario() {
 			"Commands count every command Redis ran, including those inside scripts. "+
 			"On the store's AsynqClient, a dequeue of asynq's takes the tasks its next ones get, up to 8 (doubling from 1 while asynq asks for all it took), and begins their runs: "+
 			"asynq's processor dequeues one task a round trip in one goroutine, which bounds asynq alone; the row without the middleware shows what that alone is worth. "+
+			"With a Key function of the user's (as on Redis Cluster, where asynq's keys and the store's are in different slots) the dequeues take tasks ahead but begin no runs: each handler's Begin is a call of the middleware's own. "+
 			"The first floor does one round trip per task and nothing else: what asking Redis once per task costs on this machine. "+
 			"The second does the two plain commands a middleware that records each run's start and finish needs at least, one round trip each, "+
 			"without the token, lease and fence that make the middleware's scripts safe. "+
