@@ -177,9 +177,9 @@ type Idempotency struct {
 	// OccurrenceKey; see learnKey for a Key function of the user's).
 	types sync.Map
 	// typesMu guards the writes of dequeueTypes: the types of types
-	// (true) whose runs asynq's dequeue begins (handled), for deq, the
-	// store's dequeue.lua (dequeueScript; nil where AsynqClient is the
-	// store's client as it is), where deqBegins (dequeueBegins).
+	// (true) whose runs asynq's dequeue begins (handled), where deqBegins
+	// (dequeueBegins). deq is the store's dequeue.lua (dequeueScript; nil
+	// with WaitReplicas, where AsynqClient is the store's client as it is).
 	typesMu      sync.Mutex
 	dequeueTypes atomic.Pointer[[]any]
 	deq          atomic.Pointer[redis.Script]

@@ -49,7 +49,7 @@ func (i *Idempotency) dequeueScript() (*redis.Script, bool) {
 		return nil, false
 	}
 	begins := i.dequeueBegins()
-	var tags strings.Builder // only where it begins runs: 64 KB
+	var tags strings.Builder // the slots' tags (64 KB): only where it begins runs
 	if begins && !i.doneTagged {
 		for _, t := range slotTags() {
 			tags.WriteString(t + "    "[len(t):])
@@ -95,7 +95,7 @@ func luaString(s string) string {
 }
 
 // handled notes that the middleware handled a task of type typ, whose
-// runs asynq's dequeue begins from then on (dequeue.lua's ARGV[3..]).
+// runs asynq's dequeue begins from then on (dequeue.lua's ARGV[4..]).
 func (i *Idempotency) handled(typ string) {
 	if _, ok := i.types.Load(typ); ok {
 		return
@@ -116,9 +116,9 @@ func (i *Idempotency) handled(typ string) {
 }
 
 // dequeue makes asynq's dequeue (keys, args) with dequeue.lua, which takes
-// up to TakeAhead tasks and begins their runs (where dequeueBegins), and returns the first
-// task's message as asynq's script would have replied (redis.Nil for
-// none); nil where the store does not send dequeue.lua. It answers from
+// up to TakeAhead tasks and begins their runs (where dequeueBegins), and
+// returns the first task's message as asynq's script would have replied
+// (redis.Nil for none); nil where the store does not send dequeue.lua. It answers from
 // the tasks the last dequeue of the queue took ahead, where it holds any
 // (middleware_prefetch.go).
 func (i *Idempotency) dequeue(ctx context.Context, keys []string, args []any) *redis.Cmd {

@@ -38,9 +38,12 @@ import (
 // many it takes doubles from 1 while asynq asks for all a dequeue took,
 // and halves when some go back: a task asynq does not ask for within
 // 20 ms (or Lease/4, if less) goes back to the front of its queue, its run
-// (if begun) deleted, as does every task still held at Close. Meanwhile such a task
-// is active in asynq's lists with no worker, and one taken just before
-// its queue was paused may still start.
+// (if begun) deleted, as does every task still held at Close. Meanwhile
+// such a task is active in asynq's lists with no worker, and one taken
+// just before its queue was paused may still start. A worker killed while
+// it holds tasks taken ahead leaves the runs begun for them to the
+// takeover, within Lease, and a task whose run was not begun to its dead
+// server's missed renewals of asynq's lease (7 s to 14 s).
 //
 // Complete: a run whose handler succeeded is completed with asynq's own
 // call that marks its task done, ahead of it, in the same order of writes
