@@ -14,16 +14,7 @@ import (
 // for a hash-tagged key and for an adopted key without a tag.
 func TestRedisCluster(t *testing.T) {
 	t.Parallel()
-	srv := ownRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer admin.Close()
-	must(t, admin.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err())
-	waitFor(t, 10*time.Second, "the cluster to be ok", func() bool {
-		info, _ := admin.ClusterInfo(ctx).Result()
-		return strings.Contains(info, "cluster_state:ok")
-	})
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}})
-	defer cc.Close()
+	_, cc := oneNodeCluster(t)
 
 	for _, key := range []string{"delay:jobs", "zclaim:{orders}"} {
 		t.Run(key, func(t *testing.T) {
@@ -110,4 +101,23 @@ func TestRedisCluster(t *testing.T) {
 			}
 		})
 	}
+}
+
+// oneNodeCluster starts a Redis Cluster of one node that holds every slot,
+// and returns the node and a cluster client of it, closed when the test
+// ends. A script that touches keys of two slots is refused there as on
+// any cluster.
+func oneNodeCluster(t *testing.T) (*redisServer, *redis.ClusterClient) {
+	t.Helper()
+	srv := ownRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	must(t, admin.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err())
+	waitFor(t, 10*time.Second, "the cluster to be ok", func() bool {
+		info, _ := admin.ClusterInfo(ctx).Result()
+		return strings.Contains(info, "cluster_state:ok")
+	})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}})
+	t.Cleanup(func() { cc.Close() })
+	return srv, cc
 }

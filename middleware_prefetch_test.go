@@ -225,16 +225,7 @@ func TestTakenAheadGoBack(t *testing.T) {
 // the middleware each task's run begins in the handler, and runs once.
 func TestTakeAheadBeginsNone(t *testing.T) {
 	t.Parallel()
-	srv := ownRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { admin.Close() })
-	must(t, admin.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err())
-	waitFor(t, 10*time.Second, "the cluster to be ok", func() bool {
-		info, _ := admin.ClusterInfo(ctx).Result()
-		return strings.Contains(info, "cluster_state:ok")
-	})
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}})
-	t.Cleanup(func() { cc.Close() })
+	srv, cc := oneNodeCluster(t)
 	byPayload := func(_ context.Context, task *asynq.Task) (string, error) { return "p-" + string(task.Payload()), nil }
 	for _, c := range []struct {
 		name string
