@@ -255,12 +255,12 @@ func TestExtendBatches(t *testing.T) {
 	// The server learns the script, and the client opens a connection for
 	// pipelines (go-redis from v9.23 keeps them in a pool of their own, and
 	// a new connection's handshake would count as round trips below).
-	_, err := b.extendBatches(ctx, []batchLease{leases[0], leases[0]})
+	_, err := b.extendBatches(ctx, []batchLease{leases[0], leases[0]}, b.opts.Lease)
 	must(t, err)
 	before := redisNow(t, b.rdb).Truncate(time.Millisecond) // the script's clock is in ms
 	var trips atomic.Int64
 	b.rdb.AddHook(roundTrips{&trips})
-	got, err := b.extendBatches(ctx, leases)
+	got, err := b.extendBatches(ctx, leases, b.opts.Lease)
 	must(t, err)
 	if n := trips.Load(); n != 1 {
 		t.Errorf("3 leases extended in %d round trips, want 1", n)
@@ -277,7 +277,7 @@ func TestExtendBatches(t *testing.T) {
 
 	must(t, b.rdb.Del(ctx, k.batches).Err())
 	must(t, b.rdb.SAdd(ctx, k.batches, "x").Err())
-	_, err = b.extendBatches(ctx, leases[:1])
+	_, err = b.extendBatches(ctx, leases[:1], b.opts.Lease)
 	var wt *WrongTypeError
 	if !errors.As(err, &wt) || wt.Key != k.batches || !errors.Is(err, ErrWrongType) {
 		t.Fatalf("batches a set: %v", err)

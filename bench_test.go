@@ -118,7 +118,7 @@ func benchBatchClaimFinish(b *testing.B, n int, mode claimMode) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for done := 0; done < b.N; {
-		res, err := br.claimInto(ctx, br.shards[0], n, mode, buf)
+		res, err := br.claimInto(ctx, br.shards[0], n, mode, buf, br.opts.Lease, true)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -101,12 +101,15 @@ const (
 
 // claim runs claim.lua on shard k in mode.
 func (b *Broker) claim(ctx context.Context, k *keys, max int, mode claimMode) (claimResult, error) {
-	return b.claimInto(ctx, k, max, mode, nil)
+	return b.claimInto(ctx, k, max, mode, nil, b.opts.Lease, false)
 }
 
 // claimInto is claim, with its claims in into's array where they fit (a
-// dispatcher's claim stage reuses one array: its claims are copied on).
-func (b *Broker) claimInto(ctx context.Context, k *keys, max int, mode claimMode, into []Claim) (claimResult, error) {
+// dispatcher's claim stage reuses one array: its claims are copied on),
+// under a lease of lease; dispatch marks a batch lease as a dispatcher's,
+// whose jobs recovery puts back due at once (claim.lua's ARGV[5]).
+func (b *Broker) claimInto(ctx context.Context, k *keys, max int, mode claimMode, into []Claim,
+	lease time.Duration, dispatch bool) (claimResult, error) {
 	batch := mode != leasePerJob
 	if err := ctx.Err(); err != nil {
 		return claimResult{}, wrap(ctx, "claim", err, nil)
@@ -117,7 +120,7 @@ func (b *Broker) claimInto(ctx context.Context, k *keys, max int, mode claimMode
 	max = min(max, MaxBatchSize)
 	raw, err := b.repl.run(ctx, b.rdb, claimScript,
 		[]string{k.schedule, k.inflight, k.tokens, k.pending, k.runs, k.batches},
-		max, b.opts.Lease.Milliseconds(), b.ups, string(mode)).Slice()
+		max, lease.Milliseconds(), b.ups, string(mode), dispatchArg(dispatch)).Slice()
 	if err != nil {
 		return claimResult{}, wrap(ctx, "claim", err, k.types)
 	}
@@ -196,6 +199,14 @@ func (b *Broker) claimInto(ctx context.Context, k *keys, max int, mode claimMode
 		res.claims = append(res.claims, c)
 	}
 	return res, nil
+}
+
+// dispatchArg is claim.lua's ARGV[5]: "dispatch" for a dispatcher's claim.
+func dispatchArg(dispatch bool) string {
+	if dispatch {
+		return "dispatch"
+	}
+	return ""
 }
 
 // batchLease names the lease of a batch claim: the token of its first job

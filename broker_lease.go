@@ -296,16 +296,16 @@ func (b *Broker) Kill(ctx context.Context, c Claim, reason string) error {
 }
 
 // extendBatches moves the deadlines of batch leases (a dispatcher's
-// claims) to the Broker's Lease from now, by Redis' clock, in one round
+// claims) to lease from now, by Redis' clock, in one round
 // trip (one per lease where writes wait for replicas). It returns each
 // lease's new deadline in Unix ms, or 0 for a lease no longer held
 // (recovery took it back; nothing changed for it). After an error (and
 // no deadlines) some leases may have been extended and others not:
 // extending them all again is harmless.
-func (b *Broker) extendBatches(ctx context.Context, leases []batchLease) ([]int64, error) {
+func (b *Broker) extendBatches(ctx context.Context, leases []batchLease, lease time.Duration) ([]int64, error) {
 	call := func(i int) (*redis.Script, []string, []any) {
 		l := leases[i]
-		return extendScript, []string{b.shards[l.shard].batches}, []any{l.member(), b.opts.Lease.Milliseconds()}
+		return extendScript, []string{b.shards[l.shard].batches}, []any{l.member(), lease.Milliseconds()}
 	}
 	cmds := make([]*redis.Cmd, len(leases))
 	if len(leases) > 1 && b.repl.n == 0 {

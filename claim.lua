@@ -11,6 +11,9 @@
 --   part.lua) instead of one in-flight member per job;
 --   "batch-ids" for the same without the jobs' due times (Redis formats
 --   each score it answers, which costs it more than the claim's own work)
+-- ARGV[5] "dispatch" for a dispatcher's batch lease: recovery puts its jobs
+--   back due at once, not after their backoff (the dispatcher died, not the
+--   job's run); "" otherwise
 -- Returns {deadline_ms, first_token, now, next, {id1, score1, id2, ...},
 --   {record1|false, record2|false, ...}}, or {} for the records when the
 --   pending records hash is empty, where tokens run first_token,
@@ -209,6 +212,7 @@ if batch then
   local f, jobs = string.format('%d', first), table.concat(parts)
   redis.call('ZADD', KEYS[6], deadline, f .. ':' .. n)
   redis.call('HSET', KEYS[5], 'b' .. f, jobs)
+  if ARGV[5] == 'dispatch' then redis.call('HSET', KEYS[5], 'd' .. f, 1) end
   redis.call('HINCRBY', KEYS[5], 'batched', n)
   local scores = false
   if scored then

@@ -17,6 +17,7 @@ const (
 	DefaultConcurrency    = 16
 	DefaultMaxWait        = 50 * time.Millisecond
 	DefaultEnqueueTimeout = 5 * time.Second
+	DefaultDispatchLease  = 5 * time.Second
 )
 
 // DispatcherOptions configure a Dispatcher. The zero value is valid: every
@@ -26,7 +27,7 @@ type DispatcherOptions struct {
 	// at most max(Concurrency, 2×min(4×Concurrency, BatchSize)) more
 	// claims queued for them (128 with the defaults), and fewer when
 	// enqueues are slow: no more than they enqueue in a quarter of the
-	// Broker's Lease at the pace of its recent enqueues, and none until
+	// Lease at the pace of its recent enqueues, and none until
 	// an enqueue has ended. It claims again, up to BatchSize jobs, when
 	// half of that is free, so that a slow or unreachable asynq holds few
 	// claims waiting while their leases run.
@@ -54,6 +55,16 @@ type DispatcherOptions struct {
 	// ReadTimeout and WriteTimeout bound those enqueues instead.
 	// Default: DefaultEnqueueTimeout (5s).
 	EnqueueTimeout time.Duration
+	// Lease is how long the dispatcher's claims are held: it renews them
+	// every Lease/3 while their enqueues go on, and recovery puts the jobs
+	// of a claim whose lease ran out (its dispatcher died between the
+	// claim and settling it) back on the schedule due at once, not after
+	// their backoff, where any live dispatcher takes them: back in asynq
+	// within Lease + RecoveryInterval of the death. Jobs the dead
+	// dispatcher had enqueued meet their TaskID in asynq, or the
+	// middleware's records, and do not run again.
+	// Default: the Broker's Lease, at most DefaultDispatchLease (5s).
+	Lease time.Duration
 	// RecoveryInterval is how often Run's recovery loop runs
 	// (Broker.RunRecovery); negative turns it off.
 	// Default: DefaultRecoveryInterval (1s).
@@ -77,7 +88,7 @@ type DispatcherOptions struct {
 	// it, they stop a re-dispatched occurrence without asynq's help, and
 	// -1 spares asynq keeping the completed tasks: it deletes each task as
 	// it finishes instead of writing it back (the README's quick start
-	// sets it). Default: the re-dispatch window, the Broker's Lease +
+	// sets it). Default: the re-dispatch window, Lease +
 	// RecoveryInterval + MaxWait, plus one minute.
 	TaskRetention time.Duration
 	// TaskOptions adds asynq options per job (MaxRetry, Timeout, ...).
@@ -188,10 +199,13 @@ func NewDispatcher(b *Broker, c *asynq.Client, opts DispatcherOptions) (*Dispatc
 	orDefault(&opts.EnqueueTimeout, DefaultEnqueueTimeout)
 	orDefault(&opts.RecoveryInterval, DefaultRecoveryInterval)
 	orDefault(&opts.Logger, b.log)
-	orDefault(&opts.TaskRetention, b.opts.Lease+max(opts.RecoveryInterval, 0)+opts.MaxWait+time.Minute)
+	orDefault(&opts.Lease, min(b.opts.Lease, DefaultDispatchLease))
+	orDefault(&opts.TaskRetention, opts.Lease+max(opts.RecoveryInterval, 0)+opts.MaxWait+time.Minute)
 	switch {
 	case opts.Concurrency < 1:
 		return nil, fmt.Errorf("%w: Concurrency must be at least 1, not %d", ErrInvalidOptions, opts.Concurrency)
+	case opts.Lease < 30*time.Millisecond:
+		return nil, fmt.Errorf("%w: Lease must be at least 30ms, not %v", ErrInvalidOptions, opts.Lease)
 	case opts.MaxWait < time.Millisecond:
 		return nil, fmt.Errorf("%w: MaxWait must be at least 1ms, not %v", ErrInvalidOptions, opts.MaxWait)
 	case opts.EnqueueTimeout < time.Millisecond:
@@ -408,7 +422,7 @@ func (p *pipeline) limit() int {
 	if took <= 0 {
 		return conc
 	}
-	rounds := p.d.b.opts.Lease / 4 / took // of Concurrency enqueues, in a quarter of the lease
+	rounds := p.d.opts.Lease / 4 / took // of Concurrency enqueues, in a quarter of the lease
 	if rounds >= time.Duration(most) {
 		return most
 	}

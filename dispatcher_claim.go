@@ -61,7 +61,7 @@ func (p *pipeline) claimUntil(ctx context.Context) {
 				break
 			}
 			want := min(room, d.b.opts.BatchSize)
-			res, err := d.b.claimInto(ctx, shards[i], want, p.mode, p.claims)
+			res, err := d.b.claimInto(ctx, shards[i], want, p.mode, p.claims, d.opts.Lease, true)
 			if err != nil {
 				if ctx.Err() != nil {
 					return

@@ -157,7 +157,7 @@ func (p *pipeline) keeping(r *batchRun) {
 // dispatcher's). A batch whose every job is dispatched waits for the
 // acker's settle, and is renewed until the acker is done with it.
 func (p *pipeline) keep() {
-	lease := p.d.b.opts.Lease
+	lease := p.d.opts.Lease
 	tick := time.NewTicker(max(lease/6, time.Millisecond))
 	defer tick.Stop()
 	for {
@@ -196,7 +196,7 @@ func (p *pipeline) renew(lease time.Duration) {
 		leases[i] = r.end.lease
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.d.opts.EnqueueTimeout)
-	deadlines, err := p.d.b.extendBatches(ctx, leases)
+	deadlines, err := p.d.b.extendBatches(ctx, leases, p.d.opts.Lease)
 	cancel()
 	if err != nil {
 		p.d.keepWarn.warn(context.Background(), p.d.log, err.Error(),

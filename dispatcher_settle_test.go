@@ -199,7 +199,7 @@ func claimQueued(t *testing.T, p *pipeline, jobs ...Job) []queued {
 	t.Helper()
 	b := p.d.b
 	must(t, b.Schedule(ctx, jobs...))
-	res, err := b.claimInto(ctx, b.shards[0], len(jobs), leaseBatchIDs, nil)
+	res, err := b.claimInto(ctx, b.shards[0], len(jobs), leaseBatchIDs, nil, p.d.opts.Lease, true)
 	must(t, err)
 	if len(res.claims) != len(jobs) {
 		t.Fatalf("claimed %d of %d jobs", len(res.claims), len(jobs))

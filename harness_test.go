@@ -27,7 +27,7 @@ const redisEnv = "ZCLAIM_TEST_REDIS"
 var testAddr string
 
 func TestMain(m *testing.M) {
-	if runWorkerRole() || runPeriodicRole() || runCrashRole() {
+	if runWorkerRole() || runPeriodicRole() || runCrashRole() || runStuckRole() {
 		return
 	}
 	redis.SetLogger(redisproc.QuietRedis{}) // the tests that stop Redis on purpose would fill the output with dial errors

@@ -106,6 +106,8 @@ end
 -- hash keeps the jobs under "b" .. first, each as
 -- "<len>:<id><len>:<record>" (an empty record for a job that had none),
 -- and the count of jobs held in batch leases under "batched" (while any is).
+-- A dispatcher's batch lease is also marked under "d" .. first: its jobs
+-- come back due at once when it expires (recover.lua).
 
 -- batch_entry reads the entry of a batch lease's jobs blob that starts at
 -- pos: its id, its record and where the next entry starts; nil when no
@@ -171,7 +173,8 @@ end
 -- ends the list early: the part that cannot be read comes back third,
 -- with the lease's first token fourth, for the dead set (bury_damaged).
 -- Fifth come the lease's settled places (settled_places; read only with
--- jobs): jobs that are in the arrays but were settled already.
+-- jobs): jobs that are in the arrays but were settled already; sixth,
+-- with jobs, whether it was a dispatcher's lease ("d" .. first).
 local function take_batch(B, R, m, jobs)
   if redis.call('ZREM', B, m) == 0 then return nil end
   local first, n = string.match(m, '^(%d+):(%d+)$')
@@ -179,10 +182,11 @@ local function take_batch(B, R, m, jobs)
   local blob = jobs and redis.call('HGET', R, 'b' .. first) or ''
   n = tonumber(n)
   local places = jobs and settled_places(R, first, n)
-  redis.call('HDEL', R, 'b' .. first, 's' .. first)
+  local dispatch = jobs and redis.call('HEXISTS', R, 'd' .. first) == 1
+  redis.call('HDEL', R, 'b' .. first, 's' .. first, 'd' .. first)
   if redis.call('HINCRBY', R, 'batched', -unsettled(places, n)) == 0 then redis.call('HDEL', R, 'batched') end
   local ids, recs, damaged = parse_batch(blob)
-  return ids, recs, damaged, damaged and first, places
+  return ids, recs, damaged, damaged and first, places, dispatch
 end
 
 -- record joins a record's parts (see the top of this file).

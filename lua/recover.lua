@@ -9,7 +9,9 @@
 -- ARGV[8..] the backoff range in ms for attempt 1, 2, ...: lo, hi, lo, hi,
 --   ... (the last pair repeats); each job comes back after its own delay
 --   drawn uniformly from its attempt's range, so that a batch whose leases
---   expired together does not come back at one instant
+--   expired together does not come back at one instant; the jobs of a
+--   dispatcher's batch lease come back due at once (the dispatcher died,
+--   not their runs: none began)
 -- Leases are re-checked here against Redis TIME: only members whose
 -- deadline has passed are touched; the member's removal voids its token.
 -- Expired batch leases follow, whole, while the pass has touched fewer
@@ -31,8 +33,9 @@ local function delay(attempt)
   local lo, hi = tonumber(ARGV[6 + 2 * k]), tonumber(ARGV[7 + 2 * k])
   return lo + (hi - lo) * seed / 2147483647
 end
-local function back(id, attempt, due, rest)
-  local score = now + delay(attempt) * ups / 1000
+local function back(id, attempt, due, rest, at_once)
+  local score = now
+  if not at_once then score = now + delay(attempt) * ups / 1000 end
   -- An empty member (a foreign producer's) can never become a task: dead
   -- now, not after its attempts; the dispatcher's claim tells the rest.
   local m, reason = max, 'lease expired'
@@ -54,9 +57,12 @@ end
 while scanned < batch do
   local m = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now_ms, 'LIMIT', 0, 1)[1]
   if not m then break end
-  local ids, recs, damaged, first, places = take_batch(KEYS[7], KEYS[4], m, true)
+  local ids, recs, damaged, first, places, dispatch = take_batch(KEYS[7], KEYS[4], m, true)
   for j = 1, #ids do
-    if not (places and places[j] == 49) then back(ids[j], run_attempt(recs[j])) end
+    if not (places and places[j] == 49) then
+      local a, due, rest = run_attempt(recs[j])
+      back(ids[j], a, due, rest, dispatch)
+    end
   end
   if damaged then
     bury_damaged(KEYS[5], KEYS[6], first, damaged, now_ms)
