@@ -9,8 +9,6 @@ import (
 	_ "embed"
 	"fmt"
 	"reflect"
-	"runtime"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -28,44 +26,9 @@ var (
 	enqueueScript = redis.NewScript(enqueueLua)
 )
 
-// knownAsynq is the asynq release line whose Redis layout zclaim reads and
-// writes itself: the bulk writer writes tasks as its Enqueue does (its task
-// hash, pending list and message encoding), and a takeover pass reads the
-// lengths of its queues' active lists (busyQueues).
-const knownAsynq = "v0.26."
-
-// asynqKey is the key of queue q's part in knownAsynq's layout: its
-// base.QueueKeyPrefix ("asynq:{q}:") and part ("active", "lease"; "" for
-// the prefix itself).
-func asynqKey(q, part string) string { return "asynq:{" + q + "}:" + part }
-
 // bulkMax is how many claims an enqueue worker takes at once when it
 // writes in bulk.
 const bulkMax = 32
-
-// asynqVersion is the version of asynq built into the program, "" when
-// the build does not say (asynq vendored, or replaced by a directory).
-func asynqVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, m := range bi.Deps {
-			if m.Path == "github.com/hibiken/asynq" {
-				if m.Replace != nil {
-					return m.Replace.Version
-				}
-				return m.Version
-			}
-		}
-	}
-	// A test binary lists no modules; the file asynq's code was compiled
-	// from names its version (.../github.com/hibiken/asynq@v0.26.0/client.go).
-	pc := reflect.ValueOf(asynq.NewClient).Pointer()
-	file, _ := runtime.FuncForPC(pc).FileLine(pc)
-	if _, after, ok := strings.Cut(file, "github.com/hibiken/asynq@"); ok {
-		v, _, _ := strings.Cut(after, "/")
-		return v
-	}
-	return ""
-}
 
 // take adds to its the claims queued now, without waiting for more, up to
 // bulkMax in all.

@@ -79,37 +79,32 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 // prefix, the same TakeoverQueues, the same task types handled) take
 // turns, about one pass an interval between them. A task whose run
 // record's lease ran out is taken over by exactly one process (fenced by
-// the record's token): it enqueues a copy of the task (type, payload, headers, queue, MaxRetry,
-// Timeout, Deadline, Retention) under the TaskID
-// "<original>~takeover-<token>", the abandoned run's token, which the
-// middleware keys as the same work. The copy spends no retry and runs
-// with Execution.Resumed set; when asynq later brings the original back,
-// it is skipped as done. A run whose copy has not begun a Lease on (a
-// backlog ahead of it) is marked taken over again, but gets no second copy
-// while the first is in asynq: asynq refuses its TaskID. A copy whose own
-// worker died before it began gets one of the next generation,
-// "<original>~takeover-<token>.2". An active task of a type this
-// middleware handles that has no run record is taken over too once asynq's
-// server stopped renewing its own lease of it (its worker died before
-// Begin: asynq's server renews the lease of every task it holds every 5 s,
-// whether or not the middleware ran yet, so a live worker without this
-// middleware or still in an outer one is not taken for dead; one whose
-// server missed two renewals, about 12 s, and no longer lists it among its
-// workers' (that list expires by Redis' clock) is, as asynq's own list of
-// servers drops that server then; under an asynq other than v0.26, whose
-// keys the store does not read, only once that lease ran out), and so is
-// one whose run failed and
-// was released while asynq still holds the task (its worker died before
-// asynq recorded the failure, or asynq's write failed), with the retries
-// it had left; a failure that ends its task (SkipRetry, RevokeTask, its
-// last attempt) is left to asynq. A run that is slow but
-// renewing is never taken over. Each takeover is logged at Warn and counted in
-// Stats().Takeovers. Tasks keyed by a custom Key function take part when
-// that function tells the key from the task alone, not from its context:
-// the middleware asks it again without the handler's context at each task,
-// and a type for which the two keys ever differ is never taken over by this
-// store, nor is one its middleware has not handled yet. Close stops the
-// loop.
+// the record's token), which puts the task itself back at the front of
+// its queue, as asynq's recoverer would move it but at once and with no
+// retry spent (asynq v0.26, whose keys the store knows; under another
+// asynq there is no takeover, and NewIdempotency says so at Warn). The
+// next server to take it runs it: one with the middleware as a resumed
+// run (Execution.Resumed), one without it as asynq would, so a rolling
+// deploy runs no task more often than asynq alone. A task taken over and
+// taken again by a worker that never began it (a server without the
+// middleware) is not taken over again while that worker's server renews
+// asynq's lease of it. An active task of a type this middleware handles
+// that has no run record is taken over too once asynq's server stopped
+// renewing its own lease of it (its worker died before Begin: asynq's
+// server renews the lease of every task it holds every 5 s, so a live
+// worker without this middleware or still in an outer one is not taken
+// for dead; one whose server missed two renewals, about 12 s, and no
+// longer lists it among its workers' is), and so is one whose run failed
+// and was released while asynq still holds the task (its worker died
+// before asynq recorded the failure, or asynq's write failed); a failure
+// that ends its task (SkipRetry, RevokeTask, its last attempt) is left to
+// asynq. A run that is slow but renewing is never taken over. Each
+// takeover is logged at Warn and counted in Stats().Takeovers. Tasks keyed
+// by a custom Key function take part when that function tells the key
+// from the task alone, not from its context: the middleware asks it again
+// without the handler's context at each task, and a type for which the two
+// keys ever differ is never taken over by this store, nor is one its
+// middleware has not handled yet. Close stops the loop.
 //
 // A handler that returns nil completes the key, and so does one that
 // returns an error matching ErrAlreadyDone (its own database found the
@@ -168,7 +163,8 @@ func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 	}
 }
 
-// keyOf is the key of task t: the one a takeover's copy names, else what
+// keyOf is the key of task t: the one a copy of an earlier version's
+// takeover names, else what
 // the Key function says.
 func (i *Idempotency) keyOf(ctx context.Context, t *asynq.Task) (string, error) {
 	if k, ok := t.Headers()[headerTakeover]; ok && k != "" {

@@ -7,20 +7,11 @@ package zclaim
 
 import (
 	"context"
-	_ "embed"
 	"log/slog"
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
-
-//go:embed lua/giveback.lua
-var givebackLua string
-
-// givebackScript puts tasks taken ahead back on their queue (giveback.lua).
-var givebackScript = redis.NewScript(givebackLua)
 
 // takeAheadHold is how long a task taken ahead waits for asynq's next
 // dequeue of its queue before it goes back (ahead.hold: at most Lease/4).

@@ -21,7 +21,7 @@ type RunState string
 const (
 	RunLive      RunState = "running"    // its lease is being renewed
 	RunAbandoned RunState = "abandoned"  // its worker is gone (see RunInfo.State); a takeover will start it again
-	RunTakenOver RunState = "taken over" // a live process enqueued a copy, which has not begun yet
+	RunTakenOver RunState = "taken over" // a live process put its task back on its queue; no run has begun it since
 	RunFinished  RunState = "finished"   // the task is still active in asynq (its worker died), but the work is done
 	RunNone      RunState = "no record"  // active in asynq, no run record (not yet begun, released, or expired), its worker not known to be gone
 )

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,14 +17,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// headerTakeover is the header of a task that a takeover enqueued: the key
-// of the abandoned run it starts again. The middleware keys such a task by
-// it, whatever its Key function says of the copy.
+// headerTakeover is the header of a copy of an abandoned run's task, as
+// takeovers of earlier versions enqueued one: the key of the run it starts
+// again. The middleware keys such a task by it, whatever its Key function
+// says of the copy. Takeovers now put the task itself back (requeue).
 const headerTakeover = "zclaim-takeover"
-
-// takeoverSep separates an abandoned task's id from the takeover's in the
-// TaskID of its copy.
-const takeoverSep = "~takeover-"
 
 // takeover is an Idempotency store's takeover loop: it starts with the
 // store's first Middleware and stops with Close.
@@ -36,7 +32,6 @@ type takeover struct {
 	done    chan struct{}
 	mu      sync.Mutex
 	in      *asynq.Inspector
-	client  *asynq.Client
 	stopped bool
 	warn    rateLog // of the passes that failed
 }
@@ -56,7 +51,6 @@ func (i *Idempotency) startTakeover() {
 	tk.once.Do(func() {
 		tk.stop, tk.done = make(chan struct{}), make(chan struct{})
 		tk.in = asynq.NewInspectorFromRedisClient(i.asynqRedis())
-		tk.client = asynq.NewClientFromRedisClient(i.asynqRedis())
 		go i.takeoverLoop()
 	})
 }
@@ -151,7 +145,7 @@ func (i *Idempotency) passKey() string {
 
 // takeoverPass looks once at the active tasks of the queues, takes over
 // each whose run record says its lease ran out (its worker is gone), and
-// enqueues a copy of its task. It returns how many it took over, and the
+// puts its task back on its queue (takeOver). It returns how many it took over, and the
 // first error it met: a queue it could not list, a run record it could not
 // read (of another type, or not one of the middleware's), a takeover Redis
 // refused. A task it met such an error on is left as it is.
@@ -167,20 +161,14 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 	}
 	// A first look by the local clock; the script decides by Redis'.
 	now := time.Now().Add(500 * time.Millisecond).UnixMilli()
-	dead := map[string]bool{} // active tasks whose worker is gone (asynq's lease tells), by queue and id
-	for _, r := range runs {
-		if r.gone {
-			dead[r.task.Queue+"/"+r.task.ID] = true
-		}
-	}
 	took := 0
 	note := func(e error) { // the first error met is the pass's
 		if err == nil {
 			err = e
 		}
 	}
-	take := func(r activeRun, token int64, failed bool) {
-		ok, terr := i.takeOver(ctx, r, token, failed, dead)
+	take := func(r activeRun, token int64) {
+		ok, terr := i.takeOver(ctx, r, token)
 		if ok {
 			took++
 		}
@@ -214,17 +202,29 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 			// for a task type this middleware handles (others are not its
 			// work). A task with no asynq lease at all is left as asynq
 			// leaves it: its run may have finished longer ago than
-			// Retention, and a copy would run it again.
+			// Retention, and running it again would repeat it.
 			if _, ok := i.types.Load(r.task.Type); !ok || !r.gone {
 				continue
 			}
-			take(r, token, state == "free")
+			take(r, token)
 			continue
 		}
-		if !ok || (state != "run" && state != "take") || until > now {
+		if ok && state == "take" {
+			// Taken over: its task went back to its queue, and a worker
+			// took it again without beginning it. A server without the
+			// middleware (a rolling deploy) runs it there; one with it
+			// begins it at once. So it is taken over again only once that
+			// worker is gone too, as asynq's lease of the task tells:
+			// never from under a live server that runs it.
+			if r.gone && until <= now {
+				take(r, token)
+			}
 			continue
 		}
-		take(r, token, false)
+		if !ok || state != "run" || until > now {
+			continue
+		}
+		take(r, token)
 	}
 	return took, err
 }
@@ -238,18 +238,16 @@ func finalRelease(r activeRun, until int64) bool {
 
 // takeOver marks r's abandoned run (of token: 0 for a task whose run never
 // began; a released run's for one whose failure asynq never recorded) as
-// taken over and enqueues a copy of its task. The copy of a run that
-// failed (released) has the retries its task had left after that failure;
-// any other copy, its task's. The copy's TaskID names the abandoned run
-// (its task's and its token), so a run taken over again while its copy
-// waits in asynq (a backlog ahead of it, no free worker) gets no second
-// copy: asynq refuses the TaskID. A copy that dead names (its own worker
-// died before it began: asynq's lease of it says so) holds its TaskID in
-// asynq until asynq's recovery moves it, a minute or more later; the run
-// gets a copy of the next generation, "<id>.2", "<id>.3", instead. It
-// reports whether it enqueued one, and the error of a takeover script that
-// Redis refused (a failed enqueue is logged here, and tried again later).
-func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64, failed bool, dead map[string]bool) (bool, error) {
+// taken over, then puts its task back at the front of its queue in
+// asynq's own keys (requeue): the task the dead worker held, not a copy of
+// it, so that no second task of the work exists for asynq to bring back
+// later, and any server of the queue, with the middleware or without it,
+// runs it at most as often as asynq's own recovery would, only sooner and
+// with no retry spent. A server with the middleware begins it as a
+// resumed run. It reports whether it moved the task, and the error of a
+// script that Redis refused (a failed move is logged here; the take
+// marker lapses after a lease and a later pass tries again).
+func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64) (bool, error) {
 	lease := i.opts.Lease
 	bucket, field := i.doneOf(r.key)
 	reply, err := takeoverScript.Run(ctx, i.rdb, []string{i.recordKey(r.key), bucket}, strconv.FormatInt(token, 10),
@@ -263,52 +261,15 @@ func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64, fa
 	}
 	silent := time.Duration(raw[1]) * time.Millisecond
 	ti := r.task
-	base := ti.ID // a copy's TaskID is its original's, the separator and a token
-	if _, copied := ti.Headers[headerTakeover]; copied {
-		if k := strings.LastIndex(ti.ID, takeoverSep); k >= 0 {
-			base = ti.ID[:k]
-		}
-	}
-	headers := make(map[string]string, len(ti.Headers)+2)
-	for k, v := range ti.Headers {
-		headers[k] = v
-	}
-	headers[headerTakeover] = r.key
-	if r.has {
-		headers[headerJob] = r.job.header() // the copy's TaskID does not name it
-	}
-	retries := ti.MaxRetry
-	if failed {
-		retries = max(0, ti.MaxRetry-ti.Retried-1)
-	}
-	first := base + takeoverSep + strconv.FormatInt(token, 10)
-	id := first
-	for gen := 2; dead[ti.Queue+"/"+id]; gen++ {
-		id = first + "." + strconv.Itoa(gen)
-	}
-	opts := []asynq.Option{asynq.Queue(ti.Queue), asynq.MaxRetry(retries), asynq.TaskID(id)}
-	if ti.Timeout > 0 {
-		opts = append(opts, asynq.Timeout(ti.Timeout))
-	}
-	if !ti.Deadline.IsZero() {
-		opts = append(opts, asynq.Deadline(ti.Deadline))
-	}
-	if ti.Retention > 0 {
-		opts = append(opts, asynq.Retention(ti.Retention))
-	}
-	_, err = i.takeover.client.EnqueueContext(ctx, asynq.NewTaskWithHeaders(ti.Type, ti.Payload, headers), opts...)
-	if errors.Is(err, asynq.ErrTaskIDConflict) {
-		// The copy of this run is in asynq still, waiting for a worker
-		// (or it ran and asynq keeps it): it is marked taken over again.
-		i.log.LogAttrs(ctx, slog.LevelDebug, "zclaim: an abandoned run's copy is still waiting in asynq",
-			slog.String("key", short(r.key)), slog.Int64("token", token), slog.String("queue", ti.Queue))
+	moved, err := requeue(ctx, i.asynqRedis(), ti.Queue, ti.ID)
+	if err != nil {
+		i.log.LogAttrs(ctx, slog.LevelWarn,
+			"zclaim: could not put an abandoned run's task back on its queue; trying again later",
+			slog.String("key", short(r.key)), slog.Int64("token", token), slog.String("error", err.Error()))
 		return false, nil
 	}
-	if err != nil {
-		// The take marker lapses after a lease, and a later pass tries again.
-		i.log.LogAttrs(ctx, slog.LevelWarn,
-			"zclaim: could not enqueue the takeover of an abandoned run; trying again later",
-			slog.String("key", short(r.key)), slog.Int64("token", token), slog.String("error", err.Error()))
+	if !moved {
+		// asynq moved or finished the task meanwhile.
 		return false, nil
 	}
 	i.takeovers.Add(1)

@@ -142,8 +142,9 @@ func runsNoted(t *testing.T, rdb redis.UniversalClient, sink string) map[string]
 // 14 s after the kill) or that lease has run out: the test keeps the
 // never-begun tasks' leases as last renewed 13 s before, and moves the
 // released ones' out at the kill. asynq's own recovery waits 30 s to 90 s
-// longer. The originals, still active in asynq, would be
-// skipped when asynq brings them back (their keys are done). With
+// longer. The tasks themselves went back to the queue and ran there:
+// asynq holds each as completed, no retry spent, and no second task of
+// any of them waits for asynq's recovery. With
 // takeover turned off nothing runs again within Lease + 3 s: the runs
 // wait for asynq's own recovery.
 func TestTakeoverAfterSIGKILL(t *testing.T) {
@@ -257,8 +258,8 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 			for k := range n {
 				ti, err := in.GetTaskInfo(q, "tk-"+strconv.Itoa(k))
 				must(t, err)
-				if ti.State != asynq.TaskStateActive || ti.Retried != 0 {
-					t.Fatalf("original %s: %v, retried %d; want still active, no retry spent", ti.ID, ti.State, ti.Retried)
+				if ti.State != asynq.TaskStateCompleted || ti.Retried != 0 {
+					t.Fatalf("task %s: %v, retried %d; want completed by its run again, no retry spent", ti.ID, ti.State, ti.Retried)
 				}
 			}
 			t.Logf("all %d runs again %v after the SIGKILL (Lease %v)", n, took.Round(10*time.Millisecond), lease)
@@ -633,9 +634,9 @@ func TestTakeoverOnCluster(t *testing.T) {
 		t.Fatalf("records in %d slot(s): the test needs them spread", len(slots))
 	}
 	time.Sleep(30 * time.Millisecond)
-	// The copies run under a plain handler and never begin: a Lease after
-	// its takeover, a run is taken over again, but gets no second copy
-	// while its first is active, and no second count.
+	// The tasks go back to their queue and run again under a plain
+	// handler, which never begins them: a live server holds them, so they
+	// are not taken over again.
 	taker, err := NewIdempotency(cc, IdempotencyOptions{Prefix: "zt:run:", Lease: 2 * time.Second})
 	must(t, err)
 	t.Cleanup(func() { taker.Close() })
@@ -648,16 +649,12 @@ func TestTakeoverOnCluster(t *testing.T) {
 	for len(copies) < n {
 		select {
 		case id := <-started:
-			base, _, ok := strings.Cut(id, takeoverSep)
-			if !ok {
-				t.Fatalf("task %s started again, not a copy", id)
-			}
-			copies[base] = true
+			copies[id] = true // the task itself, put back on its queue
 		case <-timeout:
 			t.Fatalf("%d of %d runs taken over in 30s", len(copies), n)
 		}
 	}
-	// The counter moves once the copy's enqueue returns: a copy can start
+	// The counter moves once the task is back on its queue: it can start
 	// first.
 	for deadline := time.Now().Add(5 * time.Second); taker.Stats().Takeovers < n && time.Now().Before(deadline); {
 		time.Sleep(5 * time.Millisecond)
@@ -874,15 +871,14 @@ func TestTakeoverSkipsIdleQueues(t *testing.T) {
 			continue
 		}
 		i.takeover.in = asynq.NewInspectorFromRedisClient(counted)
-		i.takeover.client = asynq.NewClientFromRedisClient(counted)
 		trips.Store(0)
 		took, err := i.takeoverPass(ctx)
 		must(t, err)
 		if n := trips.Load(); took != 1 || n > idle/10 {
 			t.Fatalf("a pass took over %d runs in %d round trips, want 1 in a few", took, n)
 		}
-		if id := wait.Recv(t, started, 30*time.Second, "the copy to start"); !strings.HasPrefix(id, "dead"+takeoverSep) {
-			t.Fatalf("task %s started, want a copy of the dead run", id)
+		if id := wait.Recv(t, started, 30*time.Second, "the copy to start"); id != "dead" {
+			t.Fatalf("task %s started, want the dead run's task again", id)
 		}
 	}
 }
@@ -929,7 +925,6 @@ func TestTakeoverPastHostileAsynqKeys(t *testing.T) {
 	must(t, err)
 	i.types.Store("work", true) // as if its middleware had handled a task of the type
 	i.takeover.in = asynq.NewInspectorFromRedisClient(counted)
-	i.takeover.client = asynq.NewClientFromRedisClient(counted)
 	must(t, counted.Ping(ctx).Err())
 	counted.AddHook(roundTrips{&trips})
 	took, err := i.takeoverPass(ctx)
@@ -939,8 +934,8 @@ func TestTakeoverPastHostileAsynqKeys(t *testing.T) {
 	if n := trips.Load(); n > idle/2 {
 		t.Fatalf("a pass made %d round trips beside %d idle queues, want a few", n, idle)
 	}
-	if id := wait.Recv(t, started, 30*time.Second, "the copy to start"); !strings.HasPrefix(id, "never"+takeoverSep) {
-		t.Fatalf("task %s started, want a copy of the run that never began", id)
+	if id := wait.Recv(t, started, 30*time.Second, "the copy to start"); id != "never" {
+		t.Fatalf("task %s started, want the task of the run that never began again", id)
 	}
 	// Runs lists the other queues' runs and names the hostile one; a
 	// Broker's Stats counts them.
@@ -1015,7 +1010,6 @@ func TestTakeoverPassReportsBadKeys(t *testing.T) {
 	i := newIdem(t, rdb, IdempotencyOptions{Prefix: dead.Prefix(), Lease: time.Second, TakeoverQueues: []string{q}})
 	i.types.Store("work", true) // as if its middleware had handled a task of the type
 	i.takeover.in = newInspector(t)
-	i.takeover.client = newAsynqClient(t, testAddr)
 	time.Sleep(30 * time.Millisecond) // the dead run's lease runs out
 	record := i.recordKey("dead")
 	bucket, _ := i.doneOf("dead")
@@ -1043,20 +1037,20 @@ func TestTakeoverPassReportsBadKeys(t *testing.T) {
 		if took != c.took || err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), `"dead"`) {
 			t.Fatalf("%s: a pass took over %d runs, error %v; want %d, an error naming the key and %s", c.name, took, err, c.took, c.want)
 		}
-		if runs, _, err := i.Runs(ctx, "", 0); err != nil || len(runs) < 2 {
-			t.Fatalf("%s: Runs listed %d runs, error %v; want the queue's", c.name, len(runs), err)
+		if runs, _, err := i.Runs(ctx, "", 0); err != nil || !slices.ContainsFunc(runs, func(r RunInfo) bool { return r.TaskID == "dead" }) {
+			t.Fatalf("%s: Runs listed %+v, error %v; want the queue's, dead's among them", c.name, runs, err)
 		}
 	}
-	if id := wait.Recv(t, started, 30*time.Second, "the other run's copy to start"); !strings.HasPrefix(id, "other"+takeoverSep) {
-		t.Fatalf("task %s started, want a copy of the other run", id)
+	if id := wait.Recv(t, started, 30*time.Second, "the other run's copy to start"); id != "other" {
+		t.Fatalf("task %s started, want the other run's task again", id)
 	}
 	must(t, rdb.Del(ctx, record, bucket).Err())
 	must(t, rdb.Set(ctx, record, rec, 0).Err())
 	if took, err := i.takeoverPass(ctx); took != 1 || err != nil {
 		t.Fatalf("with the keys mended, a pass took over %d runs, error %v; want 1", took, err)
 	}
-	if id := wait.Recv(t, started, 30*time.Second, "the copy to start"); !strings.HasPrefix(id, "dead"+takeoverSep) {
-		t.Fatalf("task %s started, want a copy of the dead run", id)
+	if id := wait.Recv(t, started, 30*time.Second, "the copy to start"); id != "dead" {
+		t.Fatalf("task %s started, want the dead run's task again", id)
 	}
 }
 
@@ -1101,109 +1095,6 @@ func TestTakeoverPassesShared(t *testing.T) {
 	}
 	if takeovers+other.Stats().Takeovers != 1 {
 		t.Fatalf("%d takeovers of the dead run, want 1", takeovers+other.Stats().Takeovers)
-	}
-}
-
-// A run whose copy waits in asynq (a backlog ahead of it, no free worker)
-// is taken over again each Lease, as its copy has not begun; it gets one
-// copy all the same, whose TaskID names the run: asynq refuses a second.
-// Once a worker is free, the copy runs, once. So it goes for a task whose
-// own id holds the copies' separator: its copy's TaskID is its whole id,
-// the separator and the run's token.
-func TestTakeoverCopiesOnce(t *testing.T) {
-	t.Parallel()
-	for _, orig := range []string{"orig", "orig" + takeoverSep + "9"} {
-		t.Run(orig, func(t *testing.T) {
-			t.Parallel()
-			takeoverCopiesOnce(t, orig)
-		})
-	}
-}
-
-func takeoverCopiesOnce(t *testing.T, orig string) {
-	rdb := newClient(t)
-	q := testQueue(t)
-	const lease = 100 * time.Millisecond
-	_, dead, e := deadRun(t, rdb, q, orig, 1) // its one worker holds the original: none is free for the copy
-	idem := newIdem(t, rdb, IdempotencyOptions{Prefix: dead.Prefix(), Lease: lease, TakeoverQueues: []string{q}})
-	idem.Middleware()
-	in := newInspector(t)
-	copies := func() []string {
-		var ids []string
-		for _, list := range []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){in.ListPendingTasks, in.ListActiveTasks} {
-			tasks, err := list(q)
-			must(t, err)
-			for _, ti := range tasks {
-				if ti.ID != orig {
-					ids = append(ids, ti.ID)
-				}
-			}
-		}
-		return ids
-	}
-	waitFor(t, 20*time.Second, "the run to be taken over", func() bool { return len(copies()) > 0 })
-	time.Sleep(10 * lease) // ten passes, each finding the copy not begun a Lease on
-	if ids, want := copies(), orig+takeoverSep+strconv.FormatInt(e.Token, 10); len(ids) != 1 || ids[0] != want {
-		t.Fatalf("copies %v, want one, %s", ids, want)
-	}
-	if n := idem.Stats().Takeovers; n != 1 {
-		t.Fatalf("%d takeovers, want 1 (a copy refused as a duplicate is none)", n)
-	}
-	runs := make(chan bool, 16)
-	startAsynq(t, testAddr, q, idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
-		e, _ := ExecutionFromContext(ctx)
-		runs <- e.Resumed
-		return nil
-	})), asynq.Config{IsFailure: IsFailure, RetryDelayFunc: fastRetry})
-	if !wait.Recv(t, runs, 20*time.Second, "the copy to run") {
-		t.Fatal("the copy ran not resumed")
-	}
-	time.Sleep(3 * lease)
-	if len(runs) != 0 {
-		t.Fatalf("%d more runs of %s", len(runs), orig)
-	}
-}
-
-// A copy whose own worker dies before it begins holds its TaskID in asynq
-// until asynq's recovery moves it, a minute or more after its lease ran
-// out. Once that worker's server has missed two renewals of asynq's lease
-// of the copy (the test keeps it as last renewed 13 s ago; the original's
-// has run out), the run, still marked taken over, gets a copy of the next
-// generation, "<original>~takeover-<token>.2", which a live worker runs at
-// once, resumed, and once.
-func TestTakeoverCopyOfDeadCopy(t *testing.T) {
-	t.Parallel()
-	rdb := newClient(t)
-	q := testQueue(t)
-	const lease = 100 * time.Millisecond
-	// A server without the middleware takes the original, then its first
-	// copy, and dies: it holds both active.
-	started, dead, e := deadRun(t, rdb, q, "orig", 2)
-	idem := newIdem(t, rdb, IdempotencyOptions{Prefix: dead.Prefix(), Lease: lease, TakeoverQueues: []string{q}})
-	idem.Middleware()
-	first := "orig" + takeoverSep + strconv.FormatInt(e.Token, 10)
-	if id := wait.Recv(t, started, 20*time.Second, "the first copy to start"); id != first {
-		t.Fatalf("started %s, want the first copy, %s", id, first)
-	}
-	lapseAsynqLeases(t, rdb, q, true, "orig")
-	renewAsynqLeases(t, rdb, q, 13*time.Second, true, first)
-	unlistAsynqWorkers(t, rdb, q, first)
-	runs := make(chan string, 16)
-	startAsynq(t, testAddr, q, idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
-		e, _ := ExecutionFromContext(ctx)
-		id, _ := asynq.GetTaskID(ctx)
-		if !e.Resumed {
-			id += " (not resumed)"
-		}
-		runs <- id
-		return nil
-	})), asynq.Config{IsFailure: IsFailure, RetryDelayFunc: fastRetry})
-	if id := wait.Recv(t, runs, 20*time.Second, "a copy of the next generation to run"); id != first+".2" {
-		t.Fatalf("ran %s, want %s.2, resumed", id, first)
-	}
-	time.Sleep(5 * lease)
-	if len(runs) != 0 {
-		t.Fatalf("%d more runs, the first %s", len(runs), <-runs)
 	}
 }
 

@@ -1,0 +1,99 @@
+package zclaim
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// A rolling deploy: a worker process with the middleware holds n tasks
+// mid-handler and is SIGKILLed; a server with the middleware and a plain
+// asynq server without it serve the same queue. Each dead run is taken
+// over within Lease + 1 s (two seconds more for a loaded machine) and
+// runs again once, on whichever server takes it, counted by a sink that
+// does not dedupe. The takeover puts the task itself back on its queue:
+// asynq then holds each task completed, and no second task of the work
+// (a copy, or an original left active) remains for asynq's recovery to
+// run again on a plain server later, as asynq alone would run it once
+// more after the kill and never twice.
+func TestRollingDeployNeverWorse(t *testing.T) {
+	t.Parallel()
+	const lease, n = time.Second, 10 // the victim has 10 workers
+	rdb := newClient(t)
+	q := testQueue(t)
+	key := testKey(t)
+	prefix, sink := key+":run:", key+":sink"
+	victim := startWorker(t, q, prefix, sink, lease, "1")
+	c := newAsynqClient(t, testAddr)
+	for k := range n {
+		_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID("rd-"+strconv.Itoa(k)),
+			asynq.Retention(time.Hour))
+		must(t, err)
+	}
+	waitFor(t, 20*time.Second, "the victim to start every handler", func() bool {
+		return len(runsNoted(t, rdb, sink)) == n
+	})
+
+	var mu sync.Mutex
+	ran := map[string][]string{} // task id: the servers that ran it after the kill
+	note := func(who string) asynq.Handler {
+		return asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+			id, _ := asynq.GetTaskID(ctx)
+			mu.Lock()
+			ran[id] = append(ran[id], who)
+			mu.Unlock()
+			return nil
+		})
+	}
+	idem := newIdem(t, rdb, IdempotencyOptions{Prefix: prefix, Lease: lease, TakeoverQueues: []string{q},
+		Logger: slog.New(slog.DiscardHandler)})
+	mw := idem.Middleware()
+	mw(note("middleware")).ProcessTask(ctx, asynq.NewTask("work", nil)) // learns the type (its key fails: no task id)
+	cfg := asynq.Config{IsFailure: IsFailure, RetryDelayFunc: RetryDelay, Concurrency: n}
+	startAsynq(t, testAddr, q, mw(note("middleware")), cfg)
+	startAsynq(t, testAddr, q, note("plain"), cfg)
+
+	must(t, victim.Process.Kill())
+	killed := time.Now()
+	victim.Wait()
+	var took time.Duration
+	waitFor(t, 20*time.Second, "every task to run again", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		took = time.Since(killed)
+		return len(ran) == n
+	})
+	time.Sleep(4 * lease) // a second takeover, if any, runs by now
+	mu.Lock()
+	defer mu.Unlock()
+	servers := map[string]int{}
+	for id, who := range ran {
+		if len(who) != 1 {
+			t.Fatalf("%s ran %v after the kill; want once", id, who)
+		}
+		servers[who[0]]++
+	}
+	t.Logf("every task ran again %v after the kill (Lease %v), by %v", took.Round(time.Millisecond), lease, servers)
+	if took > lease+3*time.Second {
+		t.Fatalf("the last task ran again %v after the kill; want within Lease + 1 s, and 2 s for a loaded machine", took)
+	}
+	in := newInspector(t)
+	for k := range n {
+		ti, err := in.GetTaskInfo(q, "rd-"+strconv.Itoa(k))
+		must(t, err)
+		if ti.State != asynq.TaskStateCompleted || ti.Retried != 0 {
+			t.Fatalf("task %s: %v, retried %d; want completed, no retry spent", ti.ID, ti.State, ti.Retried)
+		}
+	}
+	for _, list := range []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){
+		in.ListActiveTasks, in.ListPendingTasks, in.ListRetryTasks} {
+		if tasks, err := list(q); err != nil || len(tasks) != 0 {
+			t.Fatalf("queue %s still holds %d tasks (error %v); want none left for asynq's recovery", q, len(tasks), err)
+		}
+	}
+}
