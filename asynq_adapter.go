@@ -70,7 +70,8 @@ var (
 // dead worker. It reports whether the task was still active (asynq moved
 // or finished it otherwise).
 func requeue(ctx context.Context, rdb redis.UniversalClient, q, id string) (bool, error) {
-	n, err := givebackScript.Run(ctx, rdb, []string{asynqKey(q, "pending"), asynqKey(q, "active"), asynqKey(q, "lease")},
+	n, err := givebackScript.Run(ctx, rdb,
+		[]string{asynqKey(q, "pending"), asynqKey(q, "active"), asynqKey(q, "lease"), heldKey(q)},
 		asynqKey(q, "t:"), time.Now().UnixNano(), id, "").Int64()
 	return n > 0, err
 }

@@ -182,6 +182,7 @@ type Idempotency struct {
 	// with WaitReplicas, where AsynqClient is the store's client as it is).
 	typesMu      sync.Mutex
 	dequeueTypes atomic.Pointer[[]any]
+	held         holder // the tasks its AsynqClient's dequeues hold before their runs begin
 	deq          atomic.Pointer[redis.Script]
 	deqBegins    atomic.Bool
 }

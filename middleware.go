@@ -142,6 +142,10 @@ func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 			if e == nil && err == nil {
 				e, err = i.beginOrWait(ctx, key)
 			}
+			if q, ok := asynq.GetQueueName(ctx); ok {
+				id, _ := asynq.GetTaskID(ctx)
+				i.held.begun(q, id)
+			}
 			switch {
 			case errors.Is(err, ErrAlreadyDone):
 				i.skipped.Add(1)

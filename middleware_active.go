@@ -136,7 +136,7 @@ func (i *Idempotency) records(ctx context.Context, runs []activeRun) ([]*redis.S
 			cmds[n].SetVal("done 0 0")
 		}
 	}
-	i.workersGone(ctx, runs, cmds)
+	i.workersGone(ctx, runs, cmds, now)
 	return cmds, now, nil
 }
 
@@ -209,6 +209,8 @@ const (
 
 // workersGone marks the runs whose worker is gone: asynq's lease of the
 // task ran out (IsOrphaned), or, for a run whose record does not tell
+// whether its worker lives, the process that holds it stopped beating
+// (heldGone), or
 // whether its worker lives (cmds[n] holds none, or a "free" or "take"
 // one), its server last renewed the lease more than asynqGone ago, as the
 // lease's deadline tells (Unix seconds, by the worker's clock, which
@@ -221,7 +223,7 @@ const (
 // lists only when one of those looks stale; what cannot be read leaves
 // its run to IsOrphaned, and so does an asynq of another release line
 // than knownAsynq, whose keys may mean something else.
-func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []*redis.StringCmd) {
+func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []*redis.StringCmd, now time.Time) {
 	var ask []int
 	for n := range runs {
 		rec, err := cmds[n].Result()
@@ -235,6 +237,13 @@ func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []
 		}
 	}
 	if len(ask) == 0 || !i.asynqKnown {
+		return
+	}
+	// A task marked as held by a process that stopped beating is gone
+	// within a Lease (heldGone); the rest as asynq's lease tells.
+	i.heldGone(ctx, runs, ask, now)
+	ask = slices.DeleteFunc(ask, func(n int) bool { return runs[n].gone })
+	if len(ask) == 0 {
 		return
 	}
 	scores := make([]*redis.FloatCmd, len(ask))

@@ -139,7 +139,8 @@ func (i *Idempotency) dequeue(ctx context.Context, keys []string, args []any) *r
 		return cmd
 	}
 	a := make([]any, 0, 8)
-	a = append(a, args[0], prefix, k)
+	a = append(a, args[0], prefix, k, i.held.start(i))
+	keys = append(keys[:4:4], heldKey(q))
 	if types := i.dequeueTypes.Load(); types != nil && i.deqBegins.Load() {
 		a = append(a, *types...)
 	}

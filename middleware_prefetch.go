@@ -131,7 +131,7 @@ func (i *Idempotency) giveBack(q string, gen uint64) {
 	if len(ts) == 0 {
 		return
 	}
-	keys := []string{qkeys[0], qkeys[2], qkeys[3]}
+	keys := []string{qkeys[0], qkeys[2], qkeys[3], heldKey(q)}
 	args := []any{prefix, time.Now().UnixNano()}
 	gs := &i.guards
 	gs.mu.Lock()

@@ -70,6 +70,7 @@ func (i *Idempotency) Close() error {
 	i.flushLate()
 	i.flushAhead()
 	i.flushPre()
+	i.stopHolder()
 	tk := &i.takeover
 	tk.once.Do(func() {}) // no loop starts after Close
 	tk.mu.Lock()

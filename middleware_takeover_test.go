@@ -40,14 +40,19 @@ func runWorkerRole() bool {
 	addr, queue, prefix, sink := os.Getenv("ZT_REDIS"), os.Getenv("ZT_QUEUE"), os.Getenv("ZT_PREFIX"), os.Getenv("ZT_SINK")
 	lease, _ := time.ParseDuration(os.Getenv("ZT_LEASE"))
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	block, onClient := strings.CutSuffix(os.Getenv("ZT_BLOCK"), "+ac") // +ac: the server on the store's AsynqClient
+	var keyFn func(context.Context, *asynq.Task) (string, error)
+	if os.Getenv("ZT_KEY") == "payload" {
+		keyFn = payloadKey
+	}
 	idem, err := NewIdempotency(rdb, IdempotencyOptions{Prefix: prefix, Lease: lease, TakeoverQueues: []string{queue},
-		Logger: slog.New(slog.DiscardHandler)})
+		Key: keyFn, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	h := idem.Middleware()(noteRuns(rdb, sink, strconv.Itoa(os.Getpid()), os.Getenv("ZT_BLOCK") == "1"))
-	switch os.Getenv("ZT_BLOCK") {
+	h := idem.Middleware()(noteRuns(rdb, sink, strconv.Itoa(os.Getpid()), block == "1"))
+	switch block {
 	case "outer":
 		// Blocks before the middleware: the worker dies before Begin.
 		inner := h
@@ -73,7 +78,11 @@ func runWorkerRole() bool {
 			return err
 		})
 	}
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Queues: map[string]int{queue: 1}, Concurrency: 10,
+	var ac redis.UniversalClient = rdb
+	if onClient {
+		ac = idem.AsynqClient()
+	}
+	srv := asynq.NewServerFromRedisClient(ac, asynq.Config{Queues: map[string]int{queue: 1}, Concurrency: 10,
 		TaskCheckInterval: 10 * time.Millisecond, IsFailure: IsFailure, RetryDelayFunc: RetryDelay,
 		Logger: quietLogger{}, LogLevel: asynq.FatalLevel})
 	if err := srv.Run(h); err != nil {
@@ -98,12 +107,13 @@ func noteRuns(rdb redis.UniversalClient, sink, who string, block bool) asynq.Han
 	})
 }
 
-// startWorker starts a worker process of the test binary.
-func startWorker(t *testing.T, queue, prefix, sink string, lease time.Duration, block string) *exec.Cmd {
+// startWorker starts a worker process of the test binary, its Key
+// function payloadKey (the task's payload) where key is "payload".
+func startWorker(t *testing.T, queue, prefix, sink string, lease time.Duration, block string, key ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), workerRole+"=1", "ZT_REDIS="+testAddr, "ZT_QUEUE="+queue, "ZT_PREFIX="+prefix,
-		"ZT_SINK="+sink, "ZT_LEASE="+lease.String(), "ZT_BLOCK="+block)
+		"ZT_SINK="+sink, "ZT_LEASE="+lease.String(), "ZT_BLOCK="+block, "ZT_KEY="+strings.Join(key, ""))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	proc.DieWithParent(cmd)

@@ -75,6 +75,8 @@ var (
 	doneLua string
 	//go:embed lua/takeover.lua
 	takeoverLua string
+	//go:embed lua/beat.lua
+	beatLua string
 	//go:embed lua/marker.lua
 	markerLua string
 
@@ -82,6 +84,7 @@ var (
 	// it, and defining its helpers costs each call. begin.lua,
 	// complete.lua and settle.lua are made for each store (storeScript).
 	takeoverScript = redis.NewScript(takeoverLua)
+	beatScript     = redis.NewScript(beatLua)
 	markerScript   = redis.NewScript(markerLua)
 )
 

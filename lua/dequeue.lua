@@ -4,7 +4,11 @@
 -- KEYS and ARGV[1..2] are asynq's: the queue's pending list, paused flag,
 -- active list and lease set; the tasks' lease deadline (Unix s) and the
 -- prefix of its tasks' keys. ARGV[3] how many tasks to take at most,
--- ARGV[4..] the task types the store's middleware has handled.
+-- ARGV[4] the holder (the process's id among the store's live ones),
+-- ARGV[5..] the task types the store's middleware has handled.
+-- KEYS[5] the queue's holder marks (a hash in the queue's slot: task id ->
+-- holder), where each task taken is marked as the holder's until its
+-- run begins (middleware_held.go).
 -- The store writes in front of it (dequeueScript): PREFIX its prefix,
 -- TAGGED whether that has a hash tag, DONE_SUB its buckets of finished
 -- records in each slot, TAGS the hash tag of each slot (4 bytes each,
@@ -99,7 +103,7 @@ local function begin(id)
 end
 
 local known = {}
-for j = 4, #ARGV do known[ARGV[j]] = true end
+for j = 5, #ARGV do known[ARGV[j]] = true end
 local out = {}
 for _ = 1, tonumber(ARGV[3]) do
   local id = redis.call('RPOPLPUSH', KEYS[1], KEYS[3])
@@ -108,6 +112,7 @@ for _ = 1, tonumber(ARGV[3]) do
   redis.call('HSET', tk, 'state', 'active')
   redis.call('HDEL', tk, 'pending_since')
   redis.call('ZADD', KEYS[4], ARGV[1], id)
+  redis.call('HSET', KEYS[5], id, ARGV[4])
   -- A task without its message stays active, as asynq's dequeue leaves it.
   local msg = redis.call('HGET', tk, 'msg')
   if msg then
