@@ -28,8 +28,9 @@ type activeRun struct {
 	// for a type the middleware has not handled (not taken over).
 	unsure bool
 	// gone: the task's worker is gone, as asynq's lease of it tells (set by
-	// records: see workersGone).
-	gone bool
+	// records: see workersGone); held: as the mark of the process that
+	// held it tells (heldGone), which dequeued it on a store's AsynqClient.
+	gone, held bool
 }
 
 // activeRuns lists, through in, the active tasks of the takeover's queues

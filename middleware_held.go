@@ -198,7 +198,7 @@ func (i *Idempotency) heldGone(ctx context.Context, runs []activeRun, ask []int,
 		// + 30 s: by the holder, no later than a beat interval after its
 		// last beat (5 s more for the clocks).
 		if lease <= (b+float64(ms(i.opts.Lease/3)))/1000+asynqLease.Seconds()+5 {
-			runs[n].gone = true
+			runs[n].gone, runs[n].held = true, true
 		}
 	}
 }

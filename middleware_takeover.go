@@ -201,10 +201,14 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 			// 7 s to 14 s after the worker died, where asynq's recoverer
 			// moves the task 30 s to 90 s after that renewal),
 			// for a task type this middleware handles (others are not its
-			// work). A task with no asynq lease at all is left as asynq
+			// work). A task that a store's AsynqClient dequeued is marked
+			// with its process, which beats while it lives: taken over
+			// within a Lease of that process's death (heldGone), whatever
+			// its type, as asynq's recoverer would move it, only sooner.
+			// A task with no asynq lease at all is left as asynq
 			// leaves it: its run may have finished longer ago than
 			// Retention, and running it again would repeat it.
-			if _, ok := i.types.Load(r.task.Type); !ok || !r.gone {
+			if _, ok := i.types.Load(r.task.Type); !r.gone || !ok && !r.held {
 				continue
 			}
 			take(r, token)

@@ -176,3 +176,69 @@ func TestTakeoverBeforeBegin(t *testing.T) {
 		})
 	}
 }
+
+// No process alive: a worker on the store's AsynqClient holds n tasks,
+// mid-handler (their runs begun) or before Begin, and is SIGKILLed, and
+// no process of the store lives for a Lease after. The first process to
+// start takes every task over at its first pass (a quarter of its Lease),
+// before its middleware has handled any task of their type, and runs each
+// once, where asynq alone would wait out its 30 s lease and a recoverer's
+// minute.
+func TestTakeoverFirstProcess(t *testing.T) {
+	t.Parallel()
+	for _, block := range []string{"1+ac", "outer+ac"} {
+		t.Run(block, func(t *testing.T) {
+			t.Parallel()
+			const lease, n = time.Second, 6
+			rdb := newClient(t)
+			q := testQueue(t)
+			k := testKey(t)
+			prefix, sink := k+":run:", k+":sink"
+			victim := startWorker(t, q, prefix, sink, lease, block)
+			c := newAsynqClient(t, testAddr)
+			for j := range n {
+				_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID("fp-"+strconv.Itoa(j)),
+					asynq.Retention(time.Hour))
+				must(t, err)
+			}
+			waitFor(t, 20*time.Second, "the victim to take every task", func() bool {
+				return len(runsNoted(t, rdb, sink)) == n
+			})
+			must(t, victim.Process.Kill())
+			victim.Wait()
+			time.Sleep(lease + 200*time.Millisecond) // no process lives meanwhile
+			var mu sync.Mutex
+			ran := map[string]int{}
+			started := time.Now()
+			idem := newIdem(t, rdb, IdempotencyOptions{Prefix: prefix, Lease: lease, TakeoverQueues: []string{q},
+				Logger: slog.New(slog.DiscardHandler)})
+			startAsynq(t, testAddr, q, idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+				id, _ := asynq.GetTaskID(ctx)
+				mu.Lock()
+				ran[id]++
+				mu.Unlock()
+				return nil
+			})), asynq.Config{IsFailure: IsFailure, RetryDelayFunc: RetryDelay, Concurrency: n})
+			var took time.Duration
+			waitFor(t, 25*time.Second, "every task to run again", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				took = time.Since(started)
+				return len(ran) == n
+			})
+			time.Sleep(3 * lease)
+			mu.Lock()
+			defer mu.Unlock()
+			for id, c := range ran {
+				if c != 1 {
+					t.Fatalf("%s ran %d times, want once", id, c)
+				}
+			}
+			t.Logf("every task ran again %v after the first process started", took.Round(time.Millisecond))
+			if bound := takeoverInterval(lease) + time.Second; took > bound+2*time.Second {
+				t.Fatalf("the last task ran %v after the first process started; want within a pass and a second (%v), "+
+					"and 2 s for a loaded machine", took, bound)
+			}
+		})
+	}
+}
