@@ -39,7 +39,10 @@ func runWorkerRole() bool {
 	}
 	addr, queue, prefix, sink := os.Getenv("ZT_REDIS"), os.Getenv("ZT_QUEUE"), os.Getenv("ZT_PREFIX"), os.Getenv("ZT_SINK")
 	lease, _ := time.ParseDuration(os.Getenv("ZT_LEASE"))
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	var rdb redis.UniversalClient = redis.NewClient(&redis.Options{Addr: addr})
+	if os.Getenv("ZT_CLUSTER") == "1" {
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}})
+	}
 	block, onClient := strings.CutSuffix(os.Getenv("ZT_BLOCK"), "+ac") // +ac: the server on the store's AsynqClient
 	var keyFn func(context.Context, *asynq.Task) (string, error)
 	if os.Getenv("ZT_KEY") == "payload" {
@@ -111,9 +114,21 @@ func noteRuns(rdb redis.UniversalClient, sink, who string, block bool) asynq.Han
 // function payloadKey (the task's payload) where key is "payload".
 func startWorker(t *testing.T, queue, prefix, sink string, lease time.Duration, block string, key ...string) *exec.Cmd {
 	t.Helper()
+	return startWorkerAt(t, testAddr, false, queue, prefix, sink, lease, block, strings.Join(key, ""))
+}
+
+// startWorkerAt is startWorker on the server at addr, a node of a Redis
+// Cluster where cluster is set.
+func startWorkerAt(t *testing.T, addr string, cluster bool, queue, prefix, sink string, lease time.Duration,
+	block, key string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), workerRole+"=1", "ZT_REDIS="+testAddr, "ZT_QUEUE="+queue, "ZT_PREFIX="+prefix,
-		"ZT_SINK="+sink, "ZT_LEASE="+lease.String(), "ZT_BLOCK="+block, "ZT_KEY="+strings.Join(key, ""))
+	cl := "0"
+	if cluster {
+		cl = "1"
+	}
+	cmd.Env = append(os.Environ(), workerRole+"=1", "ZT_REDIS="+addr, "ZT_QUEUE="+queue, "ZT_PREFIX="+prefix,
+		"ZT_SINK="+sink, "ZT_LEASE="+lease.String(), "ZT_BLOCK="+block, "ZT_KEY="+key, "ZT_CLUSTER="+cl)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	proc.DieWithParent(cmd)

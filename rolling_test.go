@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 )
 
 // A rolling deploy: a worker process with the middleware holds n tasks
@@ -112,68 +113,78 @@ func TestTakeoverBeforeBegin(t *testing.T) {
 	for _, key := range []string{"", "payload"} {
 		t.Run("key="+key, func(t *testing.T) {
 			t.Parallel()
-			const lease, n = time.Second, 6
-			rdb := newClient(t)
-			q := testQueue(t)
-			k := testKey(t)
-			prefix, sink := k+":run:", k+":sink"
-			victim := startWorker(t, q, prefix, sink, lease, "outer+ac", key)
-			c := newAsynqClient(t, testAddr)
-			for j := range n {
-				_, err := c.Enqueue(asynq.NewTask("work", []byte("p"+strconv.Itoa(j))), asynq.Queue(q),
-					asynq.TaskID("tb-"+strconv.Itoa(j)), asynq.Retention(time.Hour))
-				must(t, err)
-			}
-			waitFor(t, 20*time.Second, "the victim to take every task", func() bool {
-				return len(runsNoted(t, rdb, sink)) == n
-			})
-			var keyFn func(context.Context, *asynq.Task) (string, error)
-			if key == "payload" {
-				keyFn = payloadKey
-			}
-			var mu sync.Mutex
-			ran := map[string]int{}
-			idem := newIdem(t, rdb, IdempotencyOptions{Prefix: prefix, Lease: lease, TakeoverQueues: []string{q}, Key: keyFn,
-				Logger: slog.New(slog.DiscardHandler)})
-			live := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
-				if id, ok := asynq.GetTaskID(ctx); ok {
-					mu.Lock()
-					ran[id]++
-					mu.Unlock()
-				}
-				return nil
-			}))
-			live.ProcessTask(ctx, asynq.NewTask("work", []byte("learn"))) // learns the type
-			startAsynq(t, testAddr, q, live, asynq.Config{IsFailure: IsFailure, RetryDelayFunc: RetryDelay, Concurrency: n})
-			if h, err := rdb.HLen(ctx, heldKey(q)).Result(); err != nil || h != n {
-				t.Fatalf("%d tasks marked as held (error %v), want %d", h, err, n)
-			}
-			must(t, victim.Process.Kill())
-			killed := time.Now()
-			victim.Wait()
-			var took time.Duration
-			waitFor(t, 25*time.Second, "every task to run again", func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				took = time.Since(killed)
-				return len(ran) == n
-			})
-			time.Sleep(3 * lease)
-			mu.Lock()
-			defer mu.Unlock()
-			for id, c := range ran {
-				if c != 1 {
-					t.Fatalf("%s ran %d times after the kill, want once", id, c)
-				}
-			}
-			t.Logf("every task ran again %v after the kill (Lease %v)", took.Round(time.Millisecond), lease)
-			if took > lease+3*time.Second {
-				t.Fatalf("the last task ran again %v after the kill; want within Lease + 1 s, and 2 s for a loaded machine", took)
-			}
-			if h, err := rdb.HLen(ctx, heldKey(q)).Result(); err != nil || h != 0 {
-				t.Fatalf("%d holder marks left (error %v), want none", h, err)
-			}
+			takeoverBeforeBegin(t, newClient(t), testAddr, false, key)
 		})
+	}
+	// On a Redis Cluster of three masters, where the marks sit in the
+	// queue's slot and the live set in the store's.
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		cl := ownCluster(t, 3, 0)
+		takeoverBeforeBegin(t, cl.Client(), cl.Addrs()[0], true, "payload")
+	})
+}
+
+func takeoverBeforeBegin(t *testing.T, rdb redis.UniversalClient, addr string, cluster bool, key string) {
+	const lease, n = time.Second, 6
+	q := testQueue(t)
+	k := testKey(t)
+	prefix, sink := k+":run:", k+":sink"
+	victim := startWorkerAt(t, addr, cluster, q, prefix, sink, lease, "outer+ac", key)
+	c := asynq.NewClientFromRedisClient(rdb)
+	for j := range n {
+		_, err := c.Enqueue(asynq.NewTask("work", []byte("p"+strconv.Itoa(j))), asynq.Queue(q),
+			asynq.TaskID("tb-"+strconv.Itoa(j)), asynq.Retention(time.Hour))
+		must(t, err)
+	}
+	waitFor(t, 20*time.Second, "the victim to take every task", func() bool {
+		return len(runsNoted(t, rdb, sink)) == n
+	})
+	var keyFn func(context.Context, *asynq.Task) (string, error)
+	if key == "payload" {
+		keyFn = payloadKey
+	}
+	var mu sync.Mutex
+	ran := map[string]int{}
+	idem := newIdem(t, rdb, IdempotencyOptions{Prefix: prefix, Lease: lease, TakeoverQueues: []string{q}, Key: keyFn,
+		Logger: slog.New(slog.DiscardHandler)})
+	live := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		if id, ok := asynq.GetTaskID(ctx); ok {
+			mu.Lock()
+			ran[id]++
+			mu.Unlock()
+		}
+		return nil
+	}))
+	live.ProcessTask(ctx, asynq.NewTask("work", []byte("learn"))) // learns the type
+	startAsynqOn(t, rdb, addr, q, live, asynq.Config{IsFailure: IsFailure, RetryDelayFunc: RetryDelay, Concurrency: n})
+	if h, err := rdb.HLen(ctx, heldKey(q)).Result(); err != nil || h != n {
+		t.Fatalf("%d tasks marked as held (error %v), want %d", h, err, n)
+	}
+	must(t, victim.Process.Kill())
+	killed := time.Now()
+	victim.Wait()
+	var took time.Duration
+	waitFor(t, 25*time.Second, "every task to run again", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		took = time.Since(killed)
+		return len(ran) == n
+	})
+	time.Sleep(3 * lease)
+	mu.Lock()
+	defer mu.Unlock()
+	for id, c := range ran {
+		if c != 1 {
+			t.Fatalf("%s ran %d times after the kill, want once", id, c)
+		}
+	}
+	t.Logf("every task ran again %v after the kill (Lease %v)", took.Round(time.Millisecond), lease)
+	if took > lease+3*time.Second {
+		t.Fatalf("the last task ran again %v after the kill; want within Lease + 1 s, and 2 s for a loaded machine", took)
+	}
+	if h, err := rdb.HLen(ctx, heldKey(q)).Result(); err != nil || h != 0 {
+		t.Fatalf("%d holder marks left (error %v), want none", h, err)
 	}
 }
 
