@@ -8,10 +8,14 @@ package zclaim
 
 import (
 	"context"
+	"log/slog"
 	"reflect"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "embed"
@@ -74,4 +78,81 @@ func requeue(ctx context.Context, rdb redis.UniversalClient, q, id string) (bool
 		[]string{asynqKey(q, "pending"), asynqKey(q, "active"), asynqKey(q, "lease"), heldKey(q)},
 		asynqKey(q, "t:"), time.Now().UnixNano(), id, "").Int64()
 	return n > 0, err
+}
+
+// adapter is a store's view of the asynq adapter: the asynq it was built
+// with, the scripts it knows, and the parts found not to apply.
+type adapter struct {
+	version string // asynq's, as the build says ("" where it does not)
+	known   bool   // version is of knownAsynq's line
+	dequeue string // the SHA1 of asynq's dequeue script that dequeue.lua stands for (asynqDequeue)
+	seen    sync.Map
+	off     atomic.Int64
+}
+
+func newAdapter() adapter {
+	v := asynqVersion()
+	return adapter{version: v, known: strings.HasPrefix(v, knownAsynq), dequeue: asynqDequeue}
+}
+
+// adapterReportsKept is how long zclaim doctor shows a part of the adapter
+// that a process found off.
+const adapterReportsKept = 24 * time.Hour
+
+// adapterKey is the store's sorted set of the parts of the adapter its
+// processes found off (the report -> when, Unix ms), for zclaim doctor.
+func (i *Idempotency) adapterKey() string { return i.opts.Prefix + doneInfix + ":adapter" }
+
+// adapterOff reports, once per process, that a part of the adapter does
+// not apply under the asynq in use (what: the part and what follows): at
+// Warn, with asynq's version; counted in Stats().AdapterOff
+// (zclaim_asynq_adapter_off); and kept in Redis for a day, where
+// Broker.Doctor (zclaim doctor) shows it. Everything still runs, by
+// asynq's public API or its own scripts, each task at most once; only
+// the part named is slower or later.
+func (i *Idempotency) adapterOff(ctx context.Context, what string) {
+	a := &i.adapter
+	if _, dup := a.seen.LoadOrStore(what, true); dup {
+		return
+	}
+	a.off.Add(1)
+	v := a.version
+	if v == "" {
+		v = "of no known version"
+	}
+	report := "asynq " + v + ": " + what
+	i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: a part of the asynq adapter is off", slog.String("asynq", v),
+		slog.String("off", what))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	now := time.Now()
+	_, err := i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, i.adapterKey(), redis.Z{Score: float64(now.UnixMilli()), Member: report})
+		p.ZRemRangeByScore(ctx, i.adapterKey(), "-inf", strconv.FormatInt(now.Add(-adapterReportsKept).UnixMilli(), 10))
+		return nil
+	})
+	if err != nil {
+		i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not keep a report of the asynq adapter for zclaim doctor",
+			slog.String("error", err.Error()))
+	}
+}
+
+// AdapterReports returns what the store's processes found off in the
+// asynq adapter over the last day, the latest first: each a line naming
+// asynq's version and the part (see NewIdempotency).
+func (i *Idempotency) AdapterReports(ctx context.Context) ([]string, error) {
+	since := strconv.FormatInt(time.Now().Add(-adapterReportsKept).UnixMilli(), 10)
+	r, err := i.rdb.ZRevRangeByScore(ctx, i.adapterKey(), &redis.ZRangeBy{Min: since, Max: "+inf"}).Result()
+	if err != nil {
+		return nil, wrap(ctx, "adapter reports", err, nil)
+	}
+	return r, nil
+}
+
+// looksLikeDequeue tells a call of asynq's dequeue script by its keys and
+// arguments (the queue's pending list, paused flag, active list and lease
+// set; the lease deadline and the task key prefix), whatever its SHA1.
+func looksLikeDequeue(keys []string, args []any) bool {
+	return len(keys) == 4 && len(args) == 2 && strings.HasPrefix(keys[0], "asynq:{") &&
+		strings.HasSuffix(keys[0], "}:pending") && strings.HasSuffix(keys[2], "}:active")
 }

@@ -3,6 +3,7 @@ package zclaim
 // What a schedule needs from its server, checked on demand (zclaim doctor).
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -25,6 +26,10 @@ type DoctorOptions struct {
 	// producers' clocks, claims go by Redis' clock, so a skew makes jobs
 	// run that much early or late. Default: DefaultMaxClockSkew (500ms).
 	MaxClockSkew time.Duration
+	// Store is the idempotency store whose processes' reports of the asynq
+	// adapter the check "asynq adapter" reads (Idempotency.AdapterReports).
+	// Default: the Broker's Runs; with neither, the check does not run.
+	Store *Idempotency
 }
 
 // DefaultMaxClockSkew is DoctorOptions.MaxClockSkew when it is zero.
@@ -32,7 +37,7 @@ const DefaultMaxClockSkew = 500 * time.Millisecond
 
 // Problem is something Broker.Doctor found wrong, with its fix.
 type Problem struct {
-	Check  string // "version", "eviction", "persistence", "clock", "key types" or "typeless members"
+	Check  string // "version", "eviction", "persistence", "clock", "key types", "typeless members" or "asynq adapter"
 	Detail string // what is wrong
 	Fix    string // what to do about it
 }
@@ -93,6 +98,21 @@ func (b *Broker) Doctor(ctx context.Context, opts DoctorOptions) ([]Checked, err
 		}
 		if err := b.checkNode(ctx, node, where, opts, add); err != nil {
 			return nil, err
+		}
+	}
+
+	if store := cmp.Or(opts.Store, b.opts.Runs); store != nil {
+		reports, err := store.AdapterReports(ctx)
+		switch {
+		case err != nil:
+			add("asynq adapter", "the store's reports could not be read: "+err.Error(), nil)
+		case len(reports) == 0:
+			add("asynq adapter", "every part applies: no process of the store "+store.Prefix()+" reported one off in the last day", nil)
+		default:
+			add("asynq adapter", strings.Join(reports, "; "), &Problem{
+				Detail: "processes of the store " + store.Prefix() + " run an asynq whose Redis layout or scripts zclaim " +
+					"does not know: each task still runs at most once, but the parts named are off",
+				Fix: "build with the asynq release zclaim supports (go.mod), or a zclaim release that knows this asynq"})
 		}
 	}
 

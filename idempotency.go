@@ -169,6 +169,7 @@ type Idempotency struct {
 	cluster    bool     // rdb is a Redis Cluster's client: a script's keys share a slot
 	defaultKey bool     // Key is OccurrenceKey: takeovers tell a task's key from its id
 	asynqKnown bool     // asynq is of the release line knownAsynq: busyQueues may read its lists
+	adapter    adapter  // what the store knows of asynq's insides, and the parts found off
 	takeover   takeover // the loop that takes over dead workers' runs
 	guards     guards   // the lease guards of running handlers whose heartbeat has not started
 	ahead      ahead    // the tasks asynq's dequeues took ahead (middleware_prefetch.go)
@@ -196,7 +197,12 @@ type IdempotencyStats struct {
 	Released   int64 // handler runs that failed or panicked and released their key
 	LeaseLost  int64 // runs whose lease was lost: the handler was cancelled, or its Complete was refused
 	StateLost  int64 // times the store noticed that the server lost its records
-	Takeovers  int64 // abandoned runs (their worker gone) this process took over and enqueued again
+	Takeovers  int64 // abandoned runs (their worker gone) this process took over: their tasks back on their queue
+	// AdapterOff counts the parts of the asynq adapter this process found
+	// not to apply (an asynq of another release line; a script of asynq's
+	// it does not know), each logged at Warn once and shown by
+	// Broker.Doctor: 0 while all apply.
+	AdapterOff int64
 }
 
 // Stats returns the middleware's counts.
@@ -204,7 +210,7 @@ func (i *Idempotency) Stats() IdempotencyStats {
 	return IdempotencyStats{Skipped: i.skipped.Load(), InProgress: i.inProgress.Load(),
 		Completed: i.completed.Load(), Released: i.released.Load(), LeaseLost: i.leaseLost.Load(),
 		StateLost: i.stateLosses(),
-		Takeovers: i.takeovers.Load()}
+		Takeovers: i.takeovers.Load(), AdapterOff: i.adapter.off.Load()}
 }
 
 // Prefix returns the prefix of the store's keys.
@@ -244,7 +250,7 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 		return nil, err
 	}
 	i := &Idempotency{rdb: rdb, opts: opts, log: opts.Logger, defaultKey: defaultKey, sweepOdds: doneSweepOdds,
-		asynqKnown: strings.HasPrefix(asynqVersion(), knownAsynq), repl: replication{opts.WaitReplicas, opts.WaitTimeout},
+		adapter: newAdapter(), repl: replication{opts.WaitReplicas, opts.WaitTimeout},
 		grp: group{rdb: rdb}, cluster: isCluster(rdb), ahead: ahead{hold: min(takeAheadHold, opts.Lease/4), most: opts.TakeAhead},
 		// The bare prefix is the record key of no key (keys are never
 		// empty): it holds the store's state marker.
@@ -270,6 +276,14 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 		return nil, err
 	}
 	i.state.polled.Store(time.Now().UnixNano())
+	i.asynqKnown = i.adapter.known
+	if !i.asynqKnown {
+		bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		i.adapterOff(bg, "not "+knownAsynq+"x, whose Redis layout zclaim knows: no takeovers (a dead worker's "+
+			"task waits for asynq's own recovery, 30 s to 90 s, and spends a retry), no tasks taken ahead, "+
+			"no Begin or Complete inside asynq's scripts")
+		cancel()
+	}
 	return i, nil
 }
 

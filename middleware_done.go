@@ -82,17 +82,32 @@ type asynqClient struct {
 }
 
 // EvalSha is the call of asynq's scripts (redis.Script.Run).
+// The adapter's parts apply under knownAsynq's release line and the
+// scripts it knows by SHA1; a call of asynq's in a shape they know under
+// another script goes on as it is, and is reported (adapterOff).
 func (c asynqClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	if sha == asynqDequeue {
-		if cmd := c.i.dequeue(ctx, keys, args); cmd != nil {
-			return cmd
+	i := c.i
+	if i.asynqKnown && looksLikeDequeue(keys, args) {
+		if sha == i.adapter.dequeue {
+			if cmd := i.dequeue(ctx, keys, args); cmd != nil {
+				return cmd
+			}
+		} else {
+			i.adapterOff(ctx, "its dequeue script is not the one zclaim knows (SHA1 "+sha+", not "+i.adapter.dequeue+
+				"): no tasks taken ahead, and a worker that dies before its run's Begin is taken over only "+
+				"once asynq's lease of its task says so (7 s to 14 s)")
 		}
 	}
-	if l := c.i.lateFor(keys, args); l != nil {
-		if _, ok := asynqDones[sha]; ok && !c.i.cluster {
-			return c.i.completeIn(ctx, l, keys, args)
+	if l := i.lateFor(keys, args); l != nil {
+		_, known := asynqDones[sha]
+		if known && i.asynqKnown && !i.cluster {
+			return i.completeIn(ctx, l, keys, args)
 		}
-		return c.i.completeWith(ctx, l, func(p redis.Pipeliner) *redis.Cmd { return p.EvalSha(ctx, sha, keys, args...) })
+		if !known && i.asynqKnown && !i.cluster {
+			i.adapterOff(ctx, "its done script is not one zclaim knows (SHA1 "+sha+"): a run's Complete goes "+
+				"beside asynq's done in one pipeline, not inside it")
+		}
+		return i.completeWith(ctx, l, func(p redis.Pipeliner) *redis.Cmd { return p.EvalSha(ctx, sha, keys, args...) })
 	}
 	return c.UniversalClient.EvalSha(ctx, sha, keys, args...)
 }

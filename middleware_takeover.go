@@ -44,7 +44,7 @@ func takeoverInterval(lease time.Duration) time.Duration {
 
 // startTakeover starts the loop, once.
 func (i *Idempotency) startTakeover() {
-	if i.opts.DisableTakeover {
+	if i.opts.DisableTakeover || !i.asynqKnown { // no takeover without asynq's keys: NewIdempotency said so
 		return
 	}
 	tk := &i.takeover

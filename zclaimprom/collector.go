@@ -95,7 +95,10 @@ var (
 	stateLostDesc = desc("zclaim_middleware_state_lost_total",
 		"Times the idempotency store noticed that Redis lost its records.", "prefix")
 	takeoverDesc = desc("zclaim_middleware_takeovers_total",
-		"Abandoned runs (their worker gone) this process took over and enqueued again.", "prefix")
+		"Abandoned runs (their worker gone) this process took over: their tasks put back on their queue.", "prefix")
+	adapterOffDesc = desc("zclaim_asynq_adapter_off",
+		"Parts of the asynq adapter (what zclaim knows of asynq's own keys and scripts) that this process found "+
+			"not to apply under the asynq it runs; 0 while all apply. zclaim doctor names them.", "prefix")
 	abandonedDesc = desc("zclaim_middleware_abandoned_runs",
 		"Runs of active asynq tasks whose worker is gone (lease run out, or taken over and not yet begun again), "+
 			"read from Redis.", "prefix")
@@ -105,7 +108,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{upDesc, scheduledDesc, dueDesc, inflightDesc, expiredDesc,
 		deadDesc, oldestDesc, lostDesc,
 		claimedDesc, enqueuedDesc, inBulkDesc, conflictsDesc, failedDesc, dispDeadDesc, lagDesc,
-		requeuedDesc, recDeadDesc, trimmedDesc, runsDesc, stateLostDesc, takeoverDesc, abandonedDesc} {
+		requeuedDesc, recDeadDesc, trimmedDesc, runsDesc, stateLostDesc, takeoverDesc, abandonedDesc, adapterOffDesc} {
 		ch <- d
 	}
 }
@@ -198,6 +201,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			sum.LeaseLost += st.LeaseLost
 			sum.StateLost += st.StateLost
 			sum.Takeovers += st.Takeovers
+			sum.AdapterOff = max(sum.AdapterOff, st.AdapterOff)
 		}) {
 			continue
 		}
@@ -226,6 +230,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(runsDesc, st.LeaseLost, p, "lease_lost")
 		counter(stateLostDesc, st.StateLost, p)
 		counter(takeoverDesc, st.Takeovers, p)
+		gauge(adapterOffDesc, float64(st.AdapterOff), p)
 	}
 }
 

@@ -253,6 +253,9 @@ func TestAbandonedRunsAndTakeovers(t *testing.T) {
 	if got := scrape(t, reg, "zclaim_middleware_abandoned_runs"); got != 1 {
 		t.Fatalf("abandoned runs %v, want 1", got)
 	}
+	if got := scrape(t, reg, "zclaim_asynq_adapter_off"); got != 0 {
+		t.Fatalf("asynq adapter parts off %v, want 0 under the asynq zclaim knows", got)
+	}
 
 	taker, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: prefix, Lease: 200 * time.Millisecond,
 		TakeoverQueues: []string{queue}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})

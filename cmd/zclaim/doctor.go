@@ -24,7 +24,11 @@ func cmdDoctor(ctx context.Context, c *cli, args []string) int {
 		fmt.Fprintln(c.errw, "usage: zclaim doctor [--default-type T]")
 		return exitUsage
 	}
-	checks, err := c.b.Doctor(ctx, zclaim.DoctorOptions{DefaultType: *doctorType})
+	store, err := c.store()
+	if err != nil {
+		return c.fail(err)
+	}
+	checks, err := c.b.Doctor(ctx, zclaim.DoctorOptions{DefaultType: *doctorType, Store: store})
 	if err != nil {
 		return c.fail(err)
 	}

@@ -254,8 +254,24 @@ func TestDoctor(t *testing.T) {
 	_, key := setup(t)
 	out, errOut, code := runCLI(t, srv, "doctor", "--key", key)
 	want(t, "doctor on a healthy server", code, 0, out, errOut)
-	if strings.Count(out, "ok ") != 6 {
+	if strings.Count(out, "ok ") != 7 {
 		t.Fatalf("doctor:\n%s", out)
+	}
+	// A process of the store (--runs) found a part of the asynq adapter
+	// off, as NewIdempotency and the store's AsynqClient report it: doctor
+	// names it, a problem.
+	prefix := key + ":run:"
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	rerr := rc.ZAdd(ctx, prefix+"\x00done:adapter", redis.Z{Score: float64(time.Now().UnixMilli()),
+		Member: "asynq v0.27.0: its dequeue script is not the one zclaim knows"}).Err()
+	rc.Close()
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	out, errOut, code = runCLI(t, srv, "doctor", "--key", key, "--runs", prefix)
+	want(t, "doctor with an adapter report", code, 1, out, errOut)
+	if !strings.Contains(out, "PROBLEM  asynq adapter    asynq v0.27.0: its dequeue script") {
+		t.Fatalf("doctor does not name the adapter's report:\n%s", out)
 	}
 	// The server by its own name and version: Redis's, or Valkey's (make
 	// compat), whose redis_version is the Redis it is compatible with.
