@@ -76,7 +76,7 @@ var (
 func requeue(ctx context.Context, rdb redis.UniversalClient, q, id string) (bool, error) {
 	n, err := givebackScript.Run(ctx, rdb,
 		[]string{asynqKey(q, "pending"), asynqKey(q, "active"), asynqKey(q, "lease"), heldKey(q)},
-		asynqKey(q, "t:"), time.Now().UnixNano(), id, "").Int64()
+		asynqKey(q, "t:"), time.Now().UnixNano(), id).Int64()
 	return n > 0, err
 }
 

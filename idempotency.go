@@ -177,15 +177,7 @@ type Idempotency struct {
 	// bool): true where a takeover can tell their tasks' keys (always, for
 	// OccurrenceKey; see learnKey for a Key function of the user's).
 	types sync.Map
-	// typesMu guards the writes of dequeueTypes: the types of types
-	// (true) whose runs asynq's dequeue begins (handled), where deqBegins
-	// (dequeueBegins). deq is the store's dequeue.lua (dequeueScript; nil
-	// with WaitReplicas, where AsynqClient is the store's client as it is).
-	typesMu      sync.Mutex
-	dequeueTypes atomic.Pointer[[]any]
-	held         holder // the tasks its AsynqClient's dequeues hold before their runs begin
-	deq          atomic.Pointer[redis.Script]
-	deqBegins    atomic.Bool
+	held holder // the tasks its AsynqClient's dequeues hold before their runs begin
 }
 
 // IdempotencyStats count what an Idempotency store's middleware did since

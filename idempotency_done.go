@@ -132,10 +132,6 @@ func (i *Idempotency) readyDone(ctx context.Context) error {
 	if err := i.setupDone(ctx); err != nil {
 		return err
 	}
-	if s, begins := i.dequeueScript(); s != nil {
-		i.deqBegins.Store(begins)
-		i.deq.Store(s)
-	}
 	i.loadScripts(ctx)
 	i.doneReady.Store(true)
 	return nil
@@ -192,7 +188,7 @@ func (i *Idempotency) loadScripts(ctx context.Context) {
 	// and retries.
 	ctx, cancel := context.WithTimeout(ctx, loadScriptsFor)
 	defer cancel()
-	for _, s := range []*redis.Script{i.begin, i.complete, i.deq.Load()} {
+	for _, s := range []*redis.Script{i.begin, i.complete, dequeueScript} {
 		if s != nil {
 			_ = s.Load(ctx, i.rdb).Err()
 		}

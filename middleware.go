@@ -138,10 +138,7 @@ func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
 			if !i.defaultKey && t.Headers()[headerTakeover] == "" {
 				i.learnKey(ctx, t, key)
 			}
-			e, err := i.preBegunOf(ctx, key)
-			if e == nil && err == nil {
-				e, err = i.beginOrWait(ctx, key)
-			}
+			e, err := i.beginOrWait(ctx, key)
 			if q, ok := asynq.GetQueueName(ctx); ok {
 				id, _ := asynq.GetTaskID(ctx)
 				i.held.begun(q, id)

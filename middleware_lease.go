@@ -34,14 +34,11 @@ type leaseGuard struct {
 // the wake-up of an idle thread, which Go's runtime makes when a timer is
 // added ahead of the others.
 // The same loop sends the Completes that wait for asynq's done of their
-// task (late) but have waited Lease/4 (see completeLater), and takes back
-// the runs begun in asynq's dequeue that no handler took within Lease/2
-// (see sweepPre).
+// task (late) but have waited Lease/4 (see completeLater).
 type guards struct {
 	mu      sync.Mutex
 	set     map[*leaseGuard]struct{}
 	late    map[string]*lateComplete // by asynq's key of the task
-	pre     map[string]*preBegun     // by the task's queue and id, NUL between (holdPre)
 	running bool                     // the loop runs
 }
 
@@ -72,23 +69,17 @@ func (gs *guards) remove(g *leaseGuard) {
 }
 
 // loop starts, every Lease/12, the heartbeats of the guards whose handler
-// has run Lease/4, sends the late Completes that have waited as long, and
-// takes back the runs begun in a dequeue that waited Lease/2; it ends when
-// it finds none of them left.
+// has run Lease/4, and sends the late Completes that have waited as long;
+// it ends when it finds none of them left.
 func (gs *guards) loop(i *Idempotency, lease time.Duration) {
 	tick := time.NewTicker(max(lease/12, time.Millisecond/4))
 	defer tick.Stop()
 	var due []*leaseGuard
 	var late []*lateComplete
-	type sweep struct {
-		task string
-		p    *preBegun
-	}
-	var pre []sweep
 	for range tick.C {
 		now := time.Now()
 		gs.mu.Lock()
-		if len(gs.set) == 0 && len(gs.late) == 0 && len(gs.pre) == 0 {
+		if len(gs.set) == 0 && len(gs.late) == 0 {
 			gs.running = false
 			gs.mu.Unlock()
 			return
@@ -105,12 +96,6 @@ func (gs *guards) loop(i *Idempotency, lease time.Duration) {
 				delete(gs.late, k)
 			}
 		}
-		for k, p := range gs.pre {
-			if p.undone == nil && now.Sub(p.sent) >= lease/sweepPreAfter {
-				p.undone = make(chan struct{})
-				pre = append(pre, sweep{k, p})
-			}
-		}
 		gs.mu.Unlock()
 		for k, g := range due {
 			g.start()
@@ -122,11 +107,6 @@ func (gs *guards) loop(i *Idempotency, lease time.Duration) {
 			late[k] = nil
 		}
 		late = late[:0]
-		for k, s := range pre {
-			go i.sweepPre(s.task, s.p)
-			pre[k] = sweep{}
-		}
-		pre = pre[:0]
 	}
 }
 

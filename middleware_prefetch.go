@@ -8,7 +8,6 @@ package zclaim
 import (
 	"context"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -17,12 +16,8 @@ import (
 // dequeue of its queue before it goes back (ahead.hold: at most Lease/4).
 const takeAheadHold = 20 * time.Millisecond
 
-// takenTask is a task dequeue.lua took ahead: its message and id, and the
-// run it began for it (nil where none; also held in guards.pre).
-type takenTask struct {
-	msg, id string
-	pre     *preBegun
-}
+// takenTask is a task dequeue.lua took ahead: its message and id.
+type takenTask struct{ msg, id string }
 
 // aheadQueue is what a store took ahead of one asynq queue.
 type aheadQueue struct {
@@ -124,8 +119,8 @@ func (i *Idempotency) keepAhead(q string, keys []string, prefix string, k, n int
 
 // giveBack puts the tasks of queue q taken ahead (by the dequeue of
 // generation gen; any, for 0) back where asynq's next dequeue takes them
-// first, in their order, and deletes the runs begun for them: asynq did
-// not ask for them in time (its workers were all busy, or it stopped).
+// first, in their order: asynq did not ask for them in time (its workers
+// were all busy, or it stopped).
 func (i *Idempotency) giveBack(q string, gen uint64) {
 	ts, qkeys, prefix := i.ahead.takeBack(q, gen)
 	if len(ts) == 0 {
@@ -133,27 +128,15 @@ func (i *Idempotency) giveBack(q string, gen uint64) {
 	}
 	keys := []string{qkeys[0], qkeys[2], qkeys[3], heldKey(q)}
 	args := []any{prefix, time.Now().UnixNano()}
-	gs := &i.guards
-	gs.mu.Lock()
 	for _, t := range ts {
-		rec := ""
-		if p := t.pre; p != nil {
-			if gs.pre[q+"\x00"+t.id] == p {
-				delete(gs.pre, q+"\x00"+t.id)
-			}
-			if p.token > 0 {
-				rec = preRecord(p.token, i.opts.Lease)
-				keys = append(keys, i.recordKey(t.id))
-			}
-		}
-		args = append(args, t.id, rec)
+		args = append(args, t.id)
 	}
-	gs.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
 	if err := givebackScript.Run(ctx, i.rdb, keys, args...).Err(); err != nil {
-		// They stay active under asynq's lease, their runs under theirs:
-		// asynq's recovery and the takeover bring them back.
+		// They stay active under asynq's lease, marked as this process's:
+		// asynq's recovery, or the takeover once this process is gone,
+		// brings them back.
 		i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not give back tasks taken ahead of asynq's dequeue",
 			slog.String("queue", q), slog.Int("tasks", len(ts)), slog.String("error", err.Error()))
 	}
@@ -170,9 +153,4 @@ func (i *Idempotency) flushAhead() {
 	for _, q := range qs {
 		i.giveBack(q, 0)
 	}
-}
-
-// preRecord is the run record that dequeue.lua wrote for a run of token tok.
-func preRecord(tok int64, lease time.Duration) string {
-	return "run " + strconv.FormatInt(tok, 10) + " " + strconv.FormatInt(tok/1000+ms(lease), 10)
 }

@@ -44,7 +44,7 @@ func TestDequeueTakesAhead(t *testing.T) {
 	rdb.AddHook(calls)
 	idem := newIdem(t, rdb, IdempotencyOptions{Lease: time.Minute})
 	idem.ahead.hold = time.Minute // none goes back while the test looks
-	calls.sha = idem.deq.Load().Hash()
+	calls.sha = dequeueScript.Hash()
 	idem.handled("t")
 	queue := testQueue(t)
 	ids := seqIDs("a", 40)
@@ -55,8 +55,8 @@ func TestDequeueTakesAhead(t *testing.T) {
 		if msg, ok := reply.(string); err != nil || !ok || !strings.Contains(msg, id) {
 			t.Fatalf("dequeue: %v, %v; want task %s", reply, err, id)
 		}
-		if p := idem.pre(queue, id); p == nil || p.token <= 0 {
-			t.Fatalf("task %s: run begun %+v", id, p)
+		if rdb.HGet(ctx, heldKey(queue), id).Val() != idem.held.id {
+			t.Fatalf("task %s not marked as held by the process", id)
 		}
 	}
 	// 1, 2, 4, 8, 8, 8, 8: 39 tasks; the 40th's dequeue takes it alone.
@@ -70,7 +70,6 @@ func TestDequeueTakesAhead(t *testing.T) {
 	if n := rdb.LLen(ctx, p+"active").Val(); n != 40 {
 		t.Errorf("%d tasks active, want 40", n)
 	}
-	idem.flushPre()
 }
 
 // TakeAhead bounds what a dequeue takes: with 3, the dequeues of 10 tasks
@@ -83,7 +82,7 @@ func TestTakeAheadOption(t *testing.T) {
 		rdb.AddHook(calls)
 		idem := newIdem(t, rdb, IdempotencyOptions{Lease: time.Minute, TakeAhead: c.most})
 		idem.ahead.hold = time.Minute
-		calls.sha = idem.deq.Load().Hash()
+		calls.sha = dequeueScript.Hash()
 		queue := testQueue(t)
 		ids := seqIDs(fmt.Sprintf("m%d-", c.most), 10)
 		enqueueIDs(t, queue, ids...)
@@ -107,16 +106,14 @@ func startAhead(idem *Idempotency, queue string, k int) {
 }
 
 // checkGivenBack checks that the tasks ids of queue, taken ahead by idem,
-// are back where asynq's dequeue takes them first, in order, unbegun.
+// are back where asynq's dequeue takes them first, in order, no longer
+// marked as held.
 func checkGivenBack(t *testing.T, rdb redis.UniversalClient, idem *Idempotency, queue string, ids []string) {
 	t.Helper()
 	p := "asynq:{" + queue + "}:"
 	for _, id := range ids {
-		if rdb.Exists(ctx, idem.recordKey(id)).Val() != 0 {
-			t.Errorf("task %s given back, its run record kept", id)
-		}
-		if idem.pre(queue, id) != nil {
-			t.Errorf("task %s given back, its run still held", id)
+		if rdb.HExists(ctx, heldKey(queue), id).Val() {
+			t.Errorf("task %s given back, still marked as held", id)
 		}
 		if st := rdb.HGet(ctx, p+"t:"+id, "state").Val(); st != "pending" {
 			t.Errorf("task %s given back in state %q", id, st)
@@ -138,7 +135,7 @@ func checkGivenBack(t *testing.T, rdb redis.UniversalClient, idem *Idempotency, 
 
 // Tasks taken ahead that asynq does not ask for within the hold go back
 // to the queue, where asynq's next dequeue takes them first, in order,
-// with their runs deleted; the next dequeues take half as many. Close
+// their marks gone; the next dequeues take half as many. Close
 // gives back at once those it still holds.
 func TestTakenAheadGoBack(t *testing.T) {
 	t.Parallel()
@@ -159,14 +156,14 @@ func TestTakenAheadGoBack(t *testing.T) {
 	if n := rdb.LLen(ctx, p+"active").Val(); n != 8 {
 		t.Fatalf("%d tasks active after a dequeue that takes 8", n)
 	}
-	for _, id := range ids[1:8] {
-		if rdb.Exists(ctx, idem.recordKey(id)).Val() != 1 {
-			t.Fatalf("task %s taken ahead without its run begun", id)
+	for _, id := range ids[:8] {
+		if !rdb.HExists(ctx, heldKey(queue), id).Val() {
+			t.Fatalf("task %s taken ahead without its mark", id)
 		}
 	}
 	idem.giveBack(queue, 0)
-	if rdb.Exists(ctx, idem.recordKey(ids[0])).Val() != 1 {
-		t.Errorf("the run of the task asynq got was deleted")
+	if !rdb.HExists(ctx, heldKey(queue), ids[0]).Val() {
+		t.Errorf("the mark of the task asynq got went")
 	}
 	checkGivenBack(t, rdb, idem, queue, ids[1:])
 	idem.ahead.mu.Lock()
@@ -191,7 +188,6 @@ func TestTakenAheadGoBack(t *testing.T) {
 		t.Errorf("given back after %v, before the hold (%v)", d, idem3.ahead.hold)
 	}
 	checkGivenBack(t, rdb, idem3, queue, ids[1:])
-	idem3.flushPre()
 
 	// Close gives back at once.
 	idem2 := newIdem(t, rdb, IdempotencyOptions{Lease: time.Minute})
@@ -214,15 +210,14 @@ func TestTakenAheadGoBack(t *testing.T) {
 	if n := rdb.LLen(ctx, p+"pending").Val(); n != 0 {
 		t.Errorf("%d tasks pending after the given back were taken, want 0", n)
 	}
-	idem.flushPre()
 }
 
-// Where the dequeue cannot begin runs (a Key function of the user's, a
-// Redis Cluster, whose slots keep asynq's keys and the store's apart), it
-// still takes tasks ahead: fewer dequeues than tasks, each task once and in
-// order, no run begun; those not asked for go back, naming no run record
-// (Redis Cluster refuses a script whose keys are in other slots). Under
-// the middleware each task's run begins in the handler, and runs once.
+// With a Key function of the user's and on a Redis Cluster (whose slots
+// keep asynq's keys and the store's apart) the dequeue takes tasks ahead
+// all the same: fewer dequeues than tasks, each task once and in order, no
+// run record written (the marks sit in the queue's slot); those not asked
+// for go back. Under the middleware each task's run begins in the
+// handler, and runs once.
 func TestTakeAheadBeginsNone(t *testing.T) {
 	t.Parallel()
 	srv, cc := oneNodeCluster(t)
@@ -239,10 +234,7 @@ func TestTakeAheadBeginsNone(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			idem := newIdem(t, c.rdb, c.opts)
 			idem.ahead.hold = time.Minute // the test gives back itself
-			if idem.deq.Load() == nil || idem.deqBegins.Load() {
-				t.Fatalf("dequeue script %t, begins runs %t; want one that begins none", idem.deq.Load() != nil, idem.deqBegins.Load())
-			}
-			calls := &scriptCalls{sha: idem.deq.Load().Hash()}
+			calls := &scriptCalls{sha: dequeueScript.Hash()}
 			c.rdb.AddHook(calls)
 			idem.handled("t")
 			queue := testQueue(t)
@@ -259,9 +251,6 @@ func TestTakeAheadBeginsNone(t *testing.T) {
 				reply, err := dequeueOn(idem.AsynqClient(), queue)
 				if msg, ok := reply.(string); err != nil || !ok || !strings.Contains(msg, id) {
 					t.Fatalf("dequeue: %v, %v; want task %s", reply, err, id)
-				}
-				if p := idem.pre(queue, id); p != nil {
-					t.Fatalf("task %s: a run begun in the dequeue: %+v", id, p)
 				}
 				if n := c.rdb.Exists(ctx, idem.recordKey(id), idem.recordKey("p-"+id)).Val(); n != 0 {
 					t.Fatalf("task %s: a run record written in the dequeue", id)

@@ -69,7 +69,6 @@ func (i *Idempotency) asynqRedis() redis.UniversalClient {
 func (i *Idempotency) Close() error {
 	i.flushLate()
 	i.flushAhead()
-	i.flushPre()
 	i.stopHolder()
 	tk := &i.takeover
 	tk.once.Do(func() {}) // no loop starts after Close

@@ -71,7 +71,7 @@ func e2eScenario() {
 			"Both use default options otherwise (the dispatcher's Concurrency 16, the middleware's Lease 5 s and takeover loop). "+
 			"The quick start's Dispatcher writes its tasks into asynq's Redis in bulk (DispatcherOptions.AsynqRedis) and has asynq keep no finished task "+
 			"(TaskRetention -1: the middleware's records skip an occurrence dispatched again), and runs the asynq server on the idempotency store's AsynqClient "+
-			"(each run is begun in one script with asynq's dequeue of its task and completed in one with its done), as the README's does; "+
+			"(its dequeues take tasks ahead; each run is completed in one script with asynq's done of its task), as the README's does; "+
 			"the next row puts the server on a client of its own, each Begin and Complete a round trip of its own; "+
 			"the two rows after it enqueue each through an asynq client instead, one on (*redis.Client).AutoPipeline, whose concurrent enqueues share round trips, one on a plain client. "+
 			"The two floor rows have no schedule: 16 goroutines enqueue the tasks (asynq alone's) on such a client once the clock runs, "+

@@ -306,7 +306,7 @@ func insideScenario() {
 			"It is not a middleware: it measures how far from asynq alone a design that puts the records into asynq's own calls could come, against the middleware's two round trips a task. "+
 			"The fourth row keeps asynq's dequeue and swaps its done alone, and sends a Begin's commands in a script of their own before the handler: "+
 			"a design whose Complete rides in asynq's done, with one round trip a task of its own. "+
-			"The store's AsynqClient ships the third row's design with the middleware's token and fence: the run begun in asynq's dequeue and completed in its done (table 3). "+
+			"The store's AsynqClient ships the fourth row's design with the middleware's token and fence: each Begin a call of the middleware's own (grouped with those of the same moment), each Complete inside asynq's done (table 3). "+
 			"The sixth sends the Complete's commands in a script of their own, in one pipeline with asynq's done: the same round trips, and a script call more. "+
 			"Ratios, middle halves and CPU as in table 3.")
 }

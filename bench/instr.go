@@ -77,9 +77,8 @@ func instructionsScenario() {
 			return nil
 		}},
 		{"asynq's dequeue of a task (v0.26's script), per task", 1, pendingN(queue, 2*n), dequeueOp(queue, "")},
-		{"the same through the store's AsynqClient: dequeue.lua, asynq's writes and the Begin of the task's run, per task (the default Prefix)",
+		{"the same through the store's AsynqClient: dequeue.lua, asynq's writes and the task's holder mark, per task",
 			1, pendingN(queue, 2*n), dequeueOp(queue, zclaim.DefaultIdempotencyPrefix)},
-		{"the same, a Prefix with a hash tag of its own", 1, pendingN(queue, 2*n), dequeueOp(queue, "zclaim:{run}:")},
 		{"floor of Begin + Complete: plain SET NX GET, then SET", 1, nil, func(ctx context.Context, rdb *redis.Client, k int) error {
 			for j := range k {
 				key := "k" + strconv.Itoa(j)
@@ -298,21 +297,17 @@ func pendingN(queue string, count int) func(ctx context.Context, rdb *redis.Clie
 
 // dequeueOp dequeues k tasks of queue as asynq's processor does: on the
 // plain client (prefix ""), or through the AsynqClient of a store of
-// prefix whose middleware has handled a task of their type.
+// prefix.
 func dequeueOp(queue, prefix string) func(ctx context.Context, rdb *redis.Client, k int) error {
 	return func(ctx context.Context, rdb *redis.Client, k int) error {
 		var c redis.UniversalClient = rdb
 		if prefix != "" {
-			// A lease long enough that no run begun here is taken back (nor
-			// by Close: it is not called) on the counted server.
+			// A lease long enough that the tasks taken ahead stay (Close is
+			// not called) on the counted server.
 			i, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: prefix, Lease: time.Hour, DisableTakeover: true})
 			if err != nil {
 				return err
 			}
-			// The middleware notes the type of a task it handles before it
-			// asks for the task's key (which this one, outside a server, lacks).
-			_ = i.Middleware()(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })).
-				ProcessTask(ctx, asynq.NewTask("t", nil))
 			c = i.AsynqClient()
 		}
 		p := "asynq:{" + queue + "}:"

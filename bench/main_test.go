@@ -119,13 +119,12 @@ func TestQuickRun(t *testing.T) {
 	if trips, err := strconv.ParseFloat(r[6], 64); err != nil || trips > 2 {
 		t.Errorf("middleware: %q zclaim round trips a task, want at most 2", r[6])
 	}
-	// On the store's AsynqClient the Begin rides in asynq's dequeue and the
-	// Complete in its done: no round trip a task of its own (a few where a
-	// task came before the middleware had handled one of its type, or a
-	// Complete before the first done came through the client).
-	via := row(t, out, "asynq + idempotency middleware, the server on the store's `AsynqClient` (each run begun in one script with asynq's dequeue of its task, and completed in one with its done, in their place)")
-	if trips, err := strconv.ParseFloat(via[6], 64); err != nil || trips > 0.05 {
-		t.Errorf("middleware on AsynqClient: %q zclaim round trips a task, want at most 0.05", via[6])
+	// On the store's AsynqClient the Complete rides in asynq's done: the
+	// Begin is the one round trip a task of its own, fewer where handlers
+	// of the same moment group theirs.
+	via := row(t, out, "asynq + idempotency middleware, the server on the store's `AsynqClient` (its dequeues take up to 8 tasks at a time, each marked as held; each Begin a call of the middleware's own, grouped with those of the same moment; completed in one script with asynq's done)")
+	if trips, err := strconv.ParseFloat(via[6], 64); err != nil || trips > 1.05 {
+		t.Errorf("middleware on AsynqClient: %q zclaim round trips a task, want at most about 1", via[6])
 	}
 	// CPU a task beyond asynq alone's, in the same round: none for asynq
 	// alone itself, and a signed figure for the others (its size is a

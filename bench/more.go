@@ -246,8 +246,8 @@ func middlewareScenario() {
 		{name: "asynq, no middleware"},
 		{name: "asynq + idempotency middleware", wrap: "idem"},
 		{name: "asynq + idempotency middleware, `DisableTakeover` (no takeover loop)", wrap: "idem", noTakeover: true},
-		{name: "asynq + idempotency middleware, the server on the store's `AsynqClient` (each run begun in one script with asynq's dequeue of its task, and completed in one with its done, in their place)", wrap: "idem", asynqClient: true},
-		{name: "asynq + idempotency middleware with a `Key` function of the user's, the server on the store's `AsynqClient` (its dequeues take up to 8 tasks at a time but begin no runs: each Begin a call of its own; completed in one script with asynq's done)", wrap: "idem", asynqClient: true, userKey: true},
+		{name: "asynq + idempotency middleware, the server on the store's `AsynqClient` (its dequeues take up to 8 tasks at a time, each marked as held; each Begin a call of the middleware's own, grouped with those of the same moment; completed in one script with asynq's done)", wrap: "idem", asynqClient: true},
+		{name: "asynq + idempotency middleware with a `Key` function of the user's, the server on the store's `AsynqClient` (the same)", wrap: "idem", asynqClient: true, userKey: true},
 		{name: "asynq, no middleware, the server on a store's `AsynqClient` (its dequeues take up to 8 tasks at a time)", wrap: "client", asynqClient: true},
 		{name: "floor: asynq + one plain SET NX per task (no script, no fencing, never completed)", wrap: "setnx"},
 		{name: "floor of start + finish: plain SET NX GET before the handler, plain SET after (no script, no token, no fence)", wrap: "startFinish"},
@@ -349,9 +349,9 @@ func middlewareScenario() {
 			"the next column gives the middle half of those per-round ratios (first to third quartile): how far one round's ratio strays. "+
 			"CPU beyond asynq alone's is likewise the median over the rounds of the difference of the two contenders' CPU a task in one round (Redis' and this process'). "+
 			"Commands count every command Redis ran, including those inside scripts. "+
-			"On the store's AsynqClient, a dequeue of asynq's takes the tasks its next ones get, up to 8 (doubling from 1 while asynq asks for all it took), and begins their runs: "+
+			"On the store's AsynqClient, a dequeue of asynq's takes the tasks its next ones get, up to 8 (doubling from 1 while asynq asks for all it took), and marks each as held by the process: "+
 			"asynq's processor dequeues one task a round trip in one goroutine, which bounds asynq alone; the row without the middleware shows what that alone is worth. "+
-			"With a Key function of the user's (as on Redis Cluster, where asynq's keys and the store's are in different slots) the dequeues take tasks ahead but begin no runs: each handler's Begin is a call of the middleware's own. "+
+			"Each handler's Begin is a call of the middleware's own, grouped with those of the same moment, and each Complete rides in asynq's done; with a Key function of the user's the same. "+
 			"The first floor does one round trip per task and nothing else: what asking Redis once per task costs on this machine. "+
 			"The second does the two plain commands a middleware that records each run's start and finish needs at least, one round trip each, "+
 			"without the token, lease and fence that make the middleware's scripts safe. "+
