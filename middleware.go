@@ -111,8 +111,7 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 // work done, as zclaimpg.Complete does): that task succeeds as skipped.
 // The Complete goes before the middleware returns, or, for a server on
 // the store's AsynqClient, in one round trip with asynq's done of the
-// task, ahead of it; on that client the Begin is made in asynq's dequeue
-// of the task, where it can be (see AsynqClient).
+// task, ahead of it (see AsynqClient).
 // One that returns another error or panics releases the key, so a retry
 // can run; the error or panic goes on to asynq unchanged. If Redis cannot be reached the handler does not run and
 // the error goes back to asynq (fail closed). A key that can never run

@@ -15,44 +15,35 @@ import (
 
 // AsynqClient returns the store's Redis client for the asynq server whose
 // handlers this store's middleware wraps (asynq.NewServerFromRedisClient).
-// Through it, a run begins in asynq's own call that dequeues its task and
-// finishes in the one that marks it done: no round trip a task of the
-// middleware's own.
+// It is the asynq adapter (asynq_adapter.go): it knows asynq v0.26's
+// dequeue and done scripts by their SHA1s, and passes any other call on
+// as it is. Where a part does not apply (another asynq, another script),
+// the store says so (Stats().AdapterOff, a Warn, zclaim doctor) and every
+// task still runs at most once.
 //
-// Begin: under asynq v0.26, not on Redis Cluster, with the default Key,
-// the client sends dequeue.lua in place of asynq's dequeue script (which
-// it tells by its SHA1): asynq's writes, then the Begin of the task's run
-// where the task is of a type the middleware has handled (up to 16) and
-// its key is its id with no run record. The middleware takes that run
-// when asynq calls it with the task; one no handler takes within Lease/2
-// is deleted, so give the client only to servers whose handlers of those
-// types the middleware wraps. A store an earlier version made, whose
-// finished records are digested with SHA-256, makes its own Begins.
-//
-// Taking ahead: under asynq v0.26 (on Redis Cluster too, and with a Key
-// of the user's, where it begins no runs), a dequeue of asynq's takes the
-// tasks the next ones get, up to IdempotencyOptions.TakeAhead
-// (8 by default; 1 takes one, as asynq does), and the client answers
-// asynq's next dequeues of the queue from them, with no round trip
-// (asynq's processor dequeues one task at a time, in one goroutine). How
-// many it takes doubles from 1 while asynq asks for all a dequeue took,
-// and halves when some go back: a task asynq does not ask for within
-// 20 ms (or Lease/4, if less) goes back to the front of its queue, its run
-// (if begun) deleted, as does every task still held at Close. Meanwhile
-// such a task is active in asynq's lists with no worker, and one taken
-// just before its queue was paused may still start. A worker killed while
-// it holds tasks taken ahead leaves the runs begun for them to the
-// takeover, within Lease, and a task whose run was not begun to its dead
-// server's missed renewals of asynq's lease (7 s to 14 s).
+// Taking ahead and holder marks: a dequeue of asynq's takes the tasks the
+// next ones get, up to IdempotencyOptions.TakeAhead (8 by default; 1
+// takes one, as asynq does), and the client answers asynq's next
+// dequeues of the queue from them, with no round trip (asynq's processor
+// dequeues one task at a time, in one goroutine). How many it takes
+// doubles from 1 while asynq asks for all a dequeue took, and halves when
+// some go back: a task asynq does not ask for within 20 ms (or Lease/4,
+// if less) goes back to the front of its queue, as does every task still
+// held at Close. Meanwhile such a task is active in asynq's lists with no
+// worker, and one taken just before its queue was paused may still start.
+// Each task taken is marked as held by this process until its run
+// begins, and the process beats every Lease/3 while it lives: a worker
+// killed before its runs began (tasks taken ahead, or waiting in an outer
+// middleware) has them taken over within Lease, as a begun run's.
 //
 // Complete: a run whose handler succeeded is completed with asynq's own
 // call that marks its task done, ahead of it, in the same order of writes
 // (the run is finished on Redis before asynq's done of its task). Under
 // asynq v0.26 the two are one script, done.lua, sent in place of asynq's
-// and making the writes asynq's makes; under another asynq, or on Redis
-// Cluster, they go in one pipeline. Every other call goes to the store's
-// client as it is. Close the client you gave NewIdempotency, not this
-// one, and only after the server has shut down.
+// and making the writes asynq's makes; on Redis Cluster, they go in one
+// pipeline. Every other call goes to the store's client as it is. Close
+// the client you gave NewIdempotency, not this one, and only after the
+// server has shut down.
 //
 // The middleware holds a Complete back for asynq's done once the client has
 // carried one of asynq's dones of the task's queue. A Complete whose done
@@ -73,8 +64,8 @@ func (i *Idempotency) AsynqClient() redis.UniversalClient {
 	return asynqClient{i.rdb, i}
 }
 
-// asynqClient is the store's client, for an asynq server: it begins runs
-// in asynq's dequeue, and sends the Complete a run holds back with
+// asynqClient is the store's client, for an asynq server: it takes tasks
+// ahead in asynq's dequeue, and sends the Complete a run holds back with
 // asynq's done of the run's task.
 type asynqClient struct {
 	redis.UniversalClient
