@@ -177,7 +177,7 @@ type Idempotency struct {
 	// bool): true where a takeover can tell their tasks' keys (always, for
 	// OccurrenceKey; see learnKey for a Key function of the user's).
 	types sync.Map
-	held holder // the tasks its AsynqClient's dequeues hold before their runs begin
+	held  holder // the tasks its AsynqClient's dequeues hold before their runs begin
 }
 
 // IdempotencyStats count what an Idempotency store's middleware did since
