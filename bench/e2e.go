@@ -31,7 +31,7 @@ func e2eScenario() {
 		{name: "the same, the Dispatcher enqueuing through an asynq client on an autopipelined go-redis client",
 			dispatcher: true, autopipeline: true, middleware: true, viaDone: true},
 		{name: "the same, through an asynq client on a plain go-redis client", dispatcher: true, middleware: true, viaDone: true},
-		{name: "the quick start with the Dispatcher's default TaskRetention (asynq keeps each finished task 91 s)",
+		{name: "the quick start with the Dispatcher's default TaskRetention (asynq keeps each finished task 66 s)",
 			dispatcher: true, bulk: true, middleware: true, keepFinished: true, viaDone: true},
 		{name: "Dispatcher writing in bulk + asynq server, no middleware (its default TaskRetention)", dispatcher: true, bulk: true, keepFinished: true},
 		{name: "asynq server + idempotency middleware, the tasks pending in its queue", middleware: true},
