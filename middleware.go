@@ -119,7 +119,7 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 // that asynq archives it at once instead of retrying it; an error of the
 // Key function goes back to asynq as it is.
 func (i *Idempotency) Middleware() asynq.MiddlewareFunc {
-	i.startTakeover()
+	i.takeover.startTakeover()
 	return func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 			ctx = withJob(ctx, t)

@@ -38,7 +38,8 @@ type activeRun struct {
 // whose key cannot be told from the task alone are left out. A queue that
 // cannot be read is passed over: each such queue's *QueueError, in name
 // order, is returned joined (errors.Join) beside the others' tasks.
-func (i *Idempotency) activeRuns(ctx context.Context, in *asynq.Inspector) ([]activeRun, error) {
+func (tk *takeover) activeRuns(ctx context.Context, in *asynq.Inspector) ([]activeRun, error) {
+	i := tk.i
 	queues := slices.Clone(i.opts.TakeoverQueues)
 	if len(queues) == 0 {
 		var err error
@@ -47,7 +48,7 @@ func (i *Idempotency) activeRuns(ctx context.Context, in *asynq.Inspector) ([]ac
 		}
 	}
 	slices.Sort(queues) // the queues that cannot be read, by name
-	queues = i.busyQueues(ctx, queues)
+	queues = i.takeover.busyQueues(ctx, queues)
 	var out []activeRun
 	var unread []error
 	for _, q := range queues {
@@ -60,7 +61,7 @@ func (i *Idempotency) activeRuns(ctx context.Context, in *asynq.Inspector) ([]ac
 				break
 			}
 			for _, ti := range tasks {
-				if r, ok := i.runOf(ti); ok {
+				if r, ok := i.takeover.runOf(ti); ok {
 					out = append(out, r)
 				}
 			}
@@ -80,7 +81,8 @@ func (i *Idempotency) activeRuns(ctx context.Context, in *asynq.Inspector) ([]ac
 // listing reports the error. Under an asynq of another release line than
 // knownAsynq, whose keys it does not know, or when Redis cannot be
 // reached, it returns qs.
-func (i *Idempotency) busyQueues(ctx context.Context, qs []string) []string {
+func (tk *takeover) busyQueues(ctx context.Context, qs []string) []string {
+	i := tk.i
 	if len(qs) < 2 || !i.asynqKnown {
 		return qs
 	}
@@ -108,7 +110,8 @@ func (i *Idempotency) busyQueues(ctx context.Context, qs []string) []string {
 // "done 0 0" (its token is not kept); one Redis refused to read (of
 // another type), its error. It marks the runs whose worker is gone
 // (workersGone).
-func (i *Idempotency) records(ctx context.Context, runs []activeRun) ([]*redis.StringCmd, time.Time, error) {
+func (tk *takeover) records(ctx context.Context, runs []activeRun) ([]*redis.StringCmd, time.Time, error) {
+	i := tk.i
 	if err := i.readyDone(ctx); err != nil {
 		return nil, time.Time{}, err
 	}
@@ -137,12 +140,13 @@ func (i *Idempotency) records(ctx context.Context, runs []activeRun) ([]*redis.S
 			cmds[n].SetVal("done 0 0")
 		}
 	}
-	i.workersGone(ctx, runs, cmds, now)
+	i.takeover.workersGone(ctx, runs, cmds, now)
 	return cmds, now, nil
 }
 
 // runOf tells the key of an active task as the middleware gives it.
-func (i *Idempotency) runOf(ti *asynq.TaskInfo) (activeRun, bool) {
+func (tk *takeover) runOf(ti *asynq.TaskInfo) (activeRun, bool) {
+	i := tk.i
 	t := asynq.NewTaskWithHeaders(ti.Type, ti.Payload, ti.Headers)
 	job, has := jobOf(t, ti.ID)
 	r := activeRun{task: ti, job: job, has: has}
@@ -224,7 +228,8 @@ const (
 // lists only when one of those looks stale; what cannot be read leaves
 // its run to IsOrphaned, and so does an asynq of another release line
 // than knownAsynq, whose keys may mean something else.
-func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []*redis.StringCmd, now time.Time) {
+func (tk *takeover) workersGone(ctx context.Context, runs []activeRun, cmds []*redis.StringCmd, now time.Time) {
+	i := tk.i
 	var ask []int
 	for n := range runs {
 		rec, err := cmds[n].Result()
@@ -242,7 +247,7 @@ func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []
 	}
 	// A task marked as held by a process that stopped beating is gone
 	// within a Lease (heldGone); the rest as asynq's lease tells.
-	i.heldGone(ctx, runs, ask, now)
+	i.takeover.heldGone(ctx, runs, ask, now)
 	ask = slices.DeleteFunc(ask, func(n int) bool { return runs[n].gone })
 	if len(ask) == 0 {
 		return
@@ -269,7 +274,7 @@ func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []
 	for k, n := range stale {
 		ids[k] = runs[n].task.ID
 	}
-	held, err := i.asynqHeld(ctx, ids)
+	held, err := i.takeover.asynqHeld(ctx, ids)
 	if err != nil {
 		return
 	}
@@ -291,7 +296,8 @@ func (i *Idempotency) workersGone(ctx context.Context, runs []activeRun, cmds []
 // the servers' clocks; entries that ran out more than ten minutes ago by
 // this one's are left out (a killed server's entry stays there), and so is
 // a listed key of another type than a hash: no server of asynq's wrote it.
-func (i *Idempotency) asynqHeld(ctx context.Context, ids []string) (map[heldTask]bool, error) {
+func (tk *takeover) asynqHeld(ctx context.Context, ids []string) (map[heldTask]bool, error) {
+	i := tk.i
 	rdb := i.asynqRedis()
 	since := strconv.FormatInt(time.Now().Add(-10*time.Minute).Unix(), 10)
 	keys, err := rdb.ZRangeByScore(ctx, "asynq:workers", &redis.ZRangeBy{Min: since, Max: "+inf"}).Result()

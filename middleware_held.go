@@ -153,7 +153,8 @@ func (i *Idempotency) stopHolder() {
 // recovery moved on and another server took since (after asynq's lease of
 // it ran out, 30 s after the holder's last renewal) has a later lease, and
 // is not its. Errors leave the runs as they are.
-func (i *Idempotency) heldGone(ctx context.Context, runs []activeRun, ask []int, now time.Time) {
+func (tk *takeover) heldGone(ctx context.Context, runs []activeRun, ask []int, now time.Time) {
+	i := tk.i
 	if len(ask) == 0 {
 		return
 	}

@@ -64,7 +64,7 @@ type RunInfo struct {
 // error that joins a *QueueError for each such queue, in name order
 // (errors.As finds the first).
 func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs []RunInfo, next string, err error) {
-	all, err := i.activeRuns(ctx, asynq.NewInspectorFromRedisClient(i.asynqRedis()))
+	all, err := i.takeover.activeRuns(ctx, asynq.NewInspectorFromRedisClient(i.asynqRedis()))
 	var queueErr *QueueError
 	if err != nil && !errors.As(err, &queueErr) {
 		return nil, "", wrap(ctx, "runs", err, nil)
@@ -86,7 +86,7 @@ func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs [
 	if len(active) == 0 {
 		return nil, "", partial
 	}
-	cmds, now, err := i.records(ctx, active)
+	cmds, now, err := i.takeover.records(ctx, active)
 	if err != nil {
 		return nil, "", wrap(ctx, "runs", err, nil)
 	}

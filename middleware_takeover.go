@@ -26,6 +26,7 @@ const headerTakeover = "zclaim-takeover"
 // takeover is an Idempotency store's takeover loop: it starts with the
 // store's first Middleware and stops with Close.
 type takeover struct {
+	i       *Idempotency
 	passes  atomic.Int64 // passes made (passTurn)
 	once    sync.Once
 	stop    chan struct{}
@@ -43,15 +44,15 @@ func takeoverInterval(lease time.Duration) time.Duration {
 }
 
 // startTakeover starts the loop, once.
-func (i *Idempotency) startTakeover() {
+func (tk *takeover) startTakeover() {
+	i := tk.i
 	if i.opts.DisableTakeover || !i.asynqKnown { // no takeover without asynq's keys: NewIdempotency said so
 		return
 	}
-	tk := &i.takeover
 	tk.once.Do(func() {
 		tk.stop, tk.done = make(chan struct{}), make(chan struct{})
 		tk.in = asynq.NewInspectorFromRedisClient(i.asynqRedis())
-		go i.takeoverLoop()
+		go i.takeover.takeoverLoop()
 	})
 }
 
@@ -85,8 +86,8 @@ func (i *Idempotency) Close() error {
 	return nil
 }
 
-func (i *Idempotency) takeoverLoop() {
-	tk := &i.takeover
+func (tk *takeover) takeoverLoop() {
+	i := tk.i
 	defer close(tk.done)
 	every := takeoverInterval(i.opts.Lease)
 	for {
@@ -98,11 +99,11 @@ func (i *Idempotency) takeoverLoop() {
 		case <-time.After(d):
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), max(every, time.Second))
-		if i.passTurn(ctx, every) {
+		if i.takeover.passTurn(ctx, every) {
 			tk.passes.Add(1)
 			// At Warn, once per cause per claimWarnEvery: while passes
 			// fail, no dead worker's run is taken over.
-			if _, err := i.takeoverPass(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			if _, err := i.takeover.takeoverPass(ctx); err != nil && !errors.Is(err, context.Canceled) {
 				tk.warn.warn(ctx, i.log, err.Error(), "zclaim: takeover pass failed", slog.String("error", err.Error()))
 			}
 		}
@@ -117,8 +118,9 @@ func (i *Idempotency) takeoverLoop() {
 // rather than one each, each of which reads every active task and its run
 // record. A Redis error lets the pass go ahead (it meets the same error, or
 // finds Redis back).
-func (i *Idempotency) passTurn(ctx context.Context, every time.Duration) bool {
-	ok, err := i.rdb.SetNX(ctx, i.passKey(), "1", every*4/5).Result()
+func (tk *takeover) passTurn(ctx context.Context, every time.Duration) bool {
+	i := tk.i
+	ok, err := i.rdb.SetNX(ctx, i.takeover.passKey(), "1", every*4/5).Result()
 	return ok || err != nil
 }
 
@@ -126,7 +128,8 @@ func (i *Idempotency) passTurn(ctx context.Context, every time.Duration) bool {
 // prefix whose passes read the same queues (TakeoverQueues) and take over
 // the same task types (those their middleware handled, and how their Key
 // function tells keys). It is one of the store's own keys (doneInfix).
-func (i *Idempotency) passKey() string {
+func (tk *takeover) passKey() string {
+	i := tk.i
 	h := fnv.New64a()
 	for _, q := range slices.Sorted(slices.Values(i.opts.TakeoverQueues)) {
 		h.Write([]byte(q + "\x00"))
@@ -149,13 +152,14 @@ func (i *Idempotency) passKey() string {
 // first error it met: a queue it could not list, a run record it could not
 // read (of another type, or not one of the middleware's), a takeover Redis
 // refused. A task it met such an error on is left as it is.
-func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
-	runs, err := i.activeRuns(ctx, i.takeover.in)
+func (tk *takeover) takeoverPass(ctx context.Context) (int, error) {
+	i := tk.i
+	runs, err := i.takeover.activeRuns(ctx, i.takeover.in)
 	runs = slices.DeleteFunc(runs, func(r activeRun) bool { return r.unsure })
 	if len(runs) == 0 {
 		return 0, err
 	}
-	cmds, _, perr := i.records(ctx, runs)
+	cmds, _, perr := i.takeover.records(ctx, runs)
 	if perr != nil {
 		return 0, perr
 	}
@@ -168,7 +172,7 @@ func (i *Idempotency) takeoverPass(ctx context.Context) (int, error) {
 		}
 	}
 	take := func(r activeRun, token int64) {
-		ok, terr := i.takeOver(ctx, r, token)
+		ok, terr := i.takeover.takeOver(ctx, r, token)
 		if ok {
 			took++
 		}
@@ -251,7 +255,8 @@ func finalRelease(r activeRun, until int64) bool {
 // resumed run. It reports whether it moved the task, and the error of a
 // script that Redis refused (a failed move is logged here; the take
 // marker lapses after a lease and a later pass tries again).
-func (i *Idempotency) takeOver(ctx context.Context, r activeRun, token int64) (bool, error) {
+func (tk *takeover) takeOver(ctx context.Context, r activeRun, token int64) (bool, error) {
+	i := tk.i
 	lease := i.opts.Lease
 	bucket, field := i.doneOf(r.key)
 	reply, err := takeoverScript.Run(ctx, i.rdb, []string{i.recordKey(r.key), bucket}, strconv.FormatInt(token, 10),

@@ -665,7 +665,7 @@ func TestTakeoverOnCluster(t *testing.T) {
 	taker, err := NewIdempotency(cc, IdempotencyOptions{Prefix: "zt:run:", Lease: 2 * time.Second})
 	must(t, err)
 	t.Cleanup(func() { taker.Close() })
-	if got := taker.busyQueues(ctx, []string{"zt-idle-a", q, "zt-idle-b"}); !slices.Equal(got, []string{q}) {
+	if got := taker.takeover.busyQueues(ctx, []string{"zt-idle-a", q, "zt-idle-b"}); !slices.Equal(got, []string{q}) {
 		t.Fatalf("busy queues %q, want %q", got, q)
 	}
 	taker.Middleware()
@@ -897,7 +897,7 @@ func TestTakeoverSkipsIdleQueues(t *testing.T) {
 		}
 		i.takeover.in = asynq.NewInspectorFromRedisClient(counted)
 		trips.Store(0)
-		took, err := i.takeoverPass(ctx)
+		took, err := i.takeover.takeoverPass(ctx)
 		must(t, err)
 		if n := trips.Load(); took != 1 || n > idle/10 {
 			t.Fatalf("a pass took over %d runs in %d round trips, want 1 in a few", took, n)
@@ -952,7 +952,7 @@ func TestTakeoverPastHostileAsynqKeys(t *testing.T) {
 	i.takeover.in = asynq.NewInspectorFromRedisClient(counted)
 	must(t, counted.Ping(ctx).Err())
 	counted.AddHook(roundTrips{&trips})
-	took, err := i.takeoverPass(ctx)
+	took, err := i.takeover.takeoverPass(ctx)
 	if took != 1 || err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 		t.Fatalf("a pass took over %d runs, error %v; want 1, and the hostile queue's WRONGTYPE", took, err)
 	}
@@ -1058,7 +1058,7 @@ func TestTakeoverPassReportsBadKeys(t *testing.T) {
 		must(t, rdb.Del(ctx, record, bucket).Err())
 		must(t, rdb.Set(ctx, record, rec, 0).Err())
 		must(t, c.spoil())
-		took, err := i.takeoverPass(ctx)
+		took, err := i.takeover.takeoverPass(ctx)
 		if took != c.took || err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), `"dead"`) {
 			t.Fatalf("%s: a pass took over %d runs, error %v; want %d, an error naming the key and %s", c.name, took, err, c.took, c.want)
 		}
@@ -1071,7 +1071,7 @@ func TestTakeoverPassReportsBadKeys(t *testing.T) {
 	}
 	must(t, rdb.Del(ctx, record, bucket).Err())
 	must(t, rdb.Set(ctx, record, rec, 0).Err())
-	if took, err := i.takeoverPass(ctx); took != 1 || err != nil {
+	if took, err := i.takeover.takeoverPass(ctx); took != 1 || err != nil {
 		t.Fatalf("with the keys mended, a pass took over %d runs, error %v; want 1", took, err)
 	}
 	if id := wait.Recv(t, started, 30*time.Second, "the copy to start"); id != "dead" {
