@@ -268,7 +268,7 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 		return nil, err
 	}
 	i.state.polled.Store(time.Now().UnixNano())
-	i.takeover.i = i
+	i.takeover.i, i.held.i, i.ahead.i = i, i, i
 	i.asynqKnown = i.adapter.known
 	if !i.asynqKnown {
 		bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)

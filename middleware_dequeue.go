@@ -39,7 +39,8 @@ func (i *Idempotency) handled(typ string) {
 // (writes wait for replicas: AsynqClient is then the store's client as it
 // is). It answers from the tasks the last dequeue of the queue took ahead,
 // where it holds any (middleware_prefetch.go).
-func (i *Idempotency) dequeue(ctx context.Context, keys []string, args []any) *redis.Cmd {
+func (a *ahead) dequeue(ctx context.Context, keys []string, args []any) *redis.Cmd {
+	i := a.i
 	if i.repl.n > 0 {
 		return nil
 	}
@@ -73,7 +74,7 @@ func (i *Idempotency) dequeue(ctx context.Context, keys []string, args []any) *r
 		ts[j].msg, _ = r[2*j].(string)
 		ts[j].id, _ = r[2*j+1].(string)
 	}
-	i.keepAhead(q, keys, prefix, k, len(ts), ts[1:])
+	i.ahead.keepAhead(q, keys, prefix, k, len(ts), ts[1:])
 	cmd.SetVal(ts[0].msg)
 	return cmd
 }

@@ -96,7 +96,7 @@ func TestDequeueMarksHeld(t *testing.T) {
 			t.Fatalf("%s marked as held by %q, want this process, %q", id, h, idem.held.id)
 		}
 	}
-	if s, err := rdb.ZScore(ctx, idem.liveKey(), idem.held.id).Result(); err != nil || s == 0 {
+	if s, err := rdb.ZScore(ctx, idem.held.liveKey(), idem.held.id).Result(); err != nil || s == 0 {
 		t.Fatalf("the process's beat: %v, %v", s, err)
 	}
 	// A server on the client runs a task of another queue: the dequeue
@@ -126,7 +126,7 @@ func TestDequeueMarksHeld(t *testing.T) {
 		t.Error("a task of a paused queue marked as held")
 	}
 	must(t, idem.Close())
-	if rdb.ZScore(ctx, idem.liveKey(), idem.held.id).Err() != redis.Nil {
+	if rdb.ZScore(ctx, idem.held.liveKey(), idem.held.id).Err() != redis.Nil {
 		t.Error("a closed process is still in the live set")
 	}
 }

@@ -80,7 +80,7 @@ func (c asynqClient) EvalSha(ctx context.Context, sha string, keys []string, arg
 	i := c.i
 	if i.asynqKnown && looksLikeDequeue(keys, args) {
 		if sha == i.adapter.dequeue {
-			if cmd := i.dequeue(ctx, keys, args); cmd != nil {
+			if cmd := i.ahead.dequeue(ctx, keys, args); cmd != nil {
 				return cmd
 			}
 		} else {

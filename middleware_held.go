@@ -30,7 +30,7 @@ func heldKey(q string) string { return "zclaim:held:{" + q + "}" }
 
 // liveKey is the store's sorted set of live holders (holder -> its last
 // beat, Unix ms by Redis' clock).
-func (i *Idempotency) liveKey() string { return i.opts.Prefix + doneInfix + ":live" }
+func (h *holder) liveKey() string { return h.i.opts.Prefix + doneInfix + ":live" }
 
 // beatsKept is how long a holder's last beat is kept once it stopped: its
 // marks are read as a dead holder's meanwhile, and as no holder's after.
@@ -40,6 +40,7 @@ const beatsKept = 10 * time.Minute
 // loop (from the first dequeue that marks a task until Close), and the
 // marks of tasks whose runs began, taken out at the next beat.
 type holder struct {
+	i     *Idempotency
 	once  sync.Once
 	id    string
 	stop  chan struct{}
@@ -62,9 +63,9 @@ func (h *holder) start(i *Idempotency) string {
 		// The first beat goes before the first mark: a mark never names
 		// a holder that has not beaten.
 		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-		i.beat(ctx)
+		i.held.beat(ctx)
 		cancel()
-		go i.beatLoop()
+		go i.held.beatLoop()
 	})
 	return h.id
 }
@@ -82,8 +83,8 @@ func (h *holder) begun(q, id string) {
 	h.mu.Unlock()
 }
 
-func (i *Idempotency) beatLoop() {
-	h := &i.held
+func (h *holder) beatLoop() {
+	i := h.i
 	defer close(h.done)
 	tick := time.NewTicker(max(i.opts.Lease/3, time.Millisecond))
 	defer tick.Stop()
@@ -94,7 +95,7 @@ func (i *Idempotency) beatLoop() {
 		case <-tick.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), max(i.opts.Lease/3, time.Second))
-		i.beat(ctx)
+		i.held.beat(ctx)
 		cancel()
 	}
 }
@@ -102,15 +103,15 @@ func (i *Idempotency) beatLoop() {
 // beat writes the holder's beat and takes out the marks of the tasks whose
 // runs began, in one round trip (a pipeline: the marks are in their
 // queues' slots).
-func (i *Idempotency) beat(ctx context.Context) {
-	h := &i.held
+func (h *holder) beat(ctx context.Context) {
+	i := h.i
 	h.mu.Lock()
 	begun := h.began
 	h.began = nil
 	h.mu.Unlock()
 	var bc *redis.Cmd
 	_, err := i.asynqRedis().Pipelined(ctx, func(p redis.Pipeliner) error {
-		bc = beatScript.Eval(ctx, p, []string{i.liveKey()}, h.id, ms(beatsKept)) // small: no EVALSHA in a pipeline
+		bc = beatScript.Eval(ctx, p, []string{i.held.liveKey()}, h.id, ms(beatsKept)) // small: no EVALSHA in a pipeline
 		for q, ids := range begun {
 			p.HDel(ctx, heldKey(q), ids...)
 		}
@@ -128,8 +129,8 @@ func (i *Idempotency) beat(ctx context.Context) {
 // stopHolder ends the beat loop and takes the holder out of the live set
 // (Close): its marks are no holder's from then on, and the tasks they
 // name are left to asynq's lease of them.
-func (i *Idempotency) stopHolder() {
-	h := &i.held
+func (h *holder) stopHolder() {
+	i := h.i
 	h.once.Do(func() {})
 	h.mu.Lock()
 	on := h.on
@@ -142,8 +143,8 @@ func (i *Idempotency) stopHolder() {
 	<-h.done
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
-	i.beat(ctx) // the last marks
-	i.asynqRedis().ZRem(ctx, i.liveKey(), h.id)
+	i.held.beat(ctx) // the last marks
+	i.asynqRedis().ZRem(ctx, i.held.liveKey(), h.id)
 }
 
 // heldGone marks the runs among runs[ask] whose task is marked as held by
@@ -180,7 +181,7 @@ func (tk *takeover) heldGone(ctx context.Context, runs []activeRun, ask []int, n
 	if len(holders) == 0 {
 		return
 	}
-	beats, err := rdb.ZMScore(ctx, i.liveKey(), holders...).Result()
+	beats, err := rdb.ZMScore(ctx, i.held.liveKey(), holders...).Result()
 	if err != nil {
 		return
 	}

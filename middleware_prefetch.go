@@ -38,6 +38,7 @@ func (aq *aheadQueue) grow(most int) { aq.k = min(2*aq.k, most) }
 
 // ahead holds a store's tasks taken ahead, by asynq queue.
 type ahead struct {
+	i    *Idempotency
 	hold time.Duration // how long a task waits for asynq's dequeue: takeAheadHold, at most Lease/4
 	most int           // the most tasks a dequeue takes (IdempotencyOptions.TakeAhead)
 	mu   sync.Mutex
@@ -109,19 +110,21 @@ func (a *ahead) takeBack(q string, gen uint64) ([]takenTask, []string, string) {
 // keepAhead keeps rest, the tasks of queue q that a dequeue (keys, prefix:
 // asynq's) which asked for k took beyond the first of its n, for asynq's
 // next dequeues of q; those still there after takeAheadHold go back.
-func (i *Idempotency) keepAhead(q string, keys []string, prefix string, k, n int, rest []takenTask) {
+func (a *ahead) keepAhead(q string, keys []string, prefix string, k, n int, rest []takenTask) {
+	i := a.i
 	gen := i.ahead.took(q, keys, prefix, k, n, rest)
 	if len(rest) == 0 {
 		return
 	}
-	time.AfterFunc(i.ahead.hold, func() { i.giveBack(q, gen) })
+	time.AfterFunc(i.ahead.hold, func() { i.ahead.giveBack(q, gen) })
 }
 
 // giveBack puts the tasks of queue q taken ahead (by the dequeue of
 // generation gen; any, for 0) back where asynq's next dequeue takes them
 // first, in their order: asynq did not ask for them in time (its workers
 // were all busy, or it stopped).
-func (i *Idempotency) giveBack(q string, gen uint64) {
+func (a *ahead) giveBack(q string, gen uint64) {
+	i := a.i
 	ts, qkeys, prefix := i.ahead.takeBack(q, gen)
 	if len(ts) == 0 {
 		return
@@ -143,7 +146,8 @@ func (i *Idempotency) giveBack(q string, gen uint64) {
 }
 
 // flushAhead gives back every task taken ahead (Close).
-func (i *Idempotency) flushAhead() {
+func (a *ahead) flushAhead() {
+	i := a.i
 	i.ahead.mu.Lock()
 	qs := make([]string, 0, len(i.ahead.qs))
 	for q := range i.ahead.qs {
@@ -151,6 +155,6 @@ func (i *Idempotency) flushAhead() {
 	}
 	i.ahead.mu.Unlock()
 	for _, q := range qs {
-		i.giveBack(q, 0)
+		i.ahead.giveBack(q, 0)
 	}
 }

@@ -161,7 +161,7 @@ func TestTakenAheadGoBack(t *testing.T) {
 			t.Fatalf("task %s taken ahead without its mark", id)
 		}
 	}
-	idem.giveBack(queue, 0)
+	idem.ahead.giveBack(queue, 0)
 	if !rdb.HExists(ctx, heldKey(queue), ids[0]).Val() {
 		t.Errorf("the mark of the task asynq got went")
 	}
@@ -267,7 +267,7 @@ func TestTakeAheadBeginsNone(t *testing.T) {
 			if _, err := dequeueOn(idem.AsynqClient(), queue); err != nil {
 				t.Fatal(err)
 			}
-			idem.giveBack(queue, 0)
+			idem.ahead.giveBack(queue, 0)
 			checkGivenBack(t, c.rdb, idem, queue, ids[1:])
 
 			// Under the middleware, on a server of the store's AsynqClient.

@@ -69,8 +69,8 @@ func (i *Idempotency) asynqRedis() redis.UniversalClient {
 // no part in takeovers. It never closes the Redis clients it was given.
 func (i *Idempotency) Close() error {
 	i.flushLate()
-	i.flushAhead()
-	i.stopHolder()
+	i.ahead.flushAhead()
+	i.held.stopHolder()
 	tk := &i.takeover
 	tk.once.Do(func() {}) // no loop starts after Close
 	tk.mu.Lock()
