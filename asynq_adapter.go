@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,8 +100,9 @@ func newAdapter() adapter {
 // that a process found off.
 const adapterReportsKept = 24 * time.Hour
 
-// adapterKey is the store's sorted set of the parts of the adapter its
-// processes found off (the report -> when, Unix ms), for zclaim doctor.
+// adapterKey is the store's hash of the parts of the adapter its processes
+// found off (the report -> when, Unix ms), for zclaim doctor; it expires a
+// day after the last report.
 func (i *Idempotency) adapterKey() string { return i.opts.Prefix + doneInfix + ":adapter" }
 
 // adapterOff reports, once per process, that a part of the adapter does
@@ -125,10 +127,9 @@ func (i *Idempotency) adapterOff(ctx context.Context, what string) {
 		slog.String("off", what))
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	now := time.Now()
 	_, err := i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZAdd(ctx, i.adapterKey(), redis.Z{Score: float64(now.UnixMilli()), Member: report})
-		p.ZRemRangeByScore(ctx, i.adapterKey(), "-inf", strconv.FormatInt(now.Add(-adapterReportsKept).UnixMilli(), 10))
+		p.HSet(ctx, i.adapterKey(), report, time.Now().UnixMilli())
+		p.PExpire(ctx, i.adapterKey(), adapterReportsKept)
 		return nil
 	})
 	if err != nil {
@@ -141,11 +142,18 @@ func (i *Idempotency) adapterOff(ctx context.Context, what string) {
 // asynq adapter over the last day, the latest first: each a line naming
 // asynq's version and the part (see NewIdempotency).
 func (i *Idempotency) AdapterReports(ctx context.Context) ([]string, error) {
-	since := strconv.FormatInt(time.Now().Add(-adapterReportsKept).UnixMilli(), 10)
-	r, err := i.rdb.ZRevRangeByScore(ctx, i.adapterKey(), &redis.ZRangeBy{Min: since, Max: "+inf"}).Result()
+	all, err := i.rdb.HGetAll(ctx, i.adapterKey()).Result()
 	if err != nil {
 		return nil, wrap(ctx, "adapter reports", err, nil)
 	}
+	since := time.Now().Add(-adapterReportsKept).UnixMilli()
+	var r []string
+	for report, at := range all {
+		if ms, _ := strconv.ParseInt(at, 10, 64); ms >= since {
+			r = append(r, report)
+		}
+	}
+	slices.SortFunc(r, func(a, b string) int { return strings.Compare(all[b], all[a]) })
 	return r, nil
 }
 

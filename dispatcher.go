@@ -112,19 +112,14 @@ type DispatcherOptions struct {
 	// Setting it makes claims read the jobs' due times (see TaskOptions).
 	// Default: nil.
 	OnDispatch func(job JobInfo, lag time.Duration, err error)
-	// AsynqRedis, when set, is the Redis client that the asynq Client
-	// given to NewDispatcher writes to (the one it was made from with
-	// asynq.NewClientFromRedisClient, or one to the same server). The
-	// dispatcher then writes the tasks of the claims an enqueue worker
-	// holds at one moment (up to 32) in one script per queue, each as
-	// asynq v0.26's Client.Enqueue writes it (its task hash, pending list
-	// and message), instead of one Enqueue a task: Redis and the
-	// dispatcher spend a fraction of the CPU a task (docs/performance.md).
-	// A task with an option asynq writes elsewhere (Unique, ProcessAt,
-	// ProcessIn, Group) and a periodic job's tick still go through the
-	// Client. Under an asynq other than v0.26.x, every task goes through
-	// the Client, and NewDispatcher logs why at Warn.
-	// Default: nil (every task through the Client).
+	// AsynqRedis is ignored, and NewDispatcher says so at Warn: every task
+	// goes through the asynq Client. An asynq Client made from an
+	// autopipelined go-redis client (asynq.NewClientFromRedisClient of
+	// (*redis.Client).AutoPipeline) enqueues as fast as writing tasks in
+	// bulk did (docs/performance.md).
+	//
+	// Deprecated: give NewDispatcher an asynq Client on an autopipelined
+	// client instead.
 	AsynqRedis redis.UniversalClient
 	// Logger receives the dispatcher's logs. Default: the Broker's logger.
 	Logger *slog.Logger
@@ -138,10 +133,9 @@ const minRetention = time.Second
 type DispatcherStats struct {
 	Claimed  int64 // claims taken off the schedule
 	Enqueued int64 // tasks enqueued into asynq
-	// InBulk counts the tasks of Enqueued that were written in bulk
-	// (AsynqRedis). The rest went through the asynq Client: tasks with an
-	// option bulk leaves to it, periodic ticks, and every task when the
-	// dispatcher does not know asynq's version (NewDispatcher's Warn).
+	// InBulk is 0: every task goes through the asynq Client.
+	//
+	// Deprecated: see DispatcherOptions.AsynqRedis.
 	InBulk    int64
 	Conflicts int64 // claims whose task id asynq already had (settled, not enqueued)
 	// Failed counts enqueues that failed, or were not made because the
@@ -176,13 +170,12 @@ type DispatcherStats struct {
 type Dispatcher struct {
 	b    *Broker
 	c    *asynq.Client
-	bulk *bulk // nil: every task through c
 	opts DispatcherOptions
 	log  *slog.Logger
 
-	claimed, enqueued, inBulk, conflicts, failed, dead atomic.Int64
-	lag                                                lagHistogram
-	enqueueTime                                        average // of an enqueue, lately: paces the claims (pipeline.limit)
+	claimed, enqueued, conflicts, failed, dead atomic.Int64
+	lag                                        lagHistogram
+	enqueueTime                                average // of an enqueue, lately: paces the claims (pipeline.limit)
 
 	keyspace  atomic.Bool // the server publishes keyspace events for the schedule, and they are subscribed
 	claimWarn rateLog
@@ -217,18 +210,15 @@ func NewDispatcher(b *Broker, c *asynq.Client, opts DispatcherOptions) (*Dispatc
 	}
 	d := &Dispatcher{b: b, c: c, opts: opts, log: opts.Logger}
 	if opts.AsynqRedis != nil {
-		var why string
-		if d.bulk, why = newBulk(opts.AsynqRedis, asynqVersion()); d.bulk == nil {
-			d.log.LogAttrs(context.Background(), slog.LevelWarn,
-				"zclaim: AsynqRedis is set, but every task goes through the asynq client: "+why)
-		}
+		d.log.LogAttrs(context.Background(), slog.LevelWarn, "zclaim: DispatcherOptions.AsynqRedis is ignored: every "+
+			"task goes through the asynq client (make it from an autopipelined go-redis client for throughput)")
 	}
 	return d, nil
 }
 
 // Stats returns the dispatcher's counts.
 func (d *Dispatcher) Stats() DispatcherStats {
-	return DispatcherStats{Claimed: d.claimed.Load(), Enqueued: d.enqueued.Load(), InBulk: d.inBulk.Load(),
+	return DispatcherStats{Claimed: d.claimed.Load(), Enqueued: d.enqueued.Load(),
 		Conflicts: d.conflicts.Load(), Failed: d.failed.Load(), Dead: d.dead.Load(), Lag: d.lag.snapshot()}
 }
 
@@ -374,23 +364,11 @@ func (p *pipeline) startEnqueue() {
 			defer p.workers.Done()
 			ec := enqueueContext{timeout: p.d.opts.EnqueueTimeout}
 			defer ec.stop()
-			var w *bulkWrite
-			var its []queued
-			if p.d.bulk != nil {
-				w, its = &bulkWrite{}, make([]queued, 0, bulkMax)
-			}
 			for it := range p.queue {
-				n := 1
-				if w == nil {
-					p.dispatch(ec.get(), it)
-				} else {
-					its = p.take(append(its[:0], it))
-					p.dispatchBulk(ec.get(), its, w)
-					n = len(its)
-				}
+				p.dispatch(ec.get(), it)
 				// The claim stage waits for half the room free at most:
 				// wake it only then, not for every job done.
-				if out, lim := int(p.out.Add(int64(-n))), p.limit(); lim-out >= p.half(lim) {
+				if out, lim := int(p.out.Add(-1)), p.limit(); lim-out >= p.half(lim) {
 					select {
 					case p.freed <- struct{}{}:
 					default:
@@ -405,7 +383,7 @@ func (p *pipeline) startEnqueue() {
 // last renewed it, and counts its outcome into the batch.
 func (p *pipeline) dispatch(ctx context.Context, it queued) {
 	it.c.LeaseUntil = time.UnixMilli(it.run.until.Load())
-	o, _ := p.d.dispatch(ctx, it.c, it.redisNow, it.claimedAt, nil)
+	o := p.d.dispatch(ctx, it.c, it.redisNow, it.claimedAt)
 	p.ended.Add(1)
 	it.run.settled(it.index, o, p.acks)
 }

@@ -18,11 +18,8 @@ import (
 // dispatch enqueues one claim and returns how it ended (a failed enqueue
 // goes back after its backoff; one that can never become a task goes to
 // the dead set). ctx is the worker's (enqueueContext), not Run's: a
-// shutdown lets the enqueue finish. With w, a task that asynq's Enqueue
-// would write alike is added to w instead, and later is true: its outcome
-// comes once w is written.
-func (d *Dispatcher) dispatch(ctx context.Context, c Claim, redisNow, claimedAt time.Time,
-	w *bulkWrite) (o outcome, later bool) {
+// shutdown lets the enqueue finish.
+func (d *Dispatcher) dispatch(ctx context.Context, c Claim, redisNow, claimedAt time.Time) outcome {
 	now := redisNow.Add(time.Since(claimedAt)) // by Redis' clock
 	if !now.Before(c.LeaseUntil) {
 		// The lease ran out while the claim waited for a worker (asynq is
@@ -33,15 +30,15 @@ func (d *Dispatcher) dispatch(ctx context.Context, c Claim, redisNow, claimedAt 
 		d.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: lease ran out before the enqueue; not enqueued, the job goes back",
 			slog.String("id", short(c.ID)), slog.Int("attempt", c.Attempt))
 		d.report(c, redisNow, claimedAt, fmt.Errorf("%w: the lease ran out before the enqueue", ErrLeaseLost))
-		return d.later(c), false
+		return d.later(c)
 	}
 	// A tick always has a type (SetPeriodic writes it); a member of the
 	// reserved prefix without one is another producer's job, dispatched
 	// as any other.
 	if strings.HasPrefix(c.ID, PeriodicPrefix) && c.Type != "" {
-		return d.dispatchTick(ctx, c, redisNow, claimedAt, now), false
+		return d.dispatchTick(ctx, c, redisNow, claimedAt, now)
 	}
-	return d.enqueue(ctx, c, redisNow, claimedAt, nil, w)
+	return d.enqueue(ctx, c, redisNow, claimedAt, nil)
 }
 
 // later is the outcome of a claim that goes back after its backoff.
@@ -64,15 +61,13 @@ func (d *Dispatcher) dispatchTick(ctx context.Context, c Claim, redisNow, claime
 		}
 		return outcome{}
 	}
-	o, _ := d.enqueue(ctx, c, redisNow, claimedAt, advance, nil)
-	return o
+	return d.enqueue(ctx, c, redisNow, claimedAt, advance)
 }
 
 // enqueue makes claim c an asynq task of its occurrence. advance, for a
-// periodic tick, writes the definition's next tick. With w, the task goes
-// into w where it can (dispatch).
+// periodic tick, writes the definition's next tick.
 func (d *Dispatcher) enqueue(ctx context.Context, c Claim, redisNow, claimedAt time.Time,
-	advance func() error, w *bulkWrite) (o outcome, later bool) {
+	advance func() error) outcome {
 	typ := c.Type
 	if typ == "" {
 		typ = d.opts.DefaultType
@@ -90,7 +85,7 @@ func (d *Dispatcher) enqueue(ctx context.Context, c Claim, redisNow, claimedAt t
 				slog.String("id", short(c.ID)), slog.String("reason", unfit))
 		}
 		d.report(c, redisNow, claimedAt, errors.New("zclaim: "+unfit))
-		return outcome{dead: unfit, noType: typ == ""}, false
+		return outcome{dead: unfit, noType: typ == ""}
 	}
 	task, opts, perr := d.task(c, typ)
 	if perr != nil {
@@ -99,18 +94,12 @@ func (d *Dispatcher) enqueue(ctx context.Context, c Claim, redisNow, claimedAt t
 			slog.String("id", short(c.ID)), slog.String("panic", fmt.Sprint(perr.Value)),
 			slog.String("stack", string(perr.Stack)))
 		d.report(c, redisNow, claimedAt, perr)
-		return outcome{dead: perr.Error()}, false
-	}
-	if w != nil {
-		if m, ok := message(task, opts); ok {
-			w.add(c, redisNow, claimedAt, m)
-			return outcome{}, true
-		}
+		return outcome{dead: perr.Error()}
 	}
 	start := time.Now()
 	_, err := d.c.EnqueueContext(ctx, task, opts...)
 	d.enqueueTime.observe(time.Since(start))
-	return d.afterEnqueue(ctx, c, redisNow, claimedAt, err, advance), false
+	return d.afterEnqueue(ctx, c, redisNow, claimedAt, err, advance)
 }
 
 // task builds claim c's asynq task of type typ and its options: the

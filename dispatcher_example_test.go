@@ -42,9 +42,9 @@ func ExampleDispatcher_Run() {
 	_ = srv.Start(mux)
 	defer srv.Shutdown()
 
-	d, _ := zclaim.NewDispatcher(broker, asynq.NewClientFromRedisClient(rdb), zclaim.DispatcherOptions{
-		AsynqRedis:    rdb, // tasks written many to a script, as asynq's Enqueue writes each
-		TaskRetention: -1,  // asynq keeps no finished task: the middleware's records stop a re-dispatch
+	ap, _ := rdb.AutoPipeline() // enqueues of one moment share round trips
+	d, _ := zclaim.NewDispatcher(broker, asynq.NewClientFromRedisClient(ap), zclaim.DispatcherOptions{
+		TaskRetention: -1, // asynq keeps no finished task: the middleware's records stop a re-dispatch
 	})
 	go d.Run(ctx)
 

@@ -24,9 +24,8 @@
 //     through the zclaimpg module, so that each happens once even when
 //     Redis loses or rolls back its data.
 //   - A dispatcher that turns due jobs into asynq tasks the moment they
-//     are due. Its claims are leased a batch at a time and settled as one;
-//     with [DispatcherOptions].AsynqRedis it writes their tasks many to a
-//     script, each as asynq's own Enqueue writes it.
+//     are due. Its claims are leased a batch at a time, renewed while
+//     their enqueues go on, and settled as one.
 //
 // # Occurrences
 //

@@ -294,16 +294,11 @@ func TestClusterShards(t *testing.T) {
 		jobs = append(jobs, Job{ID: "job-" + strconv.Itoa(i), RunAt: due, Type: "t", Queue: qs[i%2]})
 	}
 	must(t, d.Schedule(ctx, jobs...))
-	// One dispatcher enqueues through asynq's Client, the other writes
-	// in bulk (AsynqRedis) on a client of its own.
-	bulkCC, bulkCalls := cl.Client(), &evalCounter{}
-	bulkCC.AddHook(bulkCalls)
-	t.Cleanup(func() { bulkCC.Close() })
-	for _, rdb := range []*redis.ClusterClient{cc, bulkCC} {
+	// Two dispatchers, each enqueuing through an asynq Client of its own.
+	other := cl.Client()
+	t.Cleanup(func() { other.Close() })
+	for _, rdb := range []*redis.ClusterClient{cc, other} {
 		opts := DispatcherOptions{RecoveryInterval: 50 * time.Millisecond}
-		if rdb == bulkCC {
-			opts.AsynqRedis = rdb
-		}
 		dsp, err := NewDispatcher(d, asynq.NewClientFromRedisClient(rdb), opts)
 		must(t, err)
 		runDispatcher(t, dsp)
@@ -330,17 +325,10 @@ func TestClusterShards(t *testing.T) {
 	if m, _ := cl.MasterOf(slot(busy.schedule)); m != to {
 		t.Fatal("the slot did not move")
 	}
-	if bulkCalls.bulk.Load() == 0 {
-		t.Fatal("the dispatcher with AsynqRedis wrote no task in bulk")
-	}
 	for k, q := range qs {
 		if _, ok := idems[k].viaDone.Load(q); !ok {
 			t.Fatalf("no done of queue %s came through its store's AsynqClient", q)
 		}
-	}
-	t.Logf("%d bulk writes in %d pipelines", bulkCalls.bulk.Load(), bulkCalls.bulkTrips.Load())
-	if bulkCalls.bulk.Load() == bulkCalls.bulkTrips.Load() {
-		t.Fatal("no bulk write sent the tasks of both queues together")
 	}
 }
 

@@ -24,16 +24,16 @@ func e2eScenario() {
 	// The ratios compare each contender with the first and the last.
 	contenders := []e2eContender{
 		{name: "asynq alone: the tasks pending in its queue"},
-		{name: "zclaim quick start: Dispatcher writing in bulk (AsynqRedis) + asynq server on the store's AsynqClient + idempotency middleware, jobs due in the schedule",
-			dispatcher: true, bulk: true, middleware: true, viaDone: true},
-		{name: "the quick start with the asynq server on a client of its own (each Begin and Complete a round trip of its own)",
-			dispatcher: true, bulk: true, middleware: true},
-		{name: "the same, the Dispatcher enqueuing through an asynq client on an autopipelined go-redis client",
+		{name: "zclaim quick start with the README's Faster settings: Dispatcher through an asynq client on an autopipelined go-redis client + asynq server on the store's AsynqClient + idempotency middleware, jobs due in the schedule",
 			dispatcher: true, autopipeline: true, middleware: true, viaDone: true},
-		{name: "the same, through an asynq client on a plain go-redis client", dispatcher: true, middleware: true, viaDone: true},
-		{name: "the quick start with the Dispatcher's default TaskRetention (asynq keeps each finished task 66 s)",
-			dispatcher: true, bulk: true, middleware: true, keepFinished: true, viaDone: true},
-		{name: "Dispatcher writing in bulk + asynq server, no middleware (its default TaskRetention)", dispatcher: true, bulk: true, keepFinished: true},
+		{name: "the same with the asynq server on a client of its own (each Begin and Complete a round trip of its own): asynq's public API only",
+			dispatcher: true, autopipeline: true, middleware: true},
+		{name: "the same on the store's AsynqClient, the Dispatcher through an asynq client on a plain go-redis client (the quick start as it stands)",
+			dispatcher: true, middleware: true, viaDone: true},
+		{name: "the quick start with Faster's settings but the Dispatcher's default TaskRetention (asynq keeps each finished task 66 s)",
+			dispatcher: true, autopipeline: true, middleware: true, keepFinished: true, viaDone: true},
+		{name: "Dispatcher through an autopipelined asynq client + asynq server, no middleware (its default TaskRetention)",
+			dispatcher: true, autopipeline: true, keepFinished: true},
 		{name: "asynq server + idempotency middleware, the tasks pending in its queue", middleware: true},
 		{name: "floor of a feeder: asynq server, the tasks enqueued within the window by plain Enqueue (16 goroutines, an autopipelined client; no schedule, no claim)",
 			enqueueInWindow: true, autopipeline: true},
@@ -69,11 +69,11 @@ func e2eScenario() {
 			"asynq's pending tasks are the strict comparison (no feeder at all); its due scheduled tasks are the like-for-like one "+
 			"(its forwarder moves them to pending as zclaim's dispatcher enqueues its due jobs). "+
 			"Both use default options otherwise (the dispatcher's Concurrency 16, the middleware's Lease 5 s and takeover loop). "+
-			"The quick start's Dispatcher writes its tasks into asynq's Redis in bulk (DispatcherOptions.AsynqRedis) and has asynq keep no finished task "+
-			"(TaskRetention -1: the middleware's records skip an occurrence dispatched again), and runs the asynq server on the idempotency store's AsynqClient "+
-			"(its dequeues take tasks ahead; each run is completed in one script with asynq's done of its task), as the README's does; "+
-			"the next row puts the server on a client of its own, each Begin and Complete a round trip of its own; "+
-			"the two rows after it enqueue each through an asynq client instead, one on (*redis.Client).AutoPipeline, whose concurrent enqueues share round trips, one on a plain client. "+
+			"The second row is the README's quick start with its Faster settings: the Dispatcher enqueues through an asynq client on (*redis.Client).AutoPipeline, whose concurrent enqueues share round trips, "+
+			"and has asynq keep no finished task (TaskRetention -1: the middleware's records skip an occurrence dispatched again), and the asynq server runs on the idempotency store's AsynqClient "+
+			"(its dequeues take tasks ahead; each run is completed in one script with asynq's done of its task); "+
+			"the next row puts the server on a client of its own, each Begin and Complete a round trip of its own: asynq's public API only; "+
+			"the row after it is the quick start as it stands, its Dispatcher's asynq client on a plain go-redis client. "+
 			"The two floor rows have no schedule: 16 goroutines enqueue the tasks (asynq alone's) on such a client once the clock runs, "+
 			"which is what feeding asynq inside the window costs whatever the feeder; the second adds the two plain commands a middleware "+
 			"that records each run's start and finish sends at least (table 3's second floor). "+
@@ -92,7 +92,6 @@ type e2eContender struct {
 	middleware      bool // the handler runs under the idempotency middleware
 	plainMiddleware bool // the handler runs under plainStartFinish
 	processAt       bool // asynq's tasks wait in its scheduled set, due a second ago; else pending
-	bulk            bool // the Dispatcher writes in bulk (DispatcherOptions.AsynqRedis), on a plain client
 	keepFinished    bool // the Dispatcher's default TaskRetention; else -1, as the quick start's
 	viaDone         bool // the asynq server runs on the idempotency store's AsynqClient, as the quick start's
 }
@@ -118,11 +117,6 @@ func e2eRound(c e2eContender, n, conc int) (float64, [2]time.Duration) {
 	var dopts zclaim.DispatcherOptions
 	if !c.keepFinished {
 		dopts.TaskRetention = -1
-	}
-	if c.bulk {
-		rdb := newClient(20)
-		defer rdb.Close()
-		dc, dopts.AsynqRedis = asynq.NewClientFromRedisClient(rdb), rdb
 	}
 	var b *zclaim.Broker
 	if c.dispatcher {

@@ -121,10 +121,8 @@ func instructionsScenario() {
 			}
 			return nil
 		}},
-		{"Dispatcher: batch claim + settle, per job (asynq on another server)", 32, scheduleDue, dispatchOp(queue, false, false)},
-		{"the same, with an OnDispatch hook (claims read due times)", 32, scheduleDue, dispatchOp(queue, true, false)},
-		{"Dispatcher writing in bulk (AsynqRedis): batch claim + the tasks' scripts + settle, per job (asynq on the same server)",
-			32, scheduleDue, dispatchOp(queue, false, true)},
+		{"Dispatcher: batch claim + settle, per job (asynq on another server)", 32, scheduleDue, dispatchOp(queue, false)},
+		{"the same, with an OnDispatch hook (claims read due times)", 32, scheduleDue, dispatchOp(queue, true)},
 		{"asynq Client.Enqueue of the task a dispatcher sends (TaskID, Retention, queue), per task", 1, nil,
 			func(ctx context.Context, rdb *redis.Client, k int) error {
 				ac := asynq.NewClientFromRedisClient(rdb)
@@ -172,7 +170,7 @@ func instructionsScenario() {
 	}
 	table("6. Redis instructions per operation (callgrind)", []string{"operation", "instructions"}, rows,
 		"Counted by `valgrind --tool=callgrind` on a redis-server serving the operations one after another: within about 2% from run to run of the same code on one VM (up to 8% from one VM to another) for Begin + Complete, the floors and the dequeues; the rows that claim move by up to 9% between runs of the same code, and the Dispatcher's rows have batches as large as its pace lets them be. Its scripts alone take 100 jobs a batch. The AsynqClient's dequeues take up to 8 tasks a call, as an asynq server's would here. "+
-			"The row writing in bulk counts the tasks' writes too (asynq on the counted server), as does the row of asynq's own Enqueue. "+
+			"The row of asynq's own Enqueue counts the task's writes. "+
 			"User-space only: compare versions of one path with it, not paths with different round trips.")
 }
 
@@ -225,9 +223,9 @@ func inflightOp(ctx context.Context, rdb *redis.Client, k int) error {
 }
 
 // dispatchOp dispatches 32k jobs (64k for k = 2n) into asynq, with or
-// without an OnDispatch hook: through an asynq client of the bench's
-// Redis, or, in bulk, written on the counted server itself.
-func dispatchOp(queue string, hook, bulk bool) func(ctx context.Context, rdb *redis.Client, k int) error {
+// without an OnDispatch hook, through an asynq client of the bench's
+// Redis.
+func dispatchOp(queue string, hook bool) func(ctx context.Context, rdb *redis.Client, k int) error {
 	return func(ctx context.Context, rdb *redis.Client, k int) error {
 		b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Lease: time.Minute})
 		if err != nil {
@@ -245,11 +243,7 @@ func dispatchOp(queue string, hook, bulk bool) func(ctx context.Context, rdb *re
 		if hook {
 			opts.OnDispatch = func(zclaim.JobInfo, time.Duration, error) {}
 		}
-		c := ac
-		if bulk {
-			c, opts.AsynqRedis = asynq.NewClientFromRedisClient(rdb), rdb
-		}
-		d, err := zclaim.NewDispatcher(b, c, opts)
+		d, err := zclaim.NewDispatcher(b, ac, opts)
 		if err != nil {
 			return err
 		}

@@ -59,7 +59,6 @@ type lagContender struct {
 	checkInterval time.Duration // asynq TaskCheckInterval (and DelayedTaskCheckInterval for ProcessAt); 0 = defaults
 	shards        int           // the schedule's BrokerOptions.Shards (zclaim)
 	autopipeline  bool          // the dispatcher's asynq client on (*redis.Client).AutoPipeline (zclaim)
-	bulk          bool          // the dispatcher writes in bulk (DispatcherOptions.AsynqRedis) (zclaim)
 }
 
 // dueTimes returns n due times by Redis' clock: all at one instant, or
@@ -130,11 +129,6 @@ func runLag(c lagContender, due []time.Time) lagResult {
 			enq = append(enq, lag)
 			enqMu.Unlock()
 		}}
-		if c.bulk {
-			rdb := newClient(32)
-			defer rdb.Close()
-			dc, opts.AsynqRedis = asynq.NewClientFromRedisClient(rdb), rdb
-		}
 		d, err := zclaim.NewDispatcher(b, dc, opts)
 		if err != nil {
 			panic(err)
@@ -196,14 +190,13 @@ func lagScenario() {
 		burstN, streamRate, streamFor = 500, 200, 2*time.Second
 	}
 	contenders := []lagContender{
-		{"zclaim dispatcher, asynq TaskCheckInterval 10 ms", true, false, 10 * time.Millisecond, 0, false, false},
-		{"zclaim dispatcher on an autopipelined asynq client, asynq TaskCheckInterval 10 ms", true, false, 10 * time.Millisecond, 0, true, false},
-		{"zclaim dispatcher writing in bulk (AsynqRedis: the quick start's), asynq TaskCheckInterval 10 ms", true, false, 10 * time.Millisecond, 0, false, true},
-		{"zclaim dispatcher, schedule in 16 shards, asynq TaskCheckInterval 10 ms", true, false, 10 * time.Millisecond, 16, false, false},
-		{"zclaim dispatcher, asynq defaults", true, false, 0, 0, false, false},
-		{"asynq ProcessAt, check intervals 10 ms", false, false, 10 * time.Millisecond, 0, false, false},
-		{"asynq ProcessAt, defaults", false, false, 0, 0, false, false},
-		{"floor: plain Enqueue at each due time (no claim at all), asynq TaskCheckInterval 10 ms", false, true, 10 * time.Millisecond, 0, false, false},
+		{"zclaim dispatcher, asynq TaskCheckInterval 10 ms", true, false, 10 * time.Millisecond, 0, false},
+		{"zclaim dispatcher on an autopipelined asynq client, asynq TaskCheckInterval 10 ms", true, false, 10 * time.Millisecond, 0, true},
+		{"zclaim dispatcher, schedule in 16 shards, asynq TaskCheckInterval 10 ms", true, false, 10 * time.Millisecond, 16, false},
+		{"zclaim dispatcher, asynq defaults", true, false, 0, 0, false},
+		{"asynq ProcessAt, check intervals 10 ms", false, false, 10 * time.Millisecond, 0, false},
+		{"asynq ProcessAt, defaults", false, false, 0, 0, false},
+		{"floor: plain Enqueue at each due time (no claim at all), asynq TaskCheckInterval 10 ms", false, true, 10 * time.Millisecond, 0, false},
 	}
 	loads := []struct {
 		name string
@@ -238,7 +231,7 @@ func lagScenario() {
 	table("2. Dispatch lag by Redis TIME",
 		[]string{"load", "contender", "→ enqueue p50", "p99", "max", "→ handler start p50", "p99", "max", "early starts"}, rows,
 		"Targets: p99 ≤ 10 ms to enqueue and ≤ 25 ms to handler start (asynq TaskCheckInterval 10 ms), zero early starts. "+
-			"The floor row enqueues each task through asynq's client the moment it is due, with no claim at all: no feeder that enqueues through asynq's client does better on this machine; the dispatcher writing in bulk does not go through it. "+
+			"The floor row enqueues each task through asynq's client the moment it is due, with no claim at all: no feeder that enqueues through asynq's client does better on this machine. "+
 			"Lag to handler start is negative for an early start; asynq stores ProcessAt in whole seconds, so a task due at x.5 s can start up to 0.5 s early. "+
 			"With its defaults asynq's idle worker loop sleeps up to 1.5 s before looking at a queue, whatever feeds it: set TaskCheckInterval to 10–50 ms.")
 }
@@ -267,8 +260,7 @@ func dispatchThroughput() {
 		{"zclaim Dispatcher on a schedule of 16 shards (one server)", sameRow},
 		{"plain Enqueue of the same tasks, on an autopipelined client", sameAPRow},
 		{"zclaim Dispatcher on an autopipelined client", sameAPRow},
-		{"zclaim Dispatcher writing in bulk (AsynqRedis: up to 32 tasks a script; the quick start's)", sameRow},
-		{"the same on a schedule of 16 shards", sameRow},
+		{"the same on a schedule of 16 shards", sameAPRow},
 		{"plain asynq.Client.Enqueue again (the first row's twin: its ratio is the noise of a ratio)", -1},
 	}
 	rates := make([]samples, len(contenders))
@@ -280,8 +272,6 @@ func dispatchThroughput() {
 		queue := key
 		ac := asynq.NewClient(asynq.RedisClientOpt{Addr: redisAddr, PoolSize: conc + 4})
 		apc, closeAPC := autopipelinedAsynq(conc + 4) // enqueues of one moment share round trips
-		bulkRedis := newClient(conc + 4)              // for the dispatcher's AsynqRedis, and its asynq client
-		bc := asynq.NewClientFromRedisClient(bulkRedis)
 
 		// timed runs one contender's n jobs: its rate, and the CPU a job
 		// cost Redis and this process.
@@ -365,9 +355,8 @@ func dispatchThroughput() {
 
 		// The dispatcher: without hooks, with an OnDispatch hook (which
 		// makes its claims read the jobs' due times), on a schedule of 16
-		// shards, on the autopipelined client, and writing in bulk
-		// (AsynqRedis) on one shard and on 16.
-		dispatcher := func(hook, shards, ap, bulk bool) func() (float64, [2]time.Duration) {
+		// shards, and on the autopipelined client, on one shard and on 16.
+		dispatcher := func(hook, shards, ap bool) func() (float64, [2]time.Duration) {
 			return func() (float64, [2]time.Duration) {
 				b, _ := zclaim.NewBroker(admin, zclaim.BrokerOptions{Key: key, Shards: map[bool]int{true: 16, false: 1}[shards]})
 				scheduleDue(b, n, queue)
@@ -378,9 +367,6 @@ func dispatchThroughput() {
 				c := ac
 				if ap {
 					c = apc
-				}
-				if bulk {
-					c, opts.AsynqRedis = bc, bulkRedis
 				}
 				d, _ := zclaim.NewDispatcher(b, c, opts)
 				ctx, cancel := context.WithCancel(context.Background())
@@ -395,9 +381,8 @@ func dispatchThroughput() {
 		}
 		runs := []func() (float64, [2]time.Duration){
 			plainEnqueue, plainSame(ac), beside,
-			dispatcher(false, false, false, false), dispatcher(true, false, false, false), dispatcher(false, true, false, false),
-			plainSame(apc), dispatcher(false, false, true, false),
-			dispatcher(false, false, false, true), dispatcher(false, true, false, true),
+			dispatcher(false, false, false), dispatcher(true, false, false), dispatcher(false, true, false),
+			plainSame(apc), dispatcher(false, false, true), dispatcher(false, true, true),
 			plainEnqueue,
 		}
 		for _, k := range slots(round, len(runs)) {
@@ -409,11 +394,10 @@ func dispatchThroughput() {
 		for k, r := range rates {
 			line[k] = human(r[len(r)-1])
 		}
-		progress("dispatch throughput round %d/%d: plain Enqueue %s/s (again %s/s), of the same tasks %s/s (autopipelined %s/s), beside the scripts %s/s, dispatcher %s/s, with OnDispatch %s/s, 16 shards %s/s, autopipelined %s/s, in bulk %s/s (16 shards %s/s)",
-			round, nr, line[0], line[10], line[1], line[6], line[2], line[3], line[4], line[5], line[7], line[8], line[9])
+		progress("dispatch throughput round %d/%d: plain Enqueue %s/s (again %s/s), of the same tasks %s/s (autopipelined %s/s), beside the scripts %s/s, dispatcher %s/s, with OnDispatch %s/s, 16 shards %s/s, autopipelined %s/s (16 shards %s/s)",
+			round, nr, line[0], line[9], line[1], line[6], line[2], line[3], line[4], line[5], line[7], line[8])
 		admin.SRem(context.Background(), "asynq:queues", queue)
 		ac.Close()
-		bulkRedis.Close()
 		closeAPC()
 		admin.Close()
 	}
@@ -439,8 +423,7 @@ func dispatchThroughput() {
 			"The third adds the dispatcher's Redis work (claim.lua and finish.lua, read from the working tree) on a connection of its own, "+
 			"a batch of the size the dispatcher's claims have here (min(4×Concurrency, BatchSize)) every as many enqueues: what its scripts cost "+
 			"without its goroutines. "+
-			"Two rows use an asynq client made from (*redis.Client).AutoPipeline, whose concurrent enqueues share round trips; their last ratio compares them with each other. "+
-			"The two rows writing in bulk give the dispatcher AsynqRedis: an enqueue worker writes the tasks of the claims queued at that moment in one script. "+
+			"Three rows use an asynq client made from (*redis.Client).AutoPipeline, whose concurrent enqueues share round trips; their last ratio compares the dispatchers with the plain Enqueue on one. "+
 			"Redis and the client share the machine's cores, so the ratio follows the CPU each job costs. "+
 			"The last row runs the first again in each round: how far its ratio is from 1.00× is how far a ratio moves when nothing changes.")
 }

@@ -127,24 +127,35 @@ func dispatcher(f roleFlags) {
 	if err != nil {
 		panic(err)
 	}
-	// As in the quick start: tasks written into asynq's Redis many to a
-	// script (AsynqRedis), and none kept once finished (TaskRetention -1):
-	// the workers' middleware skips an occurrence dispatched again.
-	d, err := zclaim.NewDispatcher(b, asynq.NewClientFromRedisClient(rdb), zclaim.DispatcherOptions{AsynqRedis: rdb, TaskRetention: -1,
+	// As in the README's Faster: tasks enqueued through an asynq client on
+	// an autopipelined go-redis client, and none kept once finished
+	// (TaskRetention -1): the workers' middleware skips an occurrence
+	// dispatched again.
+	d, err := zclaim.NewDispatcher(b, asynq.NewClientFromRedisClient(autopipelined(rdb)), zclaim.DispatcherOptions{TaskRetention: -1,
 		RecoveryInterval: 200 * time.Millisecond, EnqueueTimeout: time.Second, MaxWait: 200 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		panic(err)
 	}
-	// Until killed, it reports to the sink how many tasks it wrote in
-	// bulk: the run checks that the bulk path was taken.
-	sink := redis.NewClient(&redis.Options{Addr: f.sink})
-	go func() {
-		for self := strconv.Itoa(os.Getpid()); ctx.Err() == nil; time.Sleep(100 * time.Millisecond) {
-			sink.HSet(ctx, "sink:bulk", self, d.Stats().InBulk)
-		}
-	}()
 	d.Run(ctx)
+}
+
+// autopipelined is rdb's autopipelined client (rdb where it has none).
+func autopipelined(rdb redis.UniversalClient) redis.UniversalClient {
+	var ap *redis.AutoPipeliner
+	var err error
+	switch c := rdb.(type) {
+	case *redis.Client:
+		ap, err = c.AutoPipeline()
+	case *redis.ClusterClient:
+		ap, err = c.AutoPipeline()
+	default:
+		return rdb
+	}
+	if err != nil {
+		panic(err)
+	}
+	return ap
 }
 
 // sinkScript applies a side effect once per key, fenced by token:

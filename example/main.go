@@ -250,9 +250,8 @@ func run(w io.Writer, rdb *redis.Client, ns string, cfg config) (bool, error) {
 		return false, err
 	}
 
-	// Two dispatchers, writing their tasks into asynq's Redis many to a
-	// script (AsynqRedis). asynq keeps no finished task (TaskRetention
-	// -1): every handler runs under the middleware, whose records skip an
+	// Two dispatchers. asynq keeps no finished task (TaskRetention -1):
+	// every handler runs under the middleware, whose records skip an
 	// occurrence dispatched again after it finished.
 	ac := asynq.NewClientFromRedisClient(rdb)
 	recovered := map[string]bool{} // crashed claims run again (under tl.mu)
@@ -261,7 +260,6 @@ func run(w io.Writer, rdb *redis.Client, ns string, cfg config) (bool, error) {
 	var wg sync.WaitGroup
 	for i := range dispatchers {
 		d, err := zclaim.NewDispatcher(broker, ac, zclaim.DispatcherOptions{
-			AsynqRedis:       rdb,
 			TaskRetention:    -1,
 			RecoveryInterval: 100 * time.Millisecond,
 			Logger:           quiet,

@@ -68,11 +68,8 @@ var (
 	lostDesc = desc("zclaim_state_lost_timestamp_seconds",
 		"When a Broker of this process last noticed that Redis lost the schedule's keys (absent if never).", "key")
 
-	claimedDesc  = desc("zclaim_dispatcher_claimed_total", "Jobs the dispatchers claimed off the schedule.", "key")
-	enqueuedDesc = desc("zclaim_dispatcher_enqueued_total", "Tasks the dispatchers enqueued into asynq.", "key")
-	inBulkDesc   = desc("zclaim_dispatcher_enqueued_in_bulk_total",
-		"Of the tasks enqueued, those written in bulk (DispatcherOptions.AsynqRedis); the rest went through "+
-			"the asynq client.", "key")
+	claimedDesc   = desc("zclaim_dispatcher_claimed_total", "Jobs the dispatchers claimed off the schedule.", "key")
+	enqueuedDesc  = desc("zclaim_dispatcher_enqueued_total", "Tasks the dispatchers enqueued into asynq.", "key")
 	conflictsDesc = desc("zclaim_dispatcher_conflicts_total",
 		"Claims whose occurrence asynq already had (settled, not enqueued again).", "key")
 	failedDesc = desc("zclaim_dispatcher_errors_total",
@@ -107,7 +104,7 @@ var (
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{upDesc, scheduledDesc, dueDesc, inflightDesc, expiredDesc,
 		deadDesc, oldestDesc, lostDesc,
-		claimedDesc, enqueuedDesc, inBulkDesc, conflictsDesc, failedDesc, dispDeadDesc, lagDesc,
+		claimedDesc, enqueuedDesc, conflictsDesc, failedDesc, dispDeadDesc, lagDesc,
 		requeuedDesc, recDeadDesc, trimmedDesc, runsDesc, stateLostDesc, takeoverDesc, abandonedDesc, adapterOffDesc} {
 		ch <- d
 	}
@@ -163,7 +160,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		disp.add(d.Broker().Key(), d.Stats(), func(sum *zclaim.DispatcherStats, st zclaim.DispatcherStats) {
 			sum.Claimed += st.Claimed
 			sum.Enqueued += st.Enqueued
-			sum.InBulk += st.InBulk
 			sum.Conflicts += st.Conflicts
 			sum.Failed += st.Failed
 			sum.Dead += st.Dead
@@ -178,7 +174,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		st := disp.by[key]
 		counter(claimedDesc, st.Claimed, key)
 		counter(enqueuedDesc, st.Enqueued, key)
-		counter(inBulkDesc, st.InBulk, key)
 		counter(conflictsDesc, st.Conflicts, key)
 		counter(failedDesc, st.Failed, key)
 		counter(dispDeadDesc, st.Dead, key)

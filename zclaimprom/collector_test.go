@@ -85,7 +85,7 @@ func TestCollector(t *testing.T) {
 	must(t, err)
 	must(t, b2.Schedule(ctx, zclaim.Job{ID: "a", RunAt: past, Type: "t"}, zclaim.Job{ID: "b", RunAt: past, Type: "t"}, zclaim.Job{ID: "c", RunAt: past, Type: "t"}))
 	ac := asynq.NewClientFromRedisClient(rdb)
-	d, err := zclaim.NewDispatcher(b2, ac, zclaim.DispatcherOptions{RecoveryInterval: -1, AsynqRedis: rdb})
+	d, err := zclaim.NewDispatcher(b2, ac, zclaim.DispatcherOptions{RecoveryInterval: -1})
 	must(t, err)
 	dctx, stop := context.WithCancel(ctx)
 	done := make(chan error)
@@ -143,9 +143,6 @@ zclaim_recovery_requeued_total{key=%[2]q} 0
 # HELP zclaim_dispatcher_enqueued_total Tasks the dispatchers enqueued into asynq.
 # TYPE zclaim_dispatcher_enqueued_total counter
 zclaim_dispatcher_enqueued_total{key=%[2]q} %[5]d
-# HELP zclaim_dispatcher_enqueued_in_bulk_total Of the tasks enqueued, those written in bulk (DispatcherOptions.AsynqRedis); the rest went through the asynq client.
-# TYPE zclaim_dispatcher_enqueued_in_bulk_total counter
-zclaim_dispatcher_enqueued_in_bulk_total{key=%[2]q} %[5]d
 # HELP zclaim_middleware_tasks_total Tasks the idempotency middleware handled, by outcome: skipped (finished before), in_progress (running elsewhere), completed, released (failed), lease_lost.
 # TYPE zclaim_middleware_tasks_total counter
 zclaim_middleware_tasks_total{outcome="completed",prefix=%[6]q} 1

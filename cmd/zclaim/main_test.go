@@ -262,8 +262,8 @@ func TestDoctor(t *testing.T) {
 	// names it, a problem.
 	prefix := key + ":run:"
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	rerr := rc.ZAdd(ctx, prefix+"\x00done:adapter", redis.Z{Score: float64(time.Now().UnixMilli()),
-		Member: "asynq v0.27.0: its dequeue script is not the one zclaim knows"}).Err()
+	rerr := rc.HSet(ctx, prefix+"\x00done:adapter", "asynq v0.27.0: its dequeue script is not the one zclaim knows",
+		time.Now().UnixMilli()).Err()
 	rc.Close()
 	if rerr != nil {
 		t.Fatal(rerr)

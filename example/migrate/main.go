@@ -142,7 +142,6 @@ func run(args []string, w io.Writer, redisURL string) int {
 	d, err := zclaim.NewDispatcher(broker, asynq.NewClientFromRedisClient(rdb), zclaim.DispatcherOptions{
 		DefaultType: "order:reminder", // plain ZADD members carry no type
 		TaskOptions: func(zclaim.Job) []asynq.Option { return []asynq.Option{asynq.Queue(queue)} },
-		AsynqRedis:  rdb, // as in the quick start: tasks written many to a script
 		Logger:      quiet,
 	})
 	if err != nil {
