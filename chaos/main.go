@@ -72,7 +72,9 @@ func runRole() bool {
 	case "dispatcher":
 		dispatcher(f)
 	case "worker":
-		worker(f)
+		worker(f, false)
+	case "plain-worker":
+		worker(f, true)
 	default:
 		fmt.Fprintln(os.Stderr, "chaos: unknown role", role)
 		os.Exit(2)
@@ -101,7 +103,8 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.jobs, "jobs", c.jobs, "jobs the producer schedules")
 	fs.DurationVar(&c.over, "over", c.over, "the producer schedules them over this long; the faults run meanwhile")
 	fs.StringVar(&c.fsync, "fsync", c.fsync, "variants to run, comma-separated: always, everysec (appendfsync of the crashed and restarted Redis), "+
-		"failover (a replica promoted instead, every write waiting for one replica), cluster (as -cluster)")
+		"failover (a replica promoted instead, every write waiting for one replica), cluster (as -cluster), "+
+		"rolling (every other worker a plain asynq server without the middleware, appendfsync always)")
 	fs.BoolVar(&c.cluster, "cluster", c.cluster, "also run on a Redis Cluster of 3 masters and 3 replicas, the schedule in 16 shards, every write "+
 		"waiting for one replica: a slot of a busy shard moves to another master, a master fails over to its replica, another is SIGKILLed")
 	fs.IntVar(&c.dispatchers, "dispatchers", c.dispatchers, "dispatcher processes")
@@ -121,6 +124,8 @@ type result struct {
 	archived                                          int
 	took                                              time.Duration
 	killToRerun                                       []time.Duration // each re-run, from the worker kill before it
+	dispatcherKills                                   int
+	late                                              []time.Duration // first applications more than a second after their due time
 }
 
 func (r result) ok() bool {
@@ -178,6 +183,15 @@ func run(cfg config, w io.Writer) bool {
 		slices.Sort(d)
 		return fmt.Sprintf("%v / %v", d[len(d)/2].Round(100*time.Millisecond), d[len(d)-1].Round(100*time.Millisecond))
 	})
+	row("SIGKILLs of dispatchers", func(r result) any { return r.dispatcherKills })
+	row("first runs more than 1 s after their due time: how many, p50 / last (a dispatcher killed with claims in hand, a worker with tasks taken)", func(r result) any {
+		if len(r.late) == 0 {
+			return "0"
+		}
+		d := slices.Clone(r.late)
+		slices.Sort(d)
+		return fmt.Sprintf("%d, %v / %v", len(d), d[len(d)/2].Round(100*time.Millisecond), d[len(d)-1].Round(100*time.Millisecond))
+	})
 	row("run time", func(r result) any { return r.took.Round(time.Second) })
 	ok := true
 	for _, r := range results {
@@ -203,10 +217,13 @@ func runVariant(cfg config, mode string, w io.Writer) (res result, err error) {
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	failover, onCluster := mode == "failover", mode == "cluster"
+	failover, onCluster, rolling := mode == "failover", mode == "cluster", mode == "rolling"
 	fsync := mode
-	if failover || onCluster {
+	switch {
+	case failover || onCluster:
 		fsync = "everysec"
+	case rolling:
+		fsync = "always"
 	}
 	key, queue := "chaos:{jobs}", "chaos"
 	shards := 1
@@ -295,7 +312,13 @@ func runVariant(cfg config, mode string, w io.Writer) (res result, err error) {
 	for range cfg.dispatchers {
 		procs = append(procs, start("dispatcher"))
 	}
-	for range cfg.workers {
+	for k := range cfg.workers {
+		// A rolling deploy: every other worker a plain asynq server
+		// without the middleware, on the same queue.
+		if rolling && k%2 == 1 {
+			procs = append(procs, start("plain-worker"))
+			continue
+		}
 		procs = append(procs, start("worker"))
 	}
 	defer func() {
@@ -326,7 +349,7 @@ func runVariant(cfg config, mode string, w io.Writer) (res result, err error) {
 			stopped = true
 			var ws []*child
 			for _, c := range procs {
-				if c.role == "worker" {
+				if c.role == "worker" || c.role == "plain-worker" {
 					ws = append(ws, c)
 				}
 			}
@@ -405,10 +428,13 @@ func runVariant(cfg config, mode string, w io.Writer) (res result, err error) {
 				continue
 			}
 			victim.cmd.Process.Kill()
-			if victim.role == "worker" {
+			switch victim.role {
+			case "worker", "plain-worker":
 				mu.Lock()
 				workerKills = append(workerKills, time.Now())
 				mu.Unlock()
+			case "dispatcher":
+				res.dispatcherKills++
 			}
 			<-victim.done
 			procs[i] = start(victim.role)
@@ -489,6 +515,11 @@ func runVariant(cfg config, mode string, w io.Writer) (res result, err error) {
 		}
 	}
 	mu.Unlock()
+	lates, _ := sinkc.LRange(ctx, "sink:late", 0, -1).Result()
+	for _, l := range lates {
+		us, _ := strconv.ParseInt(l, 10, 64)
+		res.late = append(res.late, time.Duration(us)*time.Microsecond)
+	}
 	res.dupRejected, _ = strconv.Atoi(counters["dup"])
 	res.staleRejected, _ = strconv.Atoi(counters["stale"])
 	res.early, _ = strconv.Atoi(counters["early"])
@@ -535,6 +566,8 @@ func variantName(mode string) string {
 	switch mode {
 	case "failover", "cluster":
 		return mode
+	case "rolling":
+		return "rolling deploy"
 	}
 	return "appendfsync " + mode
 }

@@ -163,27 +163,35 @@ func autopipelined(rdb redis.UniversalClient) redis.UniversalClient {
 // is a duplicate. It records every attempt and early starts by its TIME.
 // KEYS[1] applied (key -> token)  KEYS[2] max token seen  KEYS[3] attempts  KEYS[4] counters
 // KEYS[5] the times of re-runs (Unix µs), a list
-// ARGV key, token, due (Unix µs). Returns "applied", "dup" or "stale".
+// KEYS[6] how late first runs more than a second after their due time came
+// (µs), a list
+// ARGV key, token (-1: a worker without the middleware, which has none),
+// due (Unix µs). Returns "applied", "dup" or "stale".
 var sinkScript = redis.NewScript(`
 local key, tok, due = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local t = redis.call('TIME')
-if tonumber(t[1]) * 1000000 + tonumber(t[2]) < due then redis.call('HINCRBY', KEYS[4], 'early', 1) end
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if now < due then redis.call('HINCRBY', KEYS[4], 'early', 1) end
 if redis.call('HINCRBY', KEYS[3], key, 1) > 1 then
-  redis.call('RPUSH', KEYS[5], tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  redis.call('RPUSH', KEYS[5], now)
+elseif now - due > 1000000 then
+  redis.call('RPUSH', KEYS[6], now - due)
 end
 local seen = tonumber(redis.call('HGET', KEYS[2], key) or '0')
-if tok < seen then redis.call('HINCRBY', KEYS[4], 'stale', 1) return 'stale' end
+if tok >= 0 and tok < seen then redis.call('HINCRBY', KEYS[4], 'stale', 1) return 'stale' end
 redis.call('HSET', KEYS[2], key, ARGV[2])
 if redis.call('HEXISTS', KEYS[1], key) == 1 then redis.call('HINCRBY', KEYS[4], 'dup', 1) return 'dup' end
 redis.call('HSET', KEYS[1], key, ARGV[2])
 redis.call('HINCRBY', KEYS[4], 'applied', 1)
 return 'applied'`)
 
-var sinkKeys = []string{"sink:applied", "sink:maxtoken", "sink:attempts", "sink:counters", "sink:reruns"}
+var sinkKeys = []string{"sink:applied", "sink:maxtoken", "sink:attempts", "sink:counters", "sink:reruns", "sink:late"}
 
 // worker runs an asynq server whose handler applies a side effect to the
-// sink, wrapped in the idempotency middleware.
-func worker(f roleFlags) {
+// sink, wrapped in the idempotency middleware; plain, without it (a server
+// of a rolling deploy that has not taken zclaim up yet), on a client of
+// its own.
+func worker(f roleFlags, plain bool) {
 	ctx := until(context.Background())
 	rdb := mainClient(f)
 	sink := redis.NewClient(&redis.Options{Addr: f.sink})
@@ -193,16 +201,21 @@ func worker(f roleFlags) {
 		panic(err)
 	}
 	mux := asynq.NewServeMux()
-	mux.Use(idem.Middleware())
+	if !plain {
+		mux.Use(idem.Middleware())
+	}
 	mux.HandleFunc("chaos", func(ctx context.Context, t *asynq.Task) error {
-		e, _ := zclaim.ExecutionFromContext(ctx)
-		job, _ := zclaim.JobFromContext(ctx) // the sink keeps one application per job id
+		token := int64(-1)
+		if e, ok := zclaim.ExecutionFromContext(ctx); ok {
+			token = e.Token
+		}
+		job, _ := zclaim.JobFromTask(t) // the sink keeps one application per job id
 		var p payload
 		if err := json.Unmarshal(t.Payload(), &p); err != nil {
 			return err
 		}
 		time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond) // work before the side effect
-		res, err := sinkScript.Run(context.WithoutCancel(ctx), sink, sinkKeys, job.ID, e.Token, p.Due).Text()
+		res, err := sinkScript.Run(context.WithoutCancel(ctx), sink, sinkKeys, job.ID, token, p.Due).Text()
 		if err != nil {
 			return err
 		}
@@ -214,7 +227,11 @@ func worker(f roleFlags) {
 		time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond)
 		return nil
 	})
-	srv := asynq.NewServerFromRedisClient(idem.AsynqClient(), asynq.Config{ // as the quick start's: Complete with asynq's done
+	client := idem.AsynqClient() // as the quick start's: Complete with asynq's done
+	if plain {
+		client = rdb
+	}
+	srv := asynq.NewServerFromRedisClient(client, asynq.Config{
 		Queues:                   map[string]int{f.queue: 1},
 		Concurrency:              10,
 		TaskCheckInterval:        10 * time.Millisecond,
