@@ -84,12 +84,13 @@ bench:
 	mv bench/RESULTS.md.new bench/RESULTS.md || { rm -f bench/RESULTS.md.new; exit 1; }
 
 # make chaos: the long fault test (separate processes, SIGKILL/SIGSTOP,
-# Redis crash and restart, both appendfsync modes, a failover, and a Redis
-# Cluster with a slot move and two failovers); about 20 minutes. Then
+# Redis crash and restart, both appendfsync modes, a failover, a rolling
+# deploy with plain asynq servers beside the middleware's, and a Redis
+# Cluster with a slot move and two failovers); about 25 minutes. Then
 # zclaimpg's: a PostgreSQL sink that does not dedupe, workers SIGKILLed
 # every second, Redis restarted from an older RDB snapshot midway, with
 # zclaimpg.Complete and without it (the control).
 .PHONY: chaos
 chaos:
-	$(GO) run ./chaos -jobs 50000 -over 150s -kill-every 1s -stop 100s -fsync always,everysec,failover -cluster
+	$(GO) run ./chaos -jobs 50000 -over 150s -kill-every 1s -stop 100s -fsync always,everysec,failover,rolling -cluster
 	cd zclaimpg && $(GO) run ./internal/pgchaos -jobs 2000 -over 60s -kill-every 1s

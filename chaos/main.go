@@ -10,7 +10,7 @@
 // effect accepted twice, nothing left behind.
 //
 //	go run ./chaos                                   # short form
-//	go run ./chaos -jobs 50000 -over 150s -kill-every 1s -stop 100s -fsync always,everysec,failover -cluster   # make chaos
+//	go run ./chaos -jobs 50000 -over 150s -kill-every 1s -stop 100s -fsync always,everysec,failover,rolling -cluster   # make chaos
 package main
 
 import (
