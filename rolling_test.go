@@ -164,21 +164,7 @@ func takeoverBeforeBegin(t *testing.T, rdb redis.UniversalClient, addr string, c
 	must(t, victim.Process.Kill())
 	killed := time.Now()
 	victim.Wait()
-	var took time.Duration
-	waitFor(t, 25*time.Second, "every task to run again", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		took = time.Since(killed)
-		return len(ran) == n
-	})
-	time.Sleep(3 * lease)
-	mu.Lock()
-	defer mu.Unlock()
-	for id, c := range ran {
-		if c != 1 {
-			t.Fatalf("%s ran %d times after the kill, want once", id, c)
-		}
-	}
+	took := ranOnceEach(t, &mu, ran, n, killed, lease)
 	t.Logf("every task ran again %v after the kill (Lease %v)", took.Round(time.Millisecond), lease)
 	if took > lease+3*time.Second {
 		t.Fatalf("the last task ran again %v after the kill; want within Lease + 1 s, and 2 s for a loaded machine", took)
@@ -230,21 +216,7 @@ func TestTakeoverFirstProcess(t *testing.T) {
 				mu.Unlock()
 				return nil
 			})), asynq.Config{IsFailure: IsFailure, RetryDelayFunc: RetryDelay, Concurrency: n})
-			var took time.Duration
-			waitFor(t, 25*time.Second, "every task to run again", func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				took = time.Since(started)
-				return len(ran) == n
-			})
-			time.Sleep(3 * lease)
-			mu.Lock()
-			defer mu.Unlock()
-			for id, c := range ran {
-				if c != 1 {
-					t.Fatalf("%s ran %d times, want once", id, c)
-				}
-			}
+			took := ranOnceEach(t, &mu, ran, n, started, lease)
 			t.Logf("every task ran again %v after the first process started", took.Round(time.Millisecond))
 			if bound := takeoverInterval(lease) + time.Second; took > bound+2*time.Second {
 				t.Fatalf("the last task ran %v after the first process started; want within a pass and a second (%v), "+
@@ -252,4 +224,27 @@ func TestTakeoverFirstProcess(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ranOnceEach waits until ran (under mu) counts n tasks, then a while for
+// any second run, and fails unless each ran once; it returns how long
+// after since the last one first ran.
+func ranOnceEach(t *testing.T, mu *sync.Mutex, ran map[string]int, n int, since time.Time, lease time.Duration) time.Duration {
+	t.Helper()
+	var took time.Duration
+	waitFor(t, 25*time.Second, "every task to run again", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		took = time.Since(since)
+		return len(ran) == n
+	})
+	time.Sleep(3 * lease)
+	mu.Lock()
+	defer mu.Unlock()
+	for id, c := range ran {
+		if c != 1 {
+			t.Fatalf("%s ran %d times, want once", id, c)
+		}
+	}
+	return took
 }

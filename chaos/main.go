@@ -175,22 +175,10 @@ func run(cfg config, w io.Writer) bool {
 	row("dead (must be 0)", func(r result) any { return r.dead })
 	row("left scheduled / in flight (must be 0)", func(r result) any { return fmt.Sprintf("%d / %d", r.leftScheduled, r.leftInflight) })
 	row("asynq tasks archived", func(r result) any { return r.archived })
-	row("re-runs at the sink after a worker kill: time from the kill, p50 / last", func(r result) any {
-		if len(r.killToRerun) == 0 {
-			return "–"
-		}
-		d := slices.Clone(r.killToRerun)
-		slices.Sort(d)
-		return fmt.Sprintf("%v / %v", d[len(d)/2].Round(100*time.Millisecond), d[len(d)-1].Round(100*time.Millisecond))
-	})
+	row("re-runs at the sink after a worker kill: time from the kill, p50 / last", func(r result) any { return midLast(r.killToRerun, "–") })
 	row("SIGKILLs of dispatchers", func(r result) any { return r.dispatcherKills })
 	row("first runs more than 1 s after their due time: how many, p50 / last (a dispatcher killed with claims in hand, a worker with tasks taken)", func(r result) any {
-		if len(r.late) == 0 {
-			return "0"
-		}
-		d := slices.Clone(r.late)
-		slices.Sort(d)
-		return fmt.Sprintf("%d, %v / %v", len(d), d[len(d)/2].Round(100*time.Millisecond), d[len(d)-1].Round(100*time.Millisecond))
+		return fmt.Sprintf("%d, %s", len(r.late), midLast(r.late, "–"))
 	})
 	row("run time", func(r result) any { return r.took.Round(time.Second) })
 	ok := true
@@ -199,6 +187,15 @@ func run(cfg config, w io.Writer) bool {
 	}
 	fmt.Fprintf(w, "\nchaos: %s\n", map[bool]string{true: "PASS", false: "FAIL"}[ok])
 	return ok
+}
+
+// midLast formats the median and the largest of ds, none where ds is empty.
+func midLast(ds []time.Duration, none string) string {
+	if len(ds) == 0 {
+		return none
+	}
+	d := slices.Sorted(slices.Values(ds))
+	return fmt.Sprintf("%v / %v", d[len(d)/2].Round(100*time.Millisecond), d[len(d)-1].Round(100*time.Millisecond))
 }
 
 // child is a role process.
