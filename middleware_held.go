@@ -6,7 +6,8 @@ package zclaim
 // ahead) leaves nothing that says so, and asynq's own lease of the task
 // tells only after two missed renewals (12 s). On the store's
 // AsynqClient, the dequeue marks each task it takes with the process that
-// holds it (dequeue.lua: one field of a hash in the queue's slot), and
+// holds it (dequeue.lua: one field of a hash among asynq's keys of the
+// queue), and
 // the process beats while it lives (a sorted set of the store's: holder
 // -> its last beat, by Redis' clock, every Lease/3). A takeover pass
 // takes a marked task with no run record for its dead holder's once that
@@ -24,9 +25,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// heldKey is queue q's hash of holder marks (task id -> holder), in the
-// slot of asynq's keys of the queue.
-func heldKey(q string) string { return "zclaim:held:{" + q + "}" }
+// heldKey is queue q's hash of holder marks (task id -> holder), among
+// asynq's keys of the queue (asynqKey): in their slot, and within the keys
+// that the workers' ACL grants (docs/operations.md).
+func heldKey(q string) string { return asynqKey(q, "zclaim:held") }
 
 // liveKey is the store's sorted set of live holders (holder -> its last
 // beat, Unix ms by Redis' clock).

@@ -61,9 +61,15 @@ func (l *runsLog) counts() map[string]int {
 
 // serveRuns runs an asynq server on rdb (its default queue) whose handler,
 // wrapped in idem's middleware, logs each run; stopped when the test ends.
+// serveRuns runs an asynq server on idem's AsynqClient (the quick start's)
+// whose handler, under idem's middleware, logs each run; rdb is idem's
+// client.
 func serveRuns(t *testing.T, rdb redis.UniversalClient, idem *Idempotency) *runsLog {
 	log := &runsLog{runs: map[string][]JobInfo{}}
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: 4, TaskCheckInterval: 10 * time.Millisecond,
+	if idem.rdb != rdb {
+		t.Fatal("serveRuns: rdb is not the store's client")
+	}
+	srv := asynq.NewServerFromRedisClient(idem.AsynqClient(), asynq.Config{Concurrency: 4, TaskCheckInterval: 10 * time.Millisecond,
 		Logger: quietLogger{}, LogLevel: asynq.FatalLevel})
 	must(t, srv.Start(idem.Middleware()(log.handler())))
 	t.Cleanup(srv.Shutdown)
