@@ -169,14 +169,12 @@ func (o *BrokerOptions) validate() error {
 // due jobs to exactly one claimer each. It is safe for concurrent use, and
 // any number of Brokers (in any number of processes) may share a schedule.
 type Broker struct {
-	rdb    redis.UniversalClient
-	opts   BrokerOptions
-	keys   keys    // shard 0's: the schedule's own when unsharded
-	shards []*keys // every shard's, by index
-	ups    int     // score units per second: 1 or 1000
-	log    *slog.Logger
-	repl   replication
-	state  *stateMarker
+	shardSet // the client, and the schedule's shards as its scripts reach them
+	opts     BrokerOptions
+	units         // of the scores: ups, 1 or 1000
+	keys     keys // shard 0's: the schedule's own when unsharded
+	log      *slog.Logger
+	state    *stateMarker
 
 	noticeDenied sync.Once // a refused notice is logged once
 	recovered    struct{ requeued, dead, trimmed atomic.Int64 }
@@ -265,9 +263,9 @@ func NewBroker(rdb redis.UniversalClient, opts BrokerOptions) (*Broker, error) {
 	if opts.ScoreUnit == time.Millisecond {
 		ups = 1000
 	}
-	b := &Broker{rdb: rdb, opts: opts, keys: k, shards: shards, ups: ups, log: opts.Logger,
+	b := &Broker{shardSet: shardSet{rdb: rdb, shards: shards, repl: replication{opts.WaitReplicas, opts.WaitTimeout}},
+		opts: opts, keys: k, units: units{ups}, log: opts.Logger,
 		quietShards: make([]atomic.Bool, len(shards)),
-		repl:        replication{opts.WaitReplicas, opts.WaitTimeout},
 		state: &stateMarker{rdb: rdb, key: k.marker, log: opts.Logger, what: "the schedule's keys (" + k.schedule + ")",
 			every: stateCheckInterval}}
 	if err := startup(rdb, k.schedule, opts.AllowEviction, b.log, b.state); err != nil {

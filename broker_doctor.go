@@ -96,7 +96,7 @@ func (b *Broker) Doctor(ctx context.Context, opts DoctorOptions) ([]Checked, err
 		if len(nodes) > 1 {
 			where = addrs[i] + ": "
 		}
-		if err := b.checkNode(ctx, node, where, opts, add); err != nil {
+		if err := checkNode(ctx, node, where, opts, add); err != nil {
 			return nil, err
 		}
 	}
@@ -187,7 +187,7 @@ func signed(d time.Duration) string {
 
 // checkNode runs the checks of one server (version, eviction, persistence,
 // clock), its results prefixed with where.
-func (b *Broker) checkNode(ctx context.Context, node redis.UniversalClient, where string, opts DoctorOptions,
+func checkNode(ctx context.Context, node redis.UniversalClient, where string, opts DoctorOptions,
 	add func(check, result string, p *Problem)) error {
 	info, err := node.Info(ctx, "server", "memory", "persistence").Result()
 	if err != nil {

@@ -235,7 +235,7 @@ func (k *keys) inspectKeys() []string {
 
 // decodeEntries turns inspect.lua's entries into JobInfos; a listing's
 // reply ends with the next cursor.
-func (b *Broker) decodeEntries(raw []any, listing bool) ([]JobInfo, cursor, error) {
+func (b units) decodeEntries(raw []any, listing bool) ([]JobInfo, cursor, error) {
 	next := cursor{}
 	if listing {
 		if len(raw) == 0 {

@@ -240,7 +240,7 @@ func (b *Broker) partCall(op string, cs []Claim, opArgs ...any) (*redis.Script, 
 }
 
 // partResult reads part.lua's reply for claims cs.
-func (b *Broker) partResult(ctx context.Context, op string, cmd *redis.Cmd, cs []Claim) ([]int64, error) {
+func (b *shardSet) partResult(ctx context.Context, op string, cmd *redis.Cmd, cs []Claim) ([]int64, error) {
 	res, err := cmd.Int64Slice()
 	if err != nil {
 		return nil, wrap(ctx, op, err, b.claimKeys(Claim{shard: cs[0].lease.shard}).types)
@@ -257,7 +257,7 @@ func (k *keys) settleKeys() []string {
 
 // claimKeys returns the keys of c's shard (shard 0 for a claim out of range:
 // its token is then simply not held).
-func (b *Broker) claimKeys(c Claim) *keys {
+func (b *shardSet) claimKeys(c Claim) *keys {
 	if c.shard < 0 || c.shard >= len(b.shards) {
 		return b.shards[0]
 	}
@@ -302,7 +302,7 @@ func (b *Broker) Kill(ctx context.Context, c Claim, reason string) error {
 // (recovery took it back; nothing changed for it). After an error (and
 // no deadlines) some leases may have been extended and others not:
 // extending them all again is harmless.
-func (b *Broker) extendBatches(ctx context.Context, leases []batchLease, lease time.Duration) ([]int64, error) {
+func (b *shardSet) extendBatches(ctx context.Context, leases []batchLease, lease time.Duration) ([]int64, error) {
 	call := func(i int) (*redis.Script, []string, []any) {
 		l := leases[i]
 		return extendScript, []string{b.shards[l.shard].batches}, []any{l.member(), lease.Milliseconds()}

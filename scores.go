@@ -9,10 +9,14 @@ import (
 	"time"
 )
 
+// units are a schedule's score units: ups a second, 1 (Unix seconds, with
+// a fraction) or 1000 (Unix ms).
+type units struct{ ups int }
+
 // score encodes t as a score, rounded up to the millisecond so that a job
 // never comes due before t. (Not from UnixNano, which wraps after 2262: a
 // year-9999 "never" would come due at once.)
-func (b *Broker) score(t time.Time) string {
+func (b units) score(t time.Time) string {
 	ms := t.UnixMilli() // rounded down, before 1970 too
 	if t.Nanosecond()%1e6 > 0 {
 		ms++
@@ -26,7 +30,7 @@ func (b *Broker) score(t time.Time) string {
 // scoreTime decodes a score (as Redis formats it) to a time. A score
 // further out than a time.Time of Unix µs holds (±292,000 years; +inf,
 // -inf) saturates to the furthest one.
-func (b *Broker) scoreTime(s string) time.Time {
+func (b units) scoreTime(s string) time.Time {
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsNaN(f) {
 		return time.Time{}
@@ -68,7 +72,7 @@ func seconds(s float64) time.Duration {
 
 // dueTime decodes an occurrence's due score to the nearest millisecond,
 // saturating as scoreTime does.
-func (b *Broker) dueTime(s string) time.Time {
+func (b units) dueTime(s string) time.Time {
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsNaN(f) {
 		return time.Time{}

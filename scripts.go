@@ -115,7 +115,7 @@ func storeBody(body string, lease, ttl, retention int64) string {
 // eachShard runs script s, a read, on every shard of the schedule, with
 // the keys and arguments args gives for each, in one pipeline: one round
 // trip per node. It returns each shard's reply, by shard.
-func (b *Broker) eachShard(ctx context.Context, s *redis.Script, args func(k *keys) ([]string, []any)) []*redis.Cmd {
+func (b *shardSet) eachShard(ctx context.Context, s *redis.Script, args func(k *keys) ([]string, []any)) []*redis.Cmd {
 	return b.pipelined(ctx, s, b.shards, args)
 }
 
@@ -123,7 +123,7 @@ func (b *Broker) eachShard(ctx context.Context, s *redis.Script, args func(k *ke
 // by shard where writes wait for replicas (WAIT counts the writes of its
 // own connection, on each shard's node). It returns the replies in the
 // shards' order.
-func (b *Broker) writeShards(ctx context.Context, s *redis.Script, shards []*keys,
+func (b *shardSet) writeShards(ctx context.Context, s *redis.Script, shards []*keys,
 	args func(k *keys) ([]string, []any)) []*redis.Cmd {
 	if len(shards) > 1 && b.repl.n == 0 {
 		return b.pipelined(ctx, s, shards, args)
@@ -137,7 +137,7 @@ func (b *Broker) writeShards(ctx context.Context, s *redis.Script, shards []*key
 }
 
 // pipelined sends s to each of shards in one pipeline (pipelinedScripts).
-func (b *Broker) pipelined(ctx context.Context, s *redis.Script, shards []*keys,
+func (b *shardSet) pipelined(ctx context.Context, s *redis.Script, shards []*keys,
 	args func(k *keys) ([]string, []any)) []*redis.Cmd {
 	return pipelinedScripts(ctx, b.rdb, len(shards), func(i int) (*redis.Script, []string, []any) {
 		keys, a := args(shards[i])

@@ -70,9 +70,18 @@ func shardOf(id string, n int) int {
 	return int(h % uint32(n))
 }
 
+// shardSet is a Redis client and the keys of a schedule's shards: how the
+// Broker's scripts reach every shard, each in its own slot, writes waiting
+// for replicas where asked (repl).
+type shardSet struct {
+	rdb    redis.UniversalClient
+	shards []*keys // every shard's, by index
+	repl   replication
+}
+
 // byShard calls f once for each shard that ids fall in, with its ids in
 // their order (with one shard: once, with all of them).
-func (b *Broker) byShard(ids []string, f func(k *keys, ids []string) error) error {
+func (b *shardSet) byShard(ids []string, f func(k *keys, ids []string) error) error {
 	if len(b.shards) == 1 {
 		return f(b.shards[0], ids)
 	}
@@ -97,7 +106,7 @@ func (b *Broker) byShard(ids []string, f func(k *keys, ids []string) error) erro
 func (b *Broker) ShardKey(id string) string { return b.shardOf(id).schedule }
 
 // shardOf returns the keys of id's shard.
-func (b *Broker) shardOf(id string) *keys { return b.shards[shardOf(id, len(b.shards))] }
+func (b *shardSet) shardOf(id string) *keys { return b.shards[shardOf(id, len(b.shards))] }
 
 // shardRecord names the string that records a schedule's shard count,
 // beside the unsharded schedule's keys ("{delay:jobs}:shards").
@@ -155,7 +164,7 @@ func (b *Broker) recordShards() error {
 // notice is the argument that names k's notice channel to a script: on
 // Redis Cluster "s|" before it, and the script publishes it with SPUBLISH
 // (sharded pub/sub, to the node of its slot only).
-func (b *Broker) notice(k *keys) string {
+func (b *shardSet) notice(k *keys) string {
 	if isCluster(b.rdb) {
 		return "s|" + k.notice
 	}
