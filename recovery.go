@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -122,11 +123,14 @@ const DefaultRecoveryInterval = time.Second
 // claims find nothing due and nothing in flight.
 const quietRecovery = 30 * time.Second
 
-// quiet reports whether this Broker's last claim of every shard found
-// nothing due and nothing in flight.
-func (b *Broker) quiet() bool {
-	for i := range b.quietShards {
-		if !b.quietShards[i].Load() {
+// quietShards tell, by shard, whether a Broker's last claim of the shard
+// found nothing due and nothing in flight.
+type quietShards []atomic.Bool
+
+// all reports whether every shard is quiet.
+func (q quietShards) all() bool {
+	for i := range q {
+		if !q[i].Load() {
 			return false
 		}
 	}
@@ -164,7 +168,7 @@ func (b *Broker) RunRecovery(ctx context.Context, every time.Duration) error {
 		// A schedule whose last claims found nothing due and nothing in
 		// flight has nothing to recover: an idle dispatcher rests, and
 		// looks again at least every quietRecovery.
-		if b.quiet() && time.Since(lastPass) < quietRecovery {
+		if b.quietShards.all() && time.Since(lastPass) < quietRecovery {
 			t.Reset(every)
 			continue
 		}
