@@ -158,8 +158,8 @@ func (r RunInfo) OfJob(id string) bool {
 }
 
 // jobInfo describes a run of an active asynq task as an entry of job id:
-// running or abandoned (taken over counts as abandoned until its copy
-// begins). A finished run, or one not begun, is no entry.
+// running or abandoned (taken over counts as abandoned until its task
+// begins again). A finished run, or one not begun, is no entry.
 func (r RunInfo) jobInfo(id string) (JobInfo, bool) {
 	j := JobInfo{ID: id, Due: r.Job.Due, Attempt: r.Job.Attempt, Type: r.Type, Queue: r.Queue,
 		LeaseUntil: r.LeaseUntil, Token: r.Token, TaskID: r.TaskID, Started: r.Started}

@@ -112,11 +112,11 @@ type IdempotencyOptions struct {
 	// loop looks at. Default: every queue asynq knows (Inspector.Queues).
 	TakeoverQueues []string
 	// AsynqRedis is the Redis of the asynq server whose tasks the
-	// middleware handles, where takeovers read active tasks and enqueue
-	// their copies. Default: the store's own client.
+	// middleware handles, where takeovers read active tasks and put a dead
+	// worker's back on its queue. Default: the store's own client.
 	AsynqRedis redis.UniversalClient
 	// TakeAhead is the most tasks one of asynq's dequeues takes on the
-	// store's AsynqClient, where it begins runs there: asynq's next
+	// store's AsynqClient, each marked as held by this process: asynq's next
 	// dequeues of the queue get the others with no round trip (see
 	// AsynqClient). 1 takes one task a dequeue, as asynq does; at most
 	// MaxTakeAhead. Default: DefaultTakeAhead (8).
