@@ -56,7 +56,7 @@ func (a *ahead) dequeue(ctx context.Context, keys []string, args []any) *redis.C
 		return cmd
 	}
 	reply, err := dequeueScript.Run(ctx, i.rdb, append(keys[:4:4], heldKey(q)), args[0], prefix, k,
-		i.held.start(i)).Result()
+		i.held.start()).Result()
 	r, ok := reply.([]any)
 	switch {
 	case err != nil:

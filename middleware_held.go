@@ -53,7 +53,7 @@ type holder struct {
 }
 
 // start starts the beat loop, once, and returns the holder's id.
-func (h *holder) start(i *Idempotency) string {
+func (h *holder) start() string {
 	h.once.Do(func() {
 		var b [8]byte
 		rand.Read(b[:])
@@ -65,9 +65,9 @@ func (h *holder) start(i *Idempotency) string {
 		// The first beat goes before the first mark: a mark never names
 		// a holder that has not beaten.
 		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-		i.held.beat(ctx)
+		h.beat(ctx)
 		cancel()
-		go i.held.beatLoop()
+		go h.beatLoop()
 	})
 	return h.id
 }
@@ -97,7 +97,7 @@ func (h *holder) beatLoop() {
 		case <-tick.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), max(i.opts.Lease/3, time.Second))
-		i.held.beat(ctx)
+		h.beat(ctx)
 		cancel()
 	}
 }
@@ -113,7 +113,7 @@ func (h *holder) beat(ctx context.Context) {
 	h.mu.Unlock()
 	var bc *redis.Cmd
 	_, err := i.asynqRedis().Pipelined(ctx, func(p redis.Pipeliner) error {
-		bc = beatScript.Eval(ctx, p, []string{i.held.liveKey()}, h.id, ms(beatsKept)) // small: no EVALSHA in a pipeline
+		bc = beatScript.Eval(ctx, p, []string{h.liveKey()}, h.id, ms(beatsKept)) // small: no EVALSHA in a pipeline
 		for q, ids := range begun {
 			p.HDel(ctx, heldKey(q), ids...)
 		}
@@ -145,8 +145,8 @@ func (h *holder) stopHolder() {
 	<-h.done
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
-	i.held.beat(ctx) // the last marks
-	i.asynqRedis().ZRem(ctx, i.held.liveKey(), h.id)
+	h.beat(ctx) // the last marks
+	i.asynqRedis().ZRem(ctx, h.liveKey(), h.id)
 }
 
 // heldGone marks the runs among runs[ask] whose task is marked as held by
