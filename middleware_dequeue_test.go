@@ -2,6 +2,7 @@ package zclaim
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -114,6 +115,14 @@ func TestDequeueMarksHeld(t *testing.T) {
 	waitFor(t, 10*time.Second, "c's mark to go", func() bool { return rdb.HLen(ctx, heldKey(q2)).Val() == 0 })
 	if n := rdb.HLen(ctx, heldKey(queue)).Val(); n != 2 {
 		t.Fatalf("%d marks of tasks whose runs never began, want a's and b's", n)
+	}
+	// Marks of tasks no longer active (asynq finished them before a beat,
+	// or no middleware began them) go at a pass's sweep; those of active
+	// tasks stay.
+	must(t, rdb.HSet(ctx, heldKey(queue), "done-1", "x", "done-2", "x").Err())
+	idem.held.sweepMarks(ctx, []string{queue})
+	if ids := rdb.HKeys(ctx, heldKey(queue)).Val(); len(ids) != 2 || slices.Contains(ids, "done-1") {
+		t.Fatalf("marks after the sweep: %q, want a's and b's", ids)
 	}
 	// A paused queue dequeues nothing, and marks nothing.
 	_, err = cl.Enqueue(asynq.NewTask("t", nil), asynq.Queue(queue), asynq.TaskID("paused"))

@@ -206,3 +206,17 @@ func (tk *takeover) heldGone(ctx context.Context, runs []activeRun, ask []int, n
 		}
 	}
 }
+
+// sweepMarks drops, in one pipeline, the marks of tasks no longer active
+// in queues qs (sweep.lua: only where a queue has more marks than active
+// tasks): tasks asynq finished before their holder's next beat, or whose
+// handler is not the middleware's, which no Begin took the mark of.
+// Errors are the pass's next look's.
+func (h *holder) sweepMarks(ctx context.Context, qs []string) {
+	if len(qs) == 0 {
+		return
+	}
+	pipelinedScripts(ctx, h.i.asynqRedis(), len(qs), func(k int) (*redis.Script, []string, []any) {
+		return sweepScript, []string{heldKey(qs[k]), asynqKey(qs[k], "active")}, nil
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -155,6 +156,12 @@ func (tk *takeover) passKey() string {
 func (tk *takeover) takeoverPass(ctx context.Context) (int, error) {
 	i := tk.i
 	runs, err := i.takeover.activeRuns(ctx, i.takeover.in)
+	// The busy queues' stale holder marks go: marks name active tasks.
+	queues := map[string]bool{}
+	for _, r := range runs {
+		queues[r.task.Queue] = true
+	}
+	i.held.sweepMarks(ctx, slices.Sorted(maps.Keys(queues)))
 	runs = slices.DeleteFunc(runs, func(r activeRun) bool { return r.unsure })
 	if len(runs) == 0 {
 		return 0, err

@@ -77,6 +77,8 @@ var (
 	takeoverLua string
 	//go:embed lua/beat.lua
 	beatLua string
+	//go:embed lua/sweep.lua
+	sweepLua string
 	//go:embed lua/marker.lua
 	markerLua string
 
@@ -85,6 +87,7 @@ var (
 	// complete.lua and settle.lua are made for each store (storeScript).
 	takeoverScript = redis.NewScript(takeoverLua)
 	beatScript     = redis.NewScript(beatLua)
+	sweepScript    = redis.NewScript(sweepLua)
 	markerScript   = redis.NewScript(markerLua)
 )
 
