@@ -1,10 +1,13 @@
 package zclaim
 
 // The asynq adapter: what zclaim knows of asynq's own Redis layout (its
-// keys, its task hash) beyond asynq's public API, and where it applies.
-// Everything here holds for the release line knownAsynq only; under
-// another asynq, each part that needs it is off, and says so (see
-// adapterNote).
+// keys, its task hash, its scripts) beyond asynq's public API, and where
+// it applies. It holds for the release line knownAsynq only, and for the
+// scripts it knows by SHA1: asynqDequeue (middleware_dequeue.go, with the
+// tasks taken ahead in middleware_prefetch.go and their holder marks in
+// middleware_held.go) and asynqDones (middleware_done.go, done.lua).
+// Under another asynq, or another script, each part that needs it is
+// off, and says so (adapterOff).
 
 import (
 	"context"
@@ -26,9 +29,10 @@ import (
 )
 
 // knownAsynq is the asynq release line whose Redis layout zclaim reads and
-// writes itself: the bulk writer writes tasks as its Enqueue does (its task
-// hash, pending list and message encoding), and a takeover pass reads the
-// lengths of its queues' active lists (busyQueues).
+// writes itself: a takeover pass reads the lengths of its queues' active
+// lists (busyQueues) and its lease sets, and moves a dead worker's task
+// back to pending (requeue); the AsynqClient takes tasks ahead and gives
+// them back.
 const knownAsynq = "v0.26."
 
 // asynqKey is the key of queue q's part in knownAsynq's layout: its
