@@ -3,6 +3,7 @@ package zclaim
 import (
 	"context"
 	"log/slog"
+	"os/exec"
 	"strconv"
 	"sync"
 	"testing"
@@ -29,16 +30,7 @@ func TestRollingDeployNeverWorse(t *testing.T) {
 	q := testQueue(t)
 	key := testKey(t)
 	prefix, sink := key+":run:", key+":sink"
-	victim := startWorker(t, q, prefix, sink, lease, "1")
-	c := newAsynqClient(t, testAddr)
-	for k := range n {
-		_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID("rd-"+strconv.Itoa(k)),
-			asynq.Retention(time.Hour))
-		must(t, err)
-	}
-	waitFor(t, 20*time.Second, "the victim to start every handler", func() bool {
-		return len(runsNoted(t, rdb, sink)) == n
-	})
+	victim := victimHolding(t, rdb, testAddr, false, q, prefix, sink, lease, "1", "", "rd-", n)
 
 	var mu sync.Mutex
 	ran := map[string][]string{} // task id: the servers that ran it after the kill
@@ -130,16 +122,7 @@ func takeoverBeforeBegin(t *testing.T, rdb redis.UniversalClient, addr string, c
 	q := testQueue(t)
 	k := testKey(t)
 	prefix, sink := k+":run:", k+":sink"
-	victim := startWorkerAt(t, addr, cluster, q, prefix, sink, lease, "outer+ac", key)
-	c := asynq.NewClientFromRedisClient(rdb)
-	for j := range n {
-		_, err := c.Enqueue(asynq.NewTask("work", []byte("p"+strconv.Itoa(j))), asynq.Queue(q),
-			asynq.TaskID("tb-"+strconv.Itoa(j)), asynq.Retention(time.Hour))
-		must(t, err)
-	}
-	waitFor(t, 20*time.Second, "the victim to take every task", func() bool {
-		return len(runsNoted(t, rdb, sink)) == n
-	})
+	victim := victimHolding(t, rdb, addr, cluster, q, prefix, sink, lease, "outer+ac", key, "tb-", n)
 	var keyFn func(context.Context, *asynq.Task) (string, error)
 	if key == "payload" {
 		keyFn = payloadKey
@@ -191,16 +174,7 @@ func TestTakeoverFirstProcess(t *testing.T) {
 			q := testQueue(t)
 			k := testKey(t)
 			prefix, sink := k+":run:", k+":sink"
-			victim := startWorker(t, q, prefix, sink, lease, block)
-			c := newAsynqClient(t, testAddr)
-			for j := range n {
-				_, err := c.Enqueue(asynq.NewTask("work", nil), asynq.Queue(q), asynq.TaskID("fp-"+strconv.Itoa(j)),
-					asynq.Retention(time.Hour))
-				must(t, err)
-			}
-			waitFor(t, 20*time.Second, "the victim to take every task", func() bool {
-				return len(runsNoted(t, rdb, sink)) == n
-			})
+			victim := victimHolding(t, rdb, testAddr, false, q, prefix, sink, lease, block, "", "fp-", n)
 			must(t, victim.Process.Kill())
 			victim.Wait()
 			time.Sleep(lease + 200*time.Millisecond) // no process lives meanwhile
@@ -247,4 +221,24 @@ func ranOnceEach(t *testing.T, mu *sync.Mutex, ran map[string]int, n int, since 
 		}
 	}
 	return took
+}
+
+// victimHolding starts a worker process (startWorkerAt) and has it take n
+// tasks of queue q, TaskIDs ids + 0, 1, ..., payloads "p0", "p1", ...,
+// kept by asynq for an hour once done; it returns once the worker noted
+// each in sink.
+func victimHolding(t *testing.T, rdb redis.UniversalClient, addr string, cluster bool, q, prefix, sink string,
+	lease time.Duration, block, key, ids string, n int) *exec.Cmd {
+	t.Helper()
+	victim := startWorkerAt(t, addr, cluster, q, prefix, sink, lease, block, key)
+	c := asynq.NewClientFromRedisClient(rdb)
+	for j := range n {
+		_, err := c.Enqueue(asynq.NewTask("work", []byte("p"+strconv.Itoa(j))), asynq.Queue(q),
+			asynq.TaskID(ids+strconv.Itoa(j)), asynq.Retention(time.Hour))
+		must(t, err)
+	}
+	waitFor(t, 20*time.Second, "the victim to take every task", func() bool {
+		return len(runsNoted(t, rdb, sink)) == n
+	})
+	return victim
 }
