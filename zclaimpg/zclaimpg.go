@@ -15,7 +15,7 @@
 //	zclaimpg.Migrate(ctx, pool) // once at start, from every replica
 //
 //	mux.HandleFunc("reminder:send", func(ctx context.Context, t *asynq.Task) error {
-//		return zclaimpg.InTx(ctx, pool, pgx.TxOptions{}, pgx.TxOptions{}, func(tx pgx.Tx) error {
+//		return zclaimpg.InTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 //			_, err := tx.Exec(ctx, "INSERT INTO reminders (user_id, body) VALUES ($1, $2)", ...)
 //			return err
 //		})
