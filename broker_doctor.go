@@ -18,9 +18,14 @@ import (
 
 // DoctorOptions tune Broker.Doctor. The zero value is valid.
 type DoctorOptions struct {
-	// DefaultType is the dispatchers' DispatcherOptions.DefaultType: with
-	// one, members without a type are fine. Default: "" (they are a problem).
+	// DefaultType is the dispatchers' DispatcherOptions.DefaultType, which
+	// the check of members without a type names. Default: "".
 	DefaultType string
+	// NoDefaultType says the dispatchers have no DefaultType: members
+	// without a type (a plain ZADD's) go to the dead set when due, and are
+	// a problem. Default: false (they are reported, as the type a
+	// dispatcher's DefaultType gives them, and are no problem).
+	NoDefaultType bool
 	// MaxClockSkew is how far the server's clock may be from this
 	// machine's before it is a problem: RunAt times come from the
 	// producers' clocks, claims go by Redis' clock, so a skew makes jobs
@@ -56,8 +61,8 @@ var doctorNow = time.Now
 // Doctor checks what the schedule needs from the server that holds it:
 // Redis 7 or newer, an eviction policy that keeps keys (noeviction),
 // persistence (AOF or RDB save points), a clock within MaxClockSkew of
-// this machine's, keys of the right Redis types, and (unless DefaultType
-// is set) no members without a task type. It returns every check it ran;
+// this machine's, keys of the right Redis types, and (with NoDefaultType)
+// no members without a task type. It returns every check it ran;
 // a check that could not run (an ACL without CONFIG, say) says so in its
 // Result and is not a problem. It fails only when the server cannot be
 // asked at all.
@@ -165,6 +170,9 @@ func (b *Broker) Doctor(ctx context.Context, opts DoctorOptions) ([]Checked, err
 	case opts.DefaultType != "":
 		add("typeless members",
 			fmt.Sprintf("about %d members without a type become %q tasks", typeless, opts.DefaultType), nil)
+	case !opts.NoDefaultType:
+		add("typeless members", fmt.Sprintf("about %d of %d scheduled members have no task type: they take the "+
+			"dispatchers' DefaultType (without one they go to the dead set when due)", typeless, n), nil)
 	default:
 		add("typeless members",
 			fmt.Sprintf("about %d of %d scheduled members have no task type", typeless, n), &Problem{

@@ -11,24 +11,28 @@ import (
 	"github.com/zclaim/zclaim"
 )
 
-var doctorType *string
+var (
+	doctorType   *string
+	doctorNoType *bool
+)
 
 func doctorFlags(fs *flag.FlagSet) {
-	doctorType = fs.String("default-type", "", "the dispatchers' DefaultType: members without a type are then fine")
+	doctorType = fs.String("default-type", "", "the dispatchers' DefaultType, which the check of members without a type names")
+	doctorNoType = fs.Bool("no-default-type", false, "the dispatchers have no DefaultType: members without a type are a problem")
 }
 
 // cmdDoctor runs Broker.Doctor and prints each check, with the fix of
 // each problem; it exits 1 when there is one.
 func cmdDoctor(ctx context.Context, c *cli, args []string) int {
 	if len(args) > 0 {
-		fmt.Fprintln(c.errw, "usage: zclaim doctor [--default-type T]")
+		fmt.Fprintln(c.errw, "usage: zclaim doctor [--default-type T | --no-default-type]")
 		return exitUsage
 	}
 	store, err := c.store()
 	if err != nil {
 		return c.fail(err)
 	}
-	checks, err := c.b.Doctor(ctx, zclaim.DoctorOptions{DefaultType: *doctorType, Store: store})
+	checks, err := c.b.Doctor(ctx, zclaim.DoctorOptions{DefaultType: *doctorType, NoDefaultType: *doctorNoType, Store: store})
 	if err != nil {
 		return c.fail(err)
 	}

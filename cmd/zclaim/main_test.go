@@ -299,13 +299,21 @@ func TestDoctor(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: bad.Addr})
 	defer rdb.Close()
 	rdb.ZAdd(ctx, "delay:jobs", redis.Z{Score: 1, Member: "order-731"})
-	out, errOut, code = runCLI(t, bad, "doctor", "--key", "delay:jobs")
+	out, errOut, code = runCLI(t, bad, "doctor", "--key", "delay:jobs", "--no-default-type")
 	want(t, "doctor on allkeys-lru", code, 1, out, errOut)
 	for _, s := range []string{"PROBLEM  eviction", "maxmemory-policy allkeys-lru", "fix: CONFIG SET maxmemory-policy noeviction",
 		"PROBLEM  persistence", "PROBLEM  typeless members", "fix: set DispatcherOptions.DefaultType", "3 problem(s)"} {
 		if !strings.Contains(out, s) {
 			t.Fatalf("doctor lacks %q:\n%s", s, out)
 		}
+	}
+	// Without --no-default-type, members without a type are information:
+	// a plain ZADD's, which docs/migrating.md recommends keeping.
+	out, errOut, code = runCLI(t, bad, "doctor", "--key", "delay:jobs")
+	want(t, "doctor on allkeys-lru", code, 1, out, errOut)
+	if !strings.Contains(out, "ok       typeless members about 1 of 1 scheduled members have no task type") ||
+		!strings.Contains(out, "2 problem(s)") {
+		t.Fatalf("doctor without --no-default-type:\n%s", out)
 	}
 	out, errOut, code = runCLI(t, bad, "doctor", "--key", "delay:jobs", "--default-type", "order", "--json")
 	want(t, "doctor --json", code, 1, out, errOut)
