@@ -168,7 +168,6 @@ type Idempotency struct {
 	viaDone    sync.Map
 	cluster    bool     // rdb is a Redis Cluster's client: a script's keys share a slot
 	defaultKey bool     // Key is OccurrenceKey: takeovers tell a task's key from its id
-	asynqKnown bool     // asynq is of the release line knownAsynq: busyQueues may read its lists
 	adapter    adapter  // what the store knows of asynq's insides, and the parts found off
 	takeover   takeover // the loop that takes over dead workers' runs
 	guards     guards   // the lease guards of running handlers whose heartbeat has not started
@@ -269,12 +268,11 @@ func NewIdempotency(rdb redis.UniversalClient, opts IdempotencyOptions) (*Idempo
 	}
 	i.state.polled.Store(time.Now().UnixNano())
 	i.takeover.i, i.held.i, i.ahead.i = i, i, i
-	i.asynqKnown = i.adapter.known
-	if !i.asynqKnown {
+	if !i.adapter.known {
 		bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		i.adapterOff(bg, "not "+knownAsynq+"x, whose Redis layout zclaim knows: no takeovers (a dead worker's "+
 			"task waits for asynq's own recovery, 30 s to 90 s, and spends a retry), no tasks taken ahead, "+
-			"no Begin or Complete inside asynq's scripts")
+			"no Complete inside asynq's done")
 		cancel()
 	}
 	return i, nil

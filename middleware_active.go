@@ -83,7 +83,7 @@ func (tk *takeover) activeRuns(ctx context.Context, in *asynq.Inspector) ([]acti
 // reached, it returns qs.
 func (tk *takeover) busyQueues(ctx context.Context, qs []string) []string {
 	i := tk.i
-	if len(qs) < 2 || !i.asynqKnown {
+	if len(qs) < 2 || !i.adapter.known {
 		return qs
 	}
 	lens := make([]*redis.IntCmd, len(qs))
@@ -242,7 +242,7 @@ func (tk *takeover) workersGone(ctx context.Context, runs []activeRun, cmds []*r
 			ask = append(ask, n)
 		}
 	}
-	if len(ask) == 0 || !i.asynqKnown {
+	if len(ask) == 0 || !i.adapter.known {
 		return
 	}
 	// A task marked as held by a process that stopped beating is gone

@@ -78,7 +78,7 @@ type asynqClient struct {
 // another script goes on as it is, and is reported (adapterOff).
 func (c asynqClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	i := c.i
-	if i.asynqKnown && looksLikeDequeue(keys, args) {
+	if i.adapter.known && looksLikeDequeue(keys, args) {
 		if sha == i.adapter.dequeue {
 			if cmd := i.ahead.dequeue(ctx, keys, args); cmd != nil {
 				return cmd
@@ -91,10 +91,10 @@ func (c asynqClient) EvalSha(ctx context.Context, sha string, keys []string, arg
 	}
 	if l := i.lateFor(keys, args); l != nil {
 		_, known := asynqDones[sha]
-		if known && i.asynqKnown && !i.cluster {
+		if known && i.adapter.known && !i.cluster {
 			return i.completeIn(ctx, l, keys, args)
 		}
-		if !known && i.asynqKnown && !i.cluster {
+		if !known && i.adapter.known && !i.cluster {
 			i.adapterOff(ctx, "its done script is not one zclaim knows (SHA1 "+sha+"): a run's Complete goes "+
 				"beside asynq's done in one pipeline, not inside it")
 		}

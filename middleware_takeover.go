@@ -47,7 +47,7 @@ func takeoverInterval(lease time.Duration) time.Duration {
 // startTakeover starts the loop, once.
 func (tk *takeover) startTakeover() {
 	i := tk.i
-	if i.opts.DisableTakeover || !i.asynqKnown { // no takeover without asynq's keys: NewIdempotency said so
+	if i.opts.DisableTakeover || !i.adapter.known { // no takeover without asynq's keys: NewIdempotency said so
 		return
 	}
 	tk.once.Do(func() {

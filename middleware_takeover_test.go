@@ -873,7 +873,7 @@ func TestTakeoverSkipsIdleQueues(t *testing.T) {
 		t.Cleanup(func() { counted.Close() })
 		i, err := NewIdempotency(counted, IdempotencyOptions{Prefix: "zt:run:", Lease: time.Second, DisableTakeover: true})
 		must(t, err)
-		i.asynqKnown = known
+		i.adapter.known = known
 		i.types.Store("work", true) // as if its middleware had handled a task of the type
 		must(t, counted.Ping(ctx).Err())
 		counted.AddHook(roundTrips{&trips})
@@ -1391,7 +1391,7 @@ func TestRunsShowNotBegunAbandoned(t *testing.T) {
 	// Under an asynq whose keys the store does not know, a lease set's
 	// scores and the servers' lists are not read: only the inspector's
 	// IsOrphaned (the lease ran out) tells that a worker is gone.
-	idem.asynqKnown = false
+	idem.adapter.known = false
 	want = map[string]RunState{"alive": RunNone, "skewed": RunNone, "not-begun": RunAbandoned, "silent": RunNone,
 		"released": RunNone, "final": RunNone, "twin": RunNone}
 	for deadline := time.Now().Add(10 * time.Second); ; {
