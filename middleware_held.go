@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -49,7 +50,7 @@ type holder struct {
 	done  chan struct{}
 	mu    sync.Mutex
 	began map[string][]string // queue -> task ids
-	on    bool                // the loop runs
+	on    atomic.Bool         // the loop runs (set and cleared under mu)
 }
 
 // start starts the beat loop, once, and returns the holder's id.
@@ -60,7 +61,7 @@ func (h *holder) start() string {
 		h.id = hex.EncodeToString(b[:])
 		h.stop, h.done = make(chan struct{}), make(chan struct{})
 		h.mu.Lock()
-		h.on = true
+		h.on.Store(true)
 		h.mu.Unlock()
 		// The first beat goes before the first mark: a mark never names
 		// a holder that has not beaten.
@@ -73,10 +74,14 @@ func (h *holder) start() string {
 }
 
 // begun notes that the run of task id of queue q began (or found its key
-// done or running): its mark goes at the next beat.
+// done or running): its mark goes at the next beat. A process whose
+// AsynqClient took no task (a server on another client) pays no lock.
 func (h *holder) begun(q, id string) {
+	if !h.on.Load() {
+		return
+	}
 	h.mu.Lock()
-	if h.on {
+	if h.on.Load() {
 		if h.began == nil {
 			h.began = map[string][]string{}
 		}
@@ -135,8 +140,7 @@ func (h *holder) stopHolder() {
 	i := h.i
 	h.once.Do(func() {})
 	h.mu.Lock()
-	on := h.on
-	h.on = false
+	on := h.on.Swap(false)
 	h.mu.Unlock()
 	if !on {
 		return
