@@ -57,6 +57,10 @@ func (h *handler) act(w http.ResponseWriter, r *http.Request) {
 	}
 	var ids []string
 	for _, id := range r.PostForm["id"] {
+		if why := badID(id); why != "" {
+			h.fail(w, r, http.StatusBadRequest, why, nil)
+			return
+		}
 		if id != "" {
 			ids = append(ids, id)
 		}

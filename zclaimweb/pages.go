@@ -250,6 +250,10 @@ func (h *handler) job(w http.ResponseWriter, r *http.Request) {
 		h.render(w, r, http.StatusOK, "job", "Find a job", d)
 		return
 	}
+	if why := badID(id); why != "" {
+		h.fail(w, r, http.StatusBadRequest, why, nil)
+		return
+	}
 	jobs, err := b.Jobs(r.Context(), id)
 	var queueErr *zclaim.QueueError
 	if err != nil && !errors.Is(err, zclaim.ErrNotFound) && !errors.As(err, &queueErr) {

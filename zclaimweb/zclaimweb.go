@@ -37,6 +37,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
 	"github.com/zclaim/zclaim"
@@ -67,6 +68,17 @@ type Options struct {
 	Refresh time.Duration
 	// Logger receives the errors the pages show. nil: none are logged.
 	Logger *slog.Logger
+	// Hosts are the names the console answers to besides loopback names
+	// ("localhost", "*.localhost") and IP addresses, as they appear in a
+	// request's Host header: "ops.example.com" (any port),
+	// "ops.example.com:8443" (that port only), "*.ops.example.com" (any
+	// name under it). A request whose Host is none of these gets 421
+	// before a page or a token is served: a page on another name that
+	// resolves to the console's address (DNS rebinding) cannot read or
+	// change anything. Behind a proxy that ends TLS, name the host with
+	// its scheme, "https://ops.example.com", so that a form's Origin of
+	// https is its own.
+	Hosts []string
 }
 
 // ErrInvalidOptions is returned by New for options it cannot use.
@@ -80,6 +92,7 @@ var assetFS embed.FS
 
 type handler struct {
 	opts  Options
+	hosts []hostRule
 	mux   *http.ServeMux
 	pages map[string]*template.Template
 	csrf  string // the token every form carries
@@ -118,11 +131,15 @@ func New(opts Options) (http.Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	hosts, err := parseHosts(opts.Hosts)
+	if err != nil {
+		return nil, err
+	}
 	token := make([]byte, 32)
 	if _, err := rand.Read(token); err != nil {
 		return nil, err
 	}
-	h := &handler{opts: opts, mux: http.NewServeMux(), pages: map[string]*template.Template{},
+	h := &handler{opts: opts, hosts: hosts, mux: http.NewServeMux(), pages: map[string]*template.Template{},
 		csrf: hex.EncodeToString(token)}
 	if err := h.parse(); err != nil {
 		return nil, err
@@ -147,6 +164,8 @@ func (h *handler) parse() error {
 		"ago":  ago,
 		"abs":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
 		"add":  func(a, b int) int { return a + b },
+		"cut":  func(s string) string { return cut(s, maxShownID) },
+		"fits": func(id string) bool { return badID(id) == "" },
 	}
 	names, err := fs.Glob(templateFS, "templates/*.html")
 	if err != nil {
@@ -190,6 +209,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("Referrer-Policy", "same-origin")
 	hd.Set("Cache-Control", "no-store")
+	if _, ok := h.origin(r); !ok {
+		http.Error(w, "zclaimweb: the console does not answer to the host "+strconv.Quote(cut(r.Host, 100))+
+			"; name it in Options.Hosts (zclaim web --host)", http.StatusMisdirectedRequest)
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 
@@ -252,8 +276,9 @@ func (h *handler) schedule(w http.ResponseWriter, r *http.Request) (int, *zclaim
 	return n, h.opts.Schedules[n], true
 }
 
-// sameOrigin refuses a POST that a browser says came from another site.
-func sameOrigin(r *http.Request) bool {
+// sameOrigin refuses a POST that a browser says came from another site:
+// its Origin must be the console's own, by scheme, host and port.
+func (h *handler) sameOrigin(r *http.Request) bool {
 	switch r.Header.Get("Sec-Fetch-Site") {
 	case "", "same-origin", "none":
 	default:
@@ -264,16 +289,42 @@ func sameOrigin(r *http.Request) bool {
 	if o := r.Header.Get("Origin"); o == "null" {
 		return r.Header.Get("Sec-Fetch-Site") == "same-origin"
 	} else if o != "" {
-		u, err := url.Parse(o)
-		if err != nil || u.Host != r.Host {
-			return false
-		}
+		own, ok := h.origin(r)
+		return ok && sameSite(o, own)
 	}
 	return true
 }
 
 func (h *handler) csrfOK(r *http.Request) bool {
-	return subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(h.csrf)) == 1 && sameOrigin(r)
+	return subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(h.csrf)) == 1 && h.sameOrigin(r)
+}
+
+// maxShownID is the most bytes of an id a page shows in a listing.
+const maxShownID = 120
+
+// cut is s cut to at most n bytes, on a character's edge, with an
+// ellipsis and the length where it was cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strings.ToValidUTF8(s[:i], "\uFFFD"), len(s))
+}
+
+// badID says why zclaim cannot look up or act on id (longer than
+// zclaim.MaxIDLen, or not UTF-8), or "" when it can.
+func badID(id string) string {
+	switch {
+	case len(id) > zclaim.MaxIDLen:
+		return fmt.Sprintf("a job id of %d bytes: zclaim handles ids of at most %d", len(id), zclaim.MaxIDLen)
+	case !utf8.ValidString(id):
+		return "a job id that is not UTF-8: zclaim handles UTF-8 ids only"
+	}
+	return ""
 }
 
 // ago says how far t is from now, as "in 3m" or "5s ago".

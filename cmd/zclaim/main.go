@@ -23,12 +23,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"regexp"
@@ -202,6 +204,7 @@ func run(ctx context.Context, args []string, out, errw io.Writer, envURL string)
 // connect opens the client and the broker. The broker accepts any server
 // (AllowEviction) and logs nothing: doctor reports what it would warn about.
 func (c *cli) connect(raw bool) int {
+	var useTLS bool
 	if c.cluster {
 		o, err := redis.ParseClusterURL(c.url)
 		if err != nil {
@@ -209,6 +212,9 @@ func (c *cli) connect(raw bool) int {
 			return exitUsage
 		}
 		o.DialerRetries = 1
+		if useTLS = o.TLSConfig != nil; useTLS {
+			o.Dialer, o.TLSConfig = tlsDialer(o.DialTimeout, o.TLSConfig), nil
+		}
 		c.rdb = redis.NewClusterClient(o)
 	} else {
 		o, err := redis.ParseURL(c.url)
@@ -219,7 +225,22 @@ func (c *cli) connect(raw bool) int {
 		// A server that refuses the connection fails the command at once:
 		// one dial a call, not go-redis' five 100 ms apart.
 		o.MaxRetries, o.DialerRetries = 1, 1
+		if useTLS = o.TLSConfig != nil; useTLS {
+			o.Dialer, o.TLSConfig = tlsDialer(o.DialTimeout, o.TLSConfig), nil
+		}
 		c.rdb = redis.NewClient(o)
+	}
+	if useTLS {
+		// A server that does not speak TLS hangs each handshake until
+		// the dial timeout: try one, not one a command.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := c.rdb.Ping(ctx).Err()
+		cancel()
+		if err != nil {
+			c.rdb.Close()
+			fmt.Fprintf(c.errw, "zclaim: %v\n", err)
+			return exitRedis
+		}
 	}
 	if raw {
 		return exitOK
@@ -237,6 +258,30 @@ func (c *cli) connect(raw bool) int {
 	}
 	c.b = b
 	return exitOK
+}
+
+// tlsDialer dials with TLS and finishes the handshake within timeout (5 s
+// when 0), so that a rediss:// URL that names a server without TLS fails
+// at once with a message that says so, not after every read timeout.
+func tlsDialer(timeout time.Duration, cfg *tls.Config) func(context.Context, string, string) (net.Conn, error) {
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		raw, err := (&net.Dialer{KeepAlive: 5 * time.Minute}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		conn := tls.Client(raw, cfg)
+		if err := conn.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, fmt.Errorf("TLS handshake with %s failed (a rediss:// URL needs a server that speaks TLS "+
+				"on that port; use redis:// for one that does not): %w", addr, err)
+		}
+		return conn, nil
+	}
 }
 
 // quoted matches what a URL parse error quotes: the URL, or a part of it

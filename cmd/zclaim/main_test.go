@@ -709,7 +709,7 @@ func TestNoPasswordShown(t *testing.T) {
 	const secret = "Sup3rS3cret"
 	cmds := [][]string{{"stats"}, {"ls", "scheduled"}, {"ls", "inflight"}, {"ls", "dead"}, {"ls", "running"}, {"ls", "periodic"},
 		{"show", "a"}, {"cancel", "a"}, {"run-now", "a"}, {"revive", "a"}, {"delete-dead", "a"}, {"watch", "--count", "1"},
-		{"doctor"}, {"audit"}}
+		{"doctor"}, {"audit"}, {"web", "--listen", "127.0.0.1:0"}}
 	bad := []string{
 		"redis://:" + secret + "@127.0.0.1:abc/0",
 		"redis://:" + secret + "%zz@127.0.0.1:" + port + "/0",

@@ -21,12 +21,19 @@ const passwordEnv = "ZCLAIM_WEB_PASSWORD"
 
 var webListen *string
 var webReadOnly, webBehindAuth *bool
+var webHosts []string
 
 func webFlags(fs *flag.FlagSet) {
 	webListen = fs.String("listen", "127.0.0.1:8080", "address to serve the console on")
 	webReadOnly = fs.Bool("read-only", false, "show no buttons and refuse every change")
 	webBehindAuth = fs.Bool("behind-auth", false, "serve a non-loopback address without a password: "+
 		"the console is behind your own authenticating proxy")
+	webHosts = nil
+	fs.Func("host", "a host name the console answers to besides loopback names and IP addresses, as in "+
+		"ops.example.com or https://ops.example.com behind a proxy that ends TLS (repeatable)", func(v string) error {
+		webHosts = append(webHosts, v)
+		return nil
+	})
 }
 
 // cmdWeb serves the web console of the schedule (zclaimweb) until
@@ -35,7 +42,7 @@ func webFlags(fs *flag.FlagSet) {
 // name) or --behind-auth.
 func cmdWeb(ctx context.Context, c *cli, args []string) int {
 	if len(args) > 0 {
-		fmt.Fprintln(c.errw, "usage: zclaim web [--listen ADDR] [--read-only] [--behind-auth]")
+		fmt.Fprintln(c.errw, "usage: zclaim web [--listen ADDR] [--host NAME]... [--read-only] [--behind-auth]")
 		return exitUsage
 	}
 	password := os.Getenv(passwordEnv)
@@ -50,6 +57,15 @@ func cmdWeb(ctx context.Context, c *cli, args []string) int {
 			*webListen, passwordEnv)
 		return exitUsage
 	}
+	// Refuse to start on a Redis that cannot be used, rather than show
+	// its error inside every page.
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = c.rdb.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		fmt.Fprintf(c.errw, "zclaim web: cannot use Redis: %v\n", err)
+		return exitRedis
+	}
 	idem, err := c.store()
 	if err != nil {
 		fmt.Fprintf(c.errw, "%v\n", err)
@@ -57,8 +73,12 @@ func cmdWeb(ctx context.Context, c *cli, args []string) int {
 	}
 	defer idem.Close()
 	insp := asynq.NewInspectorFromRedisClient(c.rdb)
+	hosts := webHosts
+	if host != "" && net.ParseIP(host) == nil && !loopback(host) {
+		hosts = append(hosts, host) // the name it listens on
+	}
 	h, err := zclaimweb.New(zclaimweb.Options{Schedules: []*zclaim.Broker{c.b}, Idempotency: idem, Inspector: insp,
-		ReadOnly: *webReadOnly})
+		ReadOnly: *webReadOnly, Hosts: hosts})
 	if err != nil {
 		fmt.Fprintf(c.errw, "%v\n", err)
 		return exitUsage

@@ -150,3 +150,44 @@ func TestWebAuth(t *testing.T) {
 		t.Fatalf("--behind-auth: %d", code)
 	}
 }
+
+// zclaim web answers to the names it is given (--host, the --listen
+// name) besides loopback ones and IP addresses, and to no other Host: a
+// name rebound to its address gets 421 and no token.
+func TestWebHosts(t *testing.T) {
+	t.Parallel()
+	_, key := setup(t)
+	u := serveWeb(t, nil, "--key", key, "--listen", "localhost:0", "--host", "ops.example.test",
+		"--host", "https://tls.example.test")
+	for host, want := range map[string]int{"ops.example.test": 200, "tls.example.test": 200, "localhost": 200,
+		"127.0.0.1": 200, "rebound.example": 421, "ops.example.test.rebound.example": 421} {
+		req, _ := http.NewRequest("GET", u+"/s/0/dead", nil)
+		req.Host = host
+		code, body := fetch(t, req)
+		if code != want || (want == 421) == strings.Contains(body, `name="csrf"`) {
+			t.Errorf("Host %s: %d, want %d\n%.300s", host, code, want, body)
+		}
+	}
+}
+
+// zclaim web refuses to start on a Redis it cannot use, and a rediss://
+// URL on a server without TLS fails within its dial timeout with a
+// message that says TLS.
+func TestWebRefusesRedis(t *testing.T) {
+	t.Parallel()
+	_, key := setup(t)
+	start := time.Now()
+	c := exec.Command(bin, "web", "--key", key, "--listen", "127.0.0.1:0", "--redis",
+		"rediss://"+srv.Addr+"/0?dial_timeout=300ms")
+	out, _ := c.CombinedOutput()
+	if c.ProcessState.ExitCode() != exitRedis || !strings.Contains(string(out), "TLS handshake") ||
+		time.Since(start) > 3*time.Second {
+		t.Fatalf("rediss:// on a plain server: exit %d after %v:\n%s", c.ProcessState.ExitCode(),
+			time.Since(start), out)
+	}
+	c = exec.Command(bin, "web", "--key", key, "--listen", "127.0.0.1:0", "--redis", "redis://127.0.0.1:1/0")
+	out, _ = c.CombinedOutput()
+	if c.ProcessState.ExitCode() != exitRedis || !strings.Contains(string(out), "cannot use Redis") {
+		t.Fatalf("no server: exit %d:\n%s", c.ProcessState.ExitCode(), out)
+	}
+}

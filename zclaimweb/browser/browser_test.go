@@ -45,7 +45,10 @@ func TestMain(m *testing.M) {
 		opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
 			chromedp.DisableGPU, chromedp.Flag("disable-background-networking", true),
 			chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-			chromedp.Flag("no-first-run", true), chromedp.Flag("disable-quic", true))
+			chromedp.Flag("no-first-run", true), chromedp.Flag("disable-quic", true),
+			// A name of an attacker's that resolves to the console's
+			// loopback address: DNS rebinding, with no DNS.
+			chromedp.Flag("host-resolver-rules", "MAP rebound.test 127.0.0.1"))
 		dir, err := os.MkdirTemp("", "zclaim-chromium-")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -305,6 +308,41 @@ func TestRefusals(t *testing.T) {
 	}
 	if j, _ := ro.Broker.Job(context.Background(), "dead-2"); j.State != zclaim.StateDead {
 		t.Fatalf("dead-2 is %v", j.State)
+	}
+}
+
+// A page on a name rebound to the console's address (DNS rebinding) gets
+// no page and no token, and its script's POST, even with a token read
+// elsewhere, changes nothing.
+func TestRebound(t *testing.T) {
+	t.Parallel()
+	ctx, _ := tab(t)
+	e := webtest.New(t, webtest.Options{})
+	e.Kill(t, "dead-1", "boom")
+	u, err := url.Parse(e.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tok string
+	run(t, ctx, chromedp.Navigate(e.URL+"/s/0/dead"),
+		chromedp.Evaluate(`document.querySelector("input[name=csrf]").value`, &tok))
+	rebound := "http://rebound.test:" + u.Port() + "/zclaim"
+	var text string
+	var inputs int
+	run(t, ctx, chromedp.Navigate(rebound+"/s/0/dead"), chromedp.Text("body", &text, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelectorAll("input").length`, &inputs))
+	if inputs != 0 || !strings.Contains(text, "does not answer to the host") || strings.Contains(text, "dead-1") {
+		t.Fatalf("the rebound page shows %d inputs:\n%s", inputs, text)
+	}
+	var status int
+	run(t, ctx, chromedp.Evaluate(fmt.Sprintf(`(async () => (await fetch("/zclaim/s/0/act", {method: "POST",
+		body: new URLSearchParams({op: "revive", id: "dead-1", confirm: "yes", csrf: %q})})).status)()`, tok),
+		&status, awaitPromise))
+	if status != 421 {
+		t.Fatalf("the rebound page's POST: %d, want 421", status)
+	}
+	if j, _ := e.Broker.Job(context.Background(), "dead-1"); j.State != zclaim.StateDead {
+		t.Fatalf("dead-1 is %v", j.State)
 	}
 }
 

@@ -54,6 +54,7 @@ type Options struct {
 	// BrokerRuns makes the schedule's Broker with BrokerOptions.Runs (the
 	// console's store), as a user may.
 	BrokerRuns bool
+	Hosts      []string // zclaimweb.Options.Hosts
 }
 
 // New gives t a schedule under keys of its own and serves a console of it
@@ -87,7 +88,7 @@ func New(t testing.TB, o Options) *Env {
 	}
 	h, err := zclaimweb.New(zclaimweb.Options{Schedules: []*zclaim.Broker{b}, Idempotency: idem,
 		Inspector: asynq.NewInspectorFromRedisClient(rdb), ReadOnly: o.ReadOnly, Root: "/zclaim",
-		PageSize: o.PageSize, Refresh: 200 * time.Millisecond})
+		PageSize: o.PageSize, Refresh: 200 * time.Millisecond, Hosts: o.Hosts})
 	if err != nil {
 		t.Fatal(err)
 	}
