@@ -54,6 +54,11 @@ var (
 	ErrInvalidOptions = errors.New("zclaim: invalid options")
 	// ErrWrongType is matched by a *WrongTypeError.
 	ErrWrongType = errors.New("zclaim: key holds the wrong Redis type")
+	// ErrMisuse is matched by errors that name a misuse of zclaim or of a
+	// module of it that repeats or loses work (zclaimpg.ErrTxDone: a
+	// Complete after the commit). The middleware logs a handler error
+	// that matches it at Error.
+	ErrMisuse = errors.New("zclaim: misuse")
 	// ErrCorrupt: a value read back from Redis cannot be decoded.
 	ErrCorrupt = errors.New("zclaim: corrupt value")
 )

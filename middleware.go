@@ -234,6 +234,11 @@ func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler,
 				"zclaim: skipped a task whose work already finished (its database says so)",
 				slog.String("key", short(e.Key)), slog.String("type", t.Type()))
 		}
+		if errors.Is(handlerErr, ErrMisuse) {
+			i.log.LogAttrs(ctx, slog.LevelError, "zclaim: the handler misused the API; its effect may repeat on "+
+				"every retry", slog.String("key", short(e.Key)), slog.String("type", t.Type()),
+				slog.String("error", handlerErr.Error()))
+		}
 		if handlerErr == nil && !panicked || skipped {
 			if i.completeLater(ctx, e, skipped) {
 				return nil

@@ -61,6 +61,9 @@ const pruneSQL = `DELETE FROM zclaim_done WHERE ctid = ANY (ARRAY(
 // none is left or ctx ends, and returns how many it deleted. Before
 // Migrate ran there is nothing to prune: it returns 0 and no error.
 func Prune(ctx context.Context, db Execer, opts PruneOptions) (int64, error) {
+	if isNil(db) {
+		return 0, ErrNilDB
+	}
 	if err := opts.defaults(); err != nil {
 		return 0, err
 	}
@@ -84,6 +87,9 @@ func Prune(ctx context.Context, db Execer, opts PruneOptions) (int64, error) {
 // Errors are logged and the next round tries again. Run it in one process
 // or many: concurrent rounds delete disjoint rows or wait on each other.
 func PruneLoop(ctx context.Context, db Execer, opts PruneOptions) error {
+	if isNil(db) {
+		return ErrNilDB
+	}
 	if err := opts.defaults(); err != nil {
 		return err
 	}

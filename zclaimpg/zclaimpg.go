@@ -32,6 +32,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,6 +47,35 @@ import (
 // the idempotency middleware, so there is no occurrence to record.
 var ErrNoExecution = errors.New("zclaimpg: no zclaim.Execution in the context (is the handler wrapped " +
 	"by Idempotency.Middleware?)")
+
+// ErrNilTx is returned for a nil transaction, and ErrNilDB for a nil
+// database or pool: nothing is written.
+var (
+	ErrNilTx = errors.New("zclaimpg: nil transaction")
+	ErrNilDB = errors.New("zclaimpg: nil database")
+)
+
+// ErrTxDone is matched by the error of Complete, Fence and the InTx
+// helpers' calls on a transaction that was already committed or rolled
+// back: the handler's writes committed without the occurrence's done
+// row, so they repeat on every retry. It matches zclaim.ErrMisuse, which
+// the middleware logs at Error.
+var ErrTxDone = fmt.Errorf("%w: the transaction was already committed or rolled back: call Complete inside the "+
+	"transaction that holds the handler's writes, before its commit; writes committed without it repeat on "+
+	"every retry", zclaim.ErrMisuse)
+
+// isNil reports whether v is nil, or a nil pointer in an interface.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	r := reflect.ValueOf(v)
+	switch r.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Func, reflect.Slice, reflect.Chan:
+		return r.IsNil()
+	}
+	return false
+}
 
 // migrateLock is the advisory lock Migrate holds while it creates the
 // tables, so that replicas starting together do not race on the catalog.
@@ -77,35 +108,87 @@ type Beginner interface {
 
 // Migrate creates zclaimpg's tables and index where they do not exist. It
 // is safe to call from every replica at start: calls serialise on an
-// advisory lock, and a second call changes nothing.
+// advisory lock, and a second call changes nothing. Where the tables
+// exist it creates nothing, so a role that may use them but not create
+// them (an admin made them) passes; it then checks that the role may
+// write them. It says what is missing when they do not exist and the role
+// cannot create them.
 func Migrate(ctx context.Context, db Beginner) error {
+	if isNil(db) {
+		return ErrNilDB
+	}
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
-			return fmt.Errorf("zclaimpg: migrate: %w", err)
-		}
-		for _, stmt := range schema {
-			if _, err := tx.Exec(ctx, stmt); err != nil {
-				return fmt.Errorf("zclaimpg: migrate: %w", err)
-			}
-		}
-		return nil
+		return migrate(ctx, func(q string, args ...any) (pgx.Row, error) { return tx.QueryRow(ctx, q, args...), nil },
+			func(q string, args ...any) error { _, err := tx.Exec(ctx, q, args...); return err })
 	})
 }
 
 // MigrateSQL is Migrate for database/sql.
 func MigrateSQL(ctx context.Context, db *sql.DB) error {
+	if db == nil {
+		return ErrNilDB
+	}
 	return inSQL(ctx, db, nil, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
-			return fmt.Errorf("zclaimpg: migrate: %w", err)
-		}
-		for _, stmt := range schema {
-			if _, err := tx.ExecContext(ctx, stmt); err != nil {
-				return fmt.Errorf("zclaimpg: migrate: %w", err)
-			}
-		}
-		return nil
+		return migrate(ctx, func(q string, args ...any) (pgx.Row, error) { return tx.QueryRowContext(ctx, q, args...), nil },
+			func(q string, args ...any) error { _, err := tx.ExecContext(ctx, q, args...); return err })
 	})
 }
+
+// tablesSQL tells which of zclaimpg's relations exist on the search_path
+// and whether the role may do with its tables what Complete, Fence and
+// Prune do.
+const tablesSQL = `WITH r AS (SELECT to_regclass('zclaim_done') AS done, to_regclass('zclaim_fence') AS fence)
+	SELECT done IS NOT NULL, to_regclass('zclaim_done_done_at') IS NOT NULL, fence IS NOT NULL,
+		done IS NULL OR (has_table_privilege(done, 'SELECT') AND has_table_privilege(done, 'INSERT')
+			AND has_table_privilege(done, 'DELETE')),
+		fence IS NULL OR (has_table_privilege(fence, 'SELECT') AND has_table_privilege(fence, 'INSERT')
+			AND has_table_privilege(fence, 'UPDATE'))
+	FROM r`
+
+func migrate(ctx context.Context, query func(q string, args ...any) (pgx.Row, error), exec func(q string, args ...any) error) error {
+	check := func() (missing []string, err error) {
+		var done, index, fence, doneOK, fenceOK bool
+		row, _ := query(tablesSQL)
+		if err := row.Scan(&done, &index, &fence, &doneOK, &fenceOK); err != nil {
+			return nil, fmt.Errorf("zclaimpg: migrate: %w", err)
+		}
+		switch {
+		case !doneOK:
+			return nil, errors.New("zclaimpg: migrate: this role may not write zclaim_done: grant it SELECT, " +
+				"INSERT, DELETE on zclaim_done")
+		case !fenceOK:
+			return nil, errors.New("zclaimpg: migrate: this role may not write zclaim_fence: grant it SELECT, " +
+				"INSERT, UPDATE on zclaim_fence")
+		}
+		for name, ok := range map[string]bool{"table zclaim_done": done, "index zclaim_done_done_at": index,
+			"table zclaim_fence": fence} {
+			if !ok {
+				missing = append(missing, name)
+			}
+		}
+		slices.Sort(missing)
+		return missing, nil
+	}
+	missing, err := check()
+	if err != nil || len(missing) == 0 {
+		return err
+	}
+	if err := exec("SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
+		return fmt.Errorf("zclaimpg: migrate: %w", err)
+	}
+	for _, stmt := range schema {
+		if err := exec(stmt); err != nil {
+			return fmt.Errorf("zclaimpg: migrate: %s missing, and creating it failed (run Migrate once as a role "+
+				"that may create them, or the statements of zclaimpg.Schema): %w", strings.Join(missing, ", "), err)
+		}
+	}
+	return nil
+}
+
+// Schema returns the statements Migrate runs where the tables are
+// missing, for an admin who creates them ahead of a role that may only
+// use them.
+func Schema() []string { return slices.Clone(schema) }
 
 // execer is the one call Complete and Fence make, which pgx.Tx and the
 // adapter of *sql.Tx both have.
@@ -128,13 +211,21 @@ func sqlExec(tx *sql.Tx) execer {
 	}
 }
 
-// A plain INSERT (no ON CONFLICT: its speculative insertion costs more):
-// one that meets a committed row of the same key fails with a unique
-// violation, which complete turns into ErrAlreadyDone; one that meets an
-// uncommitted row waits for that transaction, then fails if it committed
-// and inserts if it rolled back. So of concurrent runs of one key exactly
-// one commits. Either way the transaction is to be rolled back.
-const completeSQL = `INSERT INTO zclaim_done (key, token) VALUES ($1, $2)`
+// A plain INSERT of the done row, with no ON CONFLICT: one that meets a
+// committed row of the same key fails with a unique violation, which
+// complete turns into ErrAlreadyDone; one that meets an uncommitted row
+// waits for that transaction, then fails if it committed and inserts if
+// it rolled back. So of concurrent runs of one key exactly one commits.
+// Either way the transaction is to be rolled back. The row is inserted
+// only where this transaction (or the savepoint it is in) has not just
+// inserted it: the setting zclaim.done, local to the transaction, holds
+// the token and key of the last row inserted, so a second Complete of the
+// run in the same transaction is a no-op. (One setting for every key: a
+// setting of its own per key would stay in the session's table of
+// settings for the life of the connection.)
+const completeSQL = `INSERT INTO zclaim_done (key, token) SELECT $1::text, $2::bigint
+	WHERE (CASE WHEN current_setting('zclaim.done', true) IS DISTINCT FROM $2::text || ' ' || $1::text
+		THEN set_config('zclaim.done', $2::text || ' ' || $1::text, true) END) IS NOT NULL`
 
 func complete(ctx context.Context, exec execer) error {
 	e, ok := zclaim.ExecutionFromContext(ctx)
@@ -153,6 +244,8 @@ func doneVerdict(key string, err error) error {
 		return nil
 	case isDone(err):
 		return alreadyDone(key)
+	case errors.Is(err, pgx.ErrTxClosed) || errors.Is(err, sql.ErrTxDone):
+		return fmt.Errorf("zclaimpg: complete %q: %w", key, ErrTxDone)
 	}
 	return fmt.Errorf("zclaimpg: complete %q: %w", key, err)
 }
@@ -182,11 +275,26 @@ func isDone(err error) bool {
 // SERIALIZABLE a row committed after tx began can fail it with a
 // serialization error instead; asynq then retries the task, and the retry
 // gets ErrAlreadyDone.
-func Complete(ctx context.Context, tx pgx.Tx) error { return complete(ctx, pgxExec(tx)) }
+//
+// A second Complete of the same run in the same transaction (or one
+// inside InTx's fn, which completes already) is a no-op. On a transaction
+// already committed or rolled back it returns an error matching
+// ErrTxDone; on a nil one ErrNilTx.
+func Complete(ctx context.Context, tx pgx.Tx) error {
+	if isNil(tx) {
+		return ErrNilTx
+	}
+	return complete(ctx, pgxExec(tx))
+}
 
 // CompleteSQL is Complete for a database/sql transaction (pgx/stdlib,
 // lib/pq, and the sqlc, ent or gorm code built on them).
-func CompleteSQL(ctx context.Context, tx *sql.Tx) error { return complete(ctx, sqlExec(tx)) }
+func CompleteSQL(ctx context.Context, tx *sql.Tx) error {
+	if tx == nil {
+		return ErrNilTx
+	}
+	return complete(ctx, sqlExec(tx))
+}
 
 // A resource keeps the largest token that wrote it; an equal token is the
 // same run writing again.
@@ -200,6 +308,9 @@ func fence(ctx context.Context, exec execer, resource string) error {
 		return ErrNoExecution
 	}
 	n, err := exec(ctx, fenceSQL, resource, e.Token)
+	if errors.Is(err, pgx.ErrTxClosed) || errors.Is(err, sql.ErrTxDone) {
+		return fmt.Errorf("zclaimpg: fence %q: %w", resource, ErrTxDone)
+	}
 	if err != nil {
 		return fmt.Errorf("zclaimpg: fence %q: %w", resource, err)
 	}
@@ -217,11 +328,17 @@ func fence(ctx context.Context, exec execer, resource string) error {
 // zclaim.Execution), so a run that lost its lease to a later run, or began
 // before the resource's last writer, is refused. Roll back on the error.
 func Fence(ctx context.Context, tx pgx.Tx, resource string) error {
+	if isNil(tx) {
+		return ErrNilTx
+	}
 	return fence(ctx, pgxExec(tx), resource)
 }
 
 // FenceSQL is Fence for a database/sql transaction.
 func FenceSQL(ctx context.Context, tx *sql.Tx, resource string) error {
+	if tx == nil {
+		return ErrNilTx
+	}
 	return fence(ctx, sqlExec(tx), resource)
 }
 
@@ -245,6 +362,9 @@ func InTx(ctx context.Context, db TxBeginner, opts pgx.TxOptions, fn func(pgx.Tx
 	e, ok := zclaim.ExecutionFromContext(ctx)
 	if !ok {
 		return ErrNoExecution
+	}
+	if isNil(db) {
+		return ErrNilDB
 	}
 	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
@@ -442,6 +562,9 @@ func InSQLTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(*sql.
 	if _, ok := zclaim.ExecutionFromContext(ctx); !ok {
 		return ErrNoExecution
 	}
+	if db == nil {
+		return ErrNilDB
+	}
 	return inSQL(ctx, db, opts, func(tx *sql.Tx) error {
 		if err := CompleteSQL(ctx, tx); err != nil {
 			return err
@@ -471,6 +594,9 @@ func inSQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(*sql.Tx
 func Done(ctx context.Context, q interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }, key string) (bool, error) {
+	if isNil(q) {
+		return false, ErrNilDB
+	}
 	var one int
 	err := q.QueryRow(ctx, "SELECT 1 FROM zclaim_done WHERE key = $1", key).Scan(&one)
 	switch {
