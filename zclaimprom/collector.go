@@ -17,6 +17,8 @@ package zclaimprom
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,14 +44,38 @@ type Options struct {
 // NewCollector returns a prometheus.Collector of what opts name. A
 // schedule that cannot be read at a scrape reports zclaim_up 0 and no
 // counts.
+//
+// A nil entry in Options, or a negative Timeout, makes a collector that
+// prometheus.Register refuses with an error that names it (and that
+// MustRegister panics with, at start), not one that fails a scrape.
 func NewCollector(opts Options) prometheus.Collector {
-	if opts.Timeout <= 0 {
+	if err := opts.check(); err != nil {
+		return &collector{err: err}
+	}
+	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout
 	}
 	return &collector{opts: opts}
 }
 
-type collector struct{ opts Options }
+func (o Options) check() error {
+	switch {
+	case slices.Contains(o.Brokers, nil):
+		return errors.New("zclaimprom: a nil *zclaim.Broker in Options.Brokers")
+	case slices.Contains(o.Dispatchers, nil):
+		return errors.New("zclaimprom: a nil *zclaim.Dispatcher in Options.Dispatchers")
+	case slices.Contains(o.Idempotency, nil):
+		return errors.New("zclaimprom: a nil *zclaim.Idempotency in Options.Idempotency")
+	case o.Timeout < 0:
+		return fmt.Errorf("zclaimprom: Options.Timeout must not be negative, not %v", o.Timeout)
+	}
+	return nil
+}
+
+type collector struct {
+	opts Options
+	err  error // why the options are refused: Describe reports it
+}
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, labels, nil)
@@ -102,6 +128,10 @@ var (
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	if c.err != nil {
+		ch <- prometheus.NewInvalidDesc(c.err)
+		return
+	}
 	for _, d := range []*prometheus.Desc{upDesc, scheduledDesc, dueDesc, inflightDesc, expiredDesc,
 		deadDesc, oldestDesc, lostDesc,
 		claimedDesc, enqueuedDesc, conflictsDesc, failedDesc, dispDeadDesc, lagDesc,
@@ -111,6 +141,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	if c.err != nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
 	defer cancel()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {

@@ -189,6 +189,27 @@ zclaim_up{key="zp:{down}"} 0
 `), "zclaim_up", "zclaim_scheduled_jobs"))
 }
 
+// Options a collector cannot use (a nil entry, a negative Timeout) make
+// Register fail with an error that names them; nothing panics at a scrape.
+func TestCollectorRefusesOptions(t *testing.T) {
+	t.Parallel()
+	for want, o := range map[string]zclaimprom.Options{
+		"nil *zclaim.Broker":      {Brokers: []*zclaim.Broker{nil}},
+		"nil *zclaim.Dispatcher":  {Dispatchers: []*zclaim.Dispatcher{nil}},
+		"nil *zclaim.Idempotency": {Idempotency: []*zclaim.Idempotency{nil}},
+		"Timeout must not be":     {Timeout: -time.Second},
+	} {
+		reg := prometheus.NewRegistry()
+		err := reg.Register(zclaimprom.NewCollector(o))
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "zclaimprom: ") {
+			t.Errorf("%s: Register: %v", want, err)
+		}
+		if _, err := reg.Gather(); err != nil {
+			t.Errorf("%s: Gather after the refused Register: %v", want, err)
+		}
+	}
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {

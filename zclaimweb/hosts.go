@@ -48,6 +48,9 @@ func (h *handler) origin(r *http.Request) (string, bool) {
 		scheme = "https"
 	}
 	name, port := splitHostPort(strings.ToLower(r.Host))
+	if net.ParseIP(name) == nil && strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789.-_") != "" {
+		return "", false // not a host name
+	}
 	ok := name == "localhost" || strings.HasSuffix(name, ".localhost") || net.ParseIP(name) != nil
 	for _, rule := range h.hosts {
 		if ok {
@@ -63,7 +66,7 @@ func (h *handler) origin(r *http.Request) (string, bool) {
 			}
 		}
 	}
-	if !ok || name == "" {
+	if !ok || name == "" || strings.Trim(port, "0123456789") != "" {
 		return "", false
 	}
 	return scheme + "://" + joinHostPort(name, port), true
