@@ -61,11 +61,13 @@ func cmdStats(ctx context.Context, c *cli, args []string) int {
 }
 
 var listLimit *int
+var listAll *bool
 var listAfter *string
 
 func listFlags(fs *flag.FlagSet) {
 	listLimit = fs.Int("limit", 50, "jobs per page, 1 to 1000")
 	listAfter = fs.String("after", "", "the cursor a previous page printed")
+	listAll = fs.Bool("all", false, "ls running: also the runs that need nothing (finished, not begun)")
 }
 
 func cmdList(ctx context.Context, c *cli, args []string) int {
@@ -429,6 +431,11 @@ func listRunning(ctx context.Context, c *cli) int {
 	if queueErr != nil {
 		defer fmt.Fprintf(c.errw, "%v\n", err) // errors.Join: a line a queue
 		code = exitPartial
+	}
+	if !*listAll { // what an operator looks for: live runs, and those a takeover will start again
+		runs = slices.DeleteFunc(runs, func(r zclaim.RunInfo) bool {
+			return r.State == zclaim.RunFinished || r.State == zclaim.RunNone
+		})
 	}
 	if c.json {
 		if runs == nil {

@@ -55,7 +55,8 @@ const usage = `usage: zclaim <command> [flags] [args]
 commands:
   stats                          counts of the schedule
   ls scheduled|inflight|dead     list jobs, a page at a time (--limit, --after)
-  ls running                     list the runs of active asynq tasks: live, abandoned (worker gone), taken over
+  ls running [--all]             list the runs of active asynq tasks: live, abandoned (worker gone), taken over;
+                                 --all adds the finished and those not begun
   ls periodic                    list the periodic definitions and their next ticks
   show ID                        where a job is, and what it carries
   cancel ID...                   remove scheduled jobs

@@ -646,6 +646,10 @@ func TestAbandonedRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait.Recv(t, started, 30*time.Second, "the handler of order-14 to start")
+	if _, err := c.Enqueue(asynq.NewTask("order:reminder", nil), asynq.Queue(queue), asynq.TaskID("order-15")); err != nil {
+		t.Fatal(err)
+	}
+	wait.Recv(t, started, 30*time.Second, "the handler of order-15 to start")
 	// Its run began and its worker died: the record's lease runs out.
 	idem, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: prefix, Lease: 20 * time.Millisecond,
 		DisableTakeover: true, AllowEviction: true})
@@ -654,6 +658,15 @@ func TestAbandonedRun(t *testing.T) {
 	}
 	e, err := idem.Begin(ctx, "order-14")
 	if err != nil {
+		t.Fatal(err)
+	}
+	// order-15's run finished, its task still active (its worker died
+	// before asynq's done).
+	e15, err := idem.Begin(ctx, "order-15")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e15.Complete(ctx); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(30 * time.Millisecond)
@@ -680,6 +693,14 @@ func TestAbandonedRun(t *testing.T) {
 	}
 	if found == nil || found.State != zclaim.RunAbandoned || found.Token != e.Token || found.TaskID != "order-14" || found.Queue != queue {
 		t.Fatalf("ls running: %+v\n%s", found, out)
+	}
+	if strings.Contains(out, "order-15") {
+		t.Fatalf("ls running lists a finished run:\n%s", out)
+	}
+	out, errOut, code = runCLI(t, srv, "ls", "running", "--runs", prefix, "--all")
+	want(t, "ls running --all", code, 0, out, errOut)
+	if !regexp.MustCompile(`(?m)^order-15 +finished `).MatchString(out) || !regexp.MustCompile(`(?m)^order-14 +abandoned `).MatchString(out) {
+		t.Fatalf("ls running --all:\n%s", out)
 	}
 	out, errOut, code = runCLI(t, srv, "show", "order-14", "--runs", prefix)
 	want(t, "show", code, 0, out, errOut)
