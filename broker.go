@@ -104,6 +104,13 @@ type BrokerOptions struct {
 	// schedule, else 1 (so tools such as the zclaim command open a sharded
 	// schedule without being told its count).
 	Shards int
+	// History is how long the schedule remembers, for Job and Jobs, the
+	// asynq task each dispatched job became (its queue and task id,
+	// written by the Dispatcher in the call that settles its claim, no
+	// round trip of its own), so that a lookup finds the job in asynq
+	// after it left the schedule. Negative: not kept.
+	// Default: DefaultRunRetention (24h).
+	History time.Duration
 }
 
 // DefaultBackoff waits 1s after the first attempt and doubles with each
@@ -142,6 +149,7 @@ func (o *BrokerOptions) setDefaults() {
 	orDefault(&o.DeadMax, DefaultDeadMax)
 	orDefault(&o.DeadRetention, DefaultDeadRetention)
 	orDefault(&o.Logger, discardLogger)
+	orDefault(&o.History, DefaultRunRetention)
 }
 
 func (o *BrokerOptions) validate() error {
@@ -158,6 +166,8 @@ func (o *BrokerOptions) validate() error {
 			MaxBatchSize, o.BatchSize)
 	case o.Shards < 0 || o.Shards > MaxShards:
 		return fmt.Errorf("%w: Shards must be between 1 and %d, not %d", ErrInvalidOptions, MaxShards, o.Shards)
+	case o.History > 0 && o.History < time.Minute:
+		return fmt.Errorf("%w: History must be at least 1m (or negative: none), not %v", ErrInvalidOptions, o.History)
 	case o.DeadRetention > 0 && o.DeadRetention < time.Millisecond:
 		return fmt.Errorf("%w: DeadRetention must be at least 1ms (or negative: no limit), not %v",
 			ErrInvalidOptions, o.DeadRetention)
@@ -178,8 +188,9 @@ type Broker struct {
 
 	noticeDenied sync.Once // a refused notice is logged once
 	recovered    struct{ requeued, dead, trimmed atomic.Int64 }
-	nextShard    atomic.Int64 // where Claim starts, with Shards
-	quietShards  quietShards  // by shard: its last claim found nothing due and nothing in flight
+	nextShard    atomic.Int64  // where Claim starts, with Shards
+	quietShards  quietShards   // by shard: its last claim found nothing due and nothing in flight
+	inspector    lazyInspector // asynq's, for Jobs
 }
 
 // Job is one piece of work on the schedule. Its ID is the member of the

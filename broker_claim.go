@@ -226,6 +226,7 @@ type batchEnd struct {
 	lease batchLease
 	retry map[int]time.Duration
 	dead  map[int]string
+	sent  []sentJob // by index in the batch: the asynq task each job became (BrokerOptions.History)
 }
 
 // finishBatches settles batch claims, each as one, in one round trip. It
@@ -245,8 +246,17 @@ func (b *Broker) finishBatches(ctx context.Context, ends ...batchEnd) ([]batchEn
 		}
 		byShard[e.lease.shard] = append(byShard[e.lease.shard], e)
 	}
+	bucket, expire := b.sentBucket(time.Now())
 	cmds := b.writeShards(ctx, finishScript, shards, func(k *keys) ([]string, []any) {
-		args := []any{b.ups, b.opts.MaxAttempts, b.notice(k)}
+		args := []any{b.ups, b.opts.MaxAttempts, b.notice(k), 0, expire}
+		for _, e := range byShard[k.shard] {
+			for _, s := range e.sent {
+				if s.id != "" {
+					args = append(args, s.id, s.task)
+				}
+			}
+		}
+		args[3] = (len(args) - 5) / 2
 		for _, e := range byShard[k.shard] {
 			args = append(args, e.lease.member(), len(e.retry)+len(e.dead))
 			for x, d := range e.retry {
@@ -256,7 +266,7 @@ func (b *Broker) finishBatches(ctx context.Context, ends ...batchEnd) ([]batchEn
 				args = append(args, x, "d", why)
 			}
 		}
-		return []string{k.schedule, k.batches, k.pending, k.runs, k.dead, k.deadInfo}, args
+		return []string{k.schedule, k.batches, k.pending, k.runs, k.dead, k.deadInfo, k.sent + bucket}, args
 	})
 	var lost []batchEnd
 	for i, cmd := range cmds {

@@ -27,12 +27,15 @@ const (
 	StateDead               // in the dead set
 	StateRunning            // its asynq task's handler runs under the middleware (BrokerOptions.Runs)
 	StateAbandoned          // its asynq task's worker is gone; a takeover starts it again (BrokerOptions.Runs)
+	StateEnqueued           // a Dispatcher made it an asynq task (BrokerOptions.History): TaskState says where that is
 )
 
-// String returns "scheduled", "in flight", "dead", "running", "abandoned"
-// or "unknown".
+// String returns "scheduled", "in flight", "dead", "running", "abandoned",
+// "enqueued" or "unknown".
 func (s JobState) String() string {
 	switch s {
+	case StateEnqueued:
+		return "enqueued"
 	case StateRunning:
 		return "running"
 	case StateAbandoned:
@@ -53,7 +56,7 @@ func (s JobState) MarshalText() ([]byte, error) { return []byte(s.String()), nil
 // UnmarshalText reads what MarshalText writes.
 func (s *JobState) UnmarshalText(b []byte) error {
 	for _, st := range []JobState{StateUnknown, StateScheduled, StateInFlight, StateDead,
-		StateRunning, StateAbandoned} {
+		StateRunning, StateAbandoned, StateEnqueued} {
 		if st.String() == string(b) {
 			*s = st
 			return nil
@@ -131,6 +134,16 @@ func (b *Broker) Jobs(ctx context.Context, id string) ([]JobInfo, error) {
 				out = append(out, j)
 			}
 		}
+	}
+	sent, err := b.sentOf(ctx, id)
+	if err != nil {
+		return out, err
+	}
+	for _, j := range sent {
+		if err := b.taskState(ctx, &j); err != nil {
+			return out, err
+		}
+		out = append(out, j)
 	}
 	if b.opts.Runs == nil {
 		return out, nil

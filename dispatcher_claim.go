@@ -101,6 +101,9 @@ func (p *pipeline) enqueueClaims(ctx context.Context, res claimResult) {
 	}
 	claimedAt := time.Now()
 	run := &batchRun{end: batchEnd{lease: res.lease}, renewed: claimedAt, mark: p.ended.Load()}
+	if d.b.opts.History > 0 {
+		run.end.sent = make([]sentJob, res.lease.n)
+	}
 	run.left.Store(int64(res.lease.n))
 	run.until.Store(res.until)
 	p.keeping(run)

@@ -97,9 +97,17 @@ func (d *Dispatcher) enqueue(ctx context.Context, c Claim, redisNow, claimedAt t
 		return outcome{dead: perr.Error()}
 	}
 	start := time.Now()
-	_, err := d.c.EnqueueContext(ctx, task, opts...)
+	info, err := d.c.EnqueueContext(ctx, task, opts...)
 	d.enqueueTime.observe(time.Since(start))
-	return d.afterEnqueue(ctx, c, redisNow, claimedAt, err, advance)
+	o := d.afterEnqueue(ctx, c, redisNow, claimedAt, err, advance)
+	if o.retry == 0 && o.dead == "" && d.b.opts.History > 0 {
+		if info != nil {
+			o.sent = sentJob{c.ID, info.Queue + "\x00" + info.ID}
+		} else { // a TaskID conflict: the occurrence's task
+			o.sent = sentJob{c.ID, c.Queue + "\x00" + c.info().Occurrence()}
+		}
+	}
+	return o
 }
 
 // task builds claim c's asynq task of type typ and its options: the

@@ -38,6 +38,7 @@ type outcome struct {
 	retry  time.Duration
 	dead   string
 	noType bool
+	sent   sentJob // enqueued: the task it became, for BrokerOptions.History
 }
 
 // settled records the outcome of the job at place index; the last job of
@@ -60,6 +61,9 @@ func (r *batchRun) settled(index int, o outcome, acks chan<- *batchRun) {
 			r.end.retry[index] = o.retry
 		}
 		r.mu.Unlock()
+	}
+	if o.sent.id != "" && r.end.sent != nil {
+		r.end.sent[index-1] = o.sent // this place alone (indexes count from 1): read once left is 0
 	}
 	if r.left.Add(-1) == 0 {
 		acks <- r

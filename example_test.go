@@ -107,3 +107,33 @@ func ExampleBroker_Revive() {
 	// dead: order-731:invoice - mail server refused the address
 	// revived: 1 claimed: order-731:invoice email:invoice attempt 1
 }
+
+// Where is job order-731, and what happened to it? Jobs finds every entry
+// of the id: on the schedule, in flight, dead, and the asynq tasks a
+// Dispatcher made of it, with asynq's state of each.
+func ExampleBroker_Jobs() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: "zclaim-example:{broker-jobs}"})
+	if err != nil {
+		panic(err)
+	}
+	if err := b.Schedule(ctx, zclaim.Job{ID: "order-731", RunAt: time.Now().Add(time.Hour), Type: "email"}); err != nil {
+		panic(err)
+	}
+	jobs, err := b.Jobs(ctx, "order-731")
+	if err != nil {
+		panic(err)
+	}
+	for _, j := range jobs {
+		switch j.State {
+		case zclaim.StateEnqueued: // the Dispatcher made it an asynq task
+			fmt.Println(j.State, j.Queue, j.TaskID, j.TaskState, j.LastError)
+		default:
+			fmt.Println(j.State, j.Type)
+		}
+	}
+	// Output: scheduled email
+}

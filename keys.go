@@ -23,6 +23,7 @@ type keys struct {
 	marker   string // string: the state marker (see stateMarker)
 	periodic string // hash: name -> periodic definition (see periodic.lua)
 	ticks    string // hash: name -> next tick mark of a periodic definition
+	sent     string // prefix of the hashes of dispatched jobs, one per time bucket (see broker_sent.go)
 	types    map[string]string
 	shard    int // which shard of the schedule these keys are (0 of 1 unsharded)
 }
@@ -62,6 +63,7 @@ func deriveKeys(key string, cluster bool) (keys, error) {
 		marker:   base + ":marker",
 		periodic: base + ":periodic",
 		ticks:    base + ":ticks",
+		sent:     base + ":sent:",
 	}
 	tagSlot := slot(key)
 	for _, d := range []string{k.inflight, k.tokens, k.pending, k.runs, k.batches, k.dead, k.deadInfo,

@@ -39,9 +39,20 @@ type JobInfo struct {
 	Token       int64     `json:",omitzero"` // in flight, running or abandoned: the claim's or the run's fencing token
 	DiedAt      time.Time `json:",omitzero"` // dead: when, by Redis' clock
 	Reason      string    `json:",omitzero"` // dead: why ("lease expired", "attempts exhausted", Kill's reason)
-	TaskID      string    `json:",omitzero"` // running or abandoned: the asynq task whose run it is
+	TaskID      string    `json:",omitzero"` // running, abandoned or enqueued: the asynq task whose run it is
 	Started     time.Time `json:",omitzero"` // running or abandoned: when the run began, by Redis' clock
 	Err         error     `json:"-"`         // set when the stored record could not be decoded
+	// Enqueued: when a Dispatcher enqueued the task, by Redis' clock.
+	Enqueued time.Time `json:",omitzero"`
+	// TaskState is enqueued's asynq state of the task: "pending",
+	// "active", "scheduled", "retry", "archived", "completed" (kept for
+	// its retention), or "" when asynq no longer has it.
+	TaskState string `json:",omitzero"`
+	Retried   int    `json:",omitzero"` // enqueued: the times asynq retried the task
+	LastError string `json:",omitzero"` // enqueued: the error of the task's last failure
+	// RunDone is enqueued's: the Broker's Runs store records the task's
+	// run as finished (within its Retention).
+	RunDone bool `json:",omitzero"`
 }
 
 // Occurrence returns the occurrence's name, OccurrenceID(j.ID, j.Due).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -26,6 +27,8 @@ func e2eScenario() {
 		{name: "asynq alone: the tasks pending in its queue"},
 		{name: "zclaim quick start with the README's Faster settings: Dispatcher through an asynq client on an autopipelined go-redis client + asynq server on the store's AsynqClient + idempotency middleware, jobs due in the schedule",
 			dispatcher: true, autopipeline: true, middleware: true, viaDone: true},
+		{name: "the same without the schedule's history (BrokerOptions.History -1: no record of the task each job became)",
+			dispatcher: true, autopipeline: true, middleware: true, viaDone: true, noHistory: true},
 		{name: "the same with the asynq server on a client of its own (each Begin and Complete a round trip of its own): asynq's public API only",
 			dispatcher: true, autopipeline: true, middleware: true},
 		{name: "the same on the store's AsynqClient, the Dispatcher through an asynq client on a plain go-redis client (the quick start as it stands)",
@@ -53,6 +56,7 @@ func e2eScenario() {
 			progress("e2e round %d/%d, %s: %s jobs/s", round, nr, c.name, human(rate))
 		}
 	}
+	perJob := historyMemory(n)
 	var rows [][]string
 	last := len(contenders) - 1
 	for k, c := range contenders {
@@ -72,15 +76,66 @@ func e2eScenario() {
 			"The second row is the README's quick start with its Faster settings: the Dispatcher enqueues through an asynq client on (*redis.Client).AutoPipeline, whose concurrent enqueues share round trips, "+
 			"and has asynq keep no finished task (TaskRetention -1: the middleware's records skip an occurrence dispatched again), and the asynq server runs on the idempotency store's AsynqClient "+
 			"(its dequeues take tasks ahead; each run is completed in one script with asynq's done of its task); "+
-			"the next row puts the server on a client of its own, each Begin and Complete a round trip of its own: asynq's public API only; "+
-			"the row after it is the quick start as it stands, its Dispatcher's asynq client on a plain go-redis client. "+
+			"the next row is the same with the schedule's history off (the record of the task each job became, for Broker.Job; its memory a job is below the table); "+
+			"the row after it puts the server on a client of its own, each Begin and Complete a round trip of its own: asynq's public API only; "+
+			"the row after that is the quick start as it stands, its Dispatcher's asynq client on a plain go-redis client. "+
 			"The two floor rows have no schedule: 16 goroutines enqueue the tasks (asynq alone's) on such a client once the clock runs, "+
 			"which is what feeding asynq inside the window costs whatever the feeder; the second adds the two plain commands a middleware "+
 			"that records each run's start and finish sends at least (table 3's second floor). "+
 			"A ratio is the median over the rounds of the two contenders' rates in one round, whose contenders run one after the other, "+turns(nr, len(contenders))+", "+
 			"and the next column the middle half of those per-round ratios (first to third quartile): how far one round's ratio strays; "+
 			"CPU beyond asynq alone's is the median over the rounds of the difference of CPU a job (Redis' and this process') from the first row's in the same round. "+
-			"The row before the last runs the first again in each round: how far its ratio is from 1.00× is how far a ratio moves when nothing changes.")
+			"The row before the last runs the first again in each round: how far its ratio is from 1.00× is how far a ratio moves when nothing changes. "+
+			fmt.Sprintf("The schedule's history held %.0f B a job dispatched (MEMORY USAGE of its hashes after a Dispatcher enqueued %s jobs of 2-to-6-byte ids; "+
+				"kept for BrokerOptions.History, a day by default: rate × History × this).", perJob, human(float64(n))))
+}
+
+// historyMemory dispatches n due jobs (no server: the tasks stay pending)
+// and returns the bytes a job of the schedule's history (the sent
+// buckets' hashes) takes.
+func historyMemory(n int) float64 {
+	ctx := context.Background()
+	admin := newClient(4)
+	defer admin.Close()
+	key := ns("hist")
+	defer func() {
+		dropKeys(admin, key)
+		admin.SRem(ctx, "asynq:queues", key)
+	}()
+	b, err := zclaim.NewBroker(admin, zclaim.BrokerOptions{Key: key})
+	if err != nil {
+		panic(err)
+	}
+	scheduleDue(b, n, key)
+	ac, closeAC := autopipelinedAsynq(20)
+	defer closeAC()
+	d, err := zclaim.NewDispatcher(b, ac, zclaim.DispatcherOptions{TaskRetention: -1})
+	if err != nil {
+		panic(err)
+	}
+	dctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(dctx) }()
+	for {
+		st, err := b.Stats(ctx)
+		if err == nil && st.Scheduled == 0 && st.Inflight == 0 && d.Stats().Enqueued >= int64(n) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	<-done
+	tag := key[strings.IndexByte(key, '{'):]
+	tag = tag[:strings.IndexByte(tag, '}')+1]
+	keys, err := admin.Keys(ctx, "*"+tag+":sent:*").Result()
+	if err != nil {
+		panic(err)
+	}
+	var bytes int64
+	for _, k := range keys {
+		bytes += admin.MemoryUsage(ctx, k, 0).Val()
+	}
+	return float64(bytes) / float64(n)
 }
 
 // e2eContender is one way of working off e2eScenario's backlog.
@@ -94,6 +149,7 @@ type e2eContender struct {
 	processAt       bool // asynq's tasks wait in its scheduled set, due a second ago; else pending
 	keepFinished    bool // the Dispatcher's default TaskRetention; else -1, as the quick start's
 	viaDone         bool // the asynq server runs on the idempotency store's AsynqClient, as the quick start's
+	noHistory       bool // the Broker keeps no history (BrokerOptions.History -1)
 }
 
 // e2eRound runs contender c of e2eScenario once: its rate and CPU per job.
@@ -121,7 +177,11 @@ func e2eRound(c e2eContender, n, conc int) (float64, [2]time.Duration) {
 	var b *zclaim.Broker
 	if c.dispatcher {
 		var err error
-		if b, err = zclaim.NewBroker(admin, zclaim.BrokerOptions{Key: key}); err != nil {
+		bo := zclaim.BrokerOptions{Key: key}
+		if c.noHistory {
+			bo.History = -1
+		}
+		if b, err = zclaim.NewBroker(admin, bo); err != nil {
 			panic(err)
 		}
 		scheduleDue(b, n, queue)

@@ -1,8 +1,13 @@
 -- finish.lua: settle batch leases (a dispatcher's claims), each as one.
 -- KEYS[1] schedule ZSet   KEYS[2] batches ZSet   KEYS[3] pending records
 -- KEYS[4] run records   KEYS[5] dead ZSet   KEYS[6] dead info hash
+-- KEYS[7] the sent hash of the time bucket now (see broker_sent.go)
 -- ARGV[1] score units per second   ARGV[2] max attempts   ARGV[3] notice channel
--- ARGV[4..] one group per lease: its member ("first:n"), then k, then k
+-- ARGV[4] m, the number of jobs enqueued into asynq to remember in KEYS[7]
+--   (0: none)   ARGV[5] when KEYS[7] expires, Unix ms
+-- ARGV[6..5+2m] m pairs: job id, then its task ("<queue>\0<task id>"),
+--   kept as "<Redis TIME ms>\0<queue>\0<task id>"
+-- ARGV[6+2m..] one group per lease: its member ("first:n"), then k, then k
 --   triples (index of a job in the batch, 1-based; "r" or "d"; delay in ms
 --   for "r", reason for "d"). Jobs not named are done and leave the broker;
 --   an "r" job goes back to the schedule after its delay (or into the dead
@@ -14,23 +19,42 @@
 -- member cannot be read, which the arguments tell before anything is
 -- written. Only the keys a settle writes are checked (and the clock read).
 local kt = {KEYS[2], 'zset', KEYS[4], 'hash'}
-local i, more = 4, false
+local sent = tonumber(ARGV[4])
+local start = 6 + 2 * sent
+if sent > 0 then kt[#kt + 1], kt[#kt + 2] = KEYS[7], 'hash' end
+local i, more = start, false
 while i <= #ARGV do
   local k = tonumber(ARGV[i + 1])
   if k > 0 or not string.find(ARGV[i], '^%d+:%d+$') then more = true end
   i = i + 2 + 3 * k
 end
 if more then
-  kt[5], kt[6], kt[7], kt[8] = KEYS[1], 'zset', KEYS[3], 'hash'
-  kt[9], kt[10], kt[11], kt[12] = KEYS[5], 'zset', KEYS[6], 'hash'
+  local n = #kt
+  kt[n + 1], kt[n + 2], kt[n + 3], kt[n + 4] = KEYS[1], 'zset', KEYS[3], 'hash'
+  kt[n + 5], kt[n + 6], kt[n + 7], kt[n + 8] = KEYS[5], 'zset', KEYS[6], 'hash'
 end
 local bad = wrongtype(kt)
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 local ups, max = tonumber(ARGV[1]), tonumber(ARGV[2])
 local now_ms, now = 0, 0
 if more then now_ms, now = clock(ups) end
+if sent > 0 then
+  local t = redis.call('TIME')
+  local ms = tostring(t[1] * 1000 + math.floor(t[2] / 1000))
+  local hset = {}
+  for j = 6, 5 + 2 * sent, 2 do
+    hset[#hset + 1] = ARGV[j]
+    hset[#hset + 1] = ms .. '\0' .. ARGV[j + 1]
+    if #hset == 1000 then -- one unpack takes a few thousand values at most
+      redis.call('HSET', KEYS[7], unpack(hset))
+      hset = {}
+    end
+  end
+  if #hset > 0 then redis.call('HSET', KEYS[7], unpack(hset)) end
+  redis.call('PEXPIREAT', KEYS[7], ARGV[5])
+end
 local out, min = {}, nil
-i = 4
+i = start
 while i <= #ARGV do
   local k = tonumber(ARGV[i + 1])
   local ids, recs, damaged, first = take_batch(KEYS[2], KEYS[4], ARGV[i], k > 0)

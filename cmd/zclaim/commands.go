@@ -214,7 +214,8 @@ func cmdShow(ctx context.Context, c *cli, args []string) int {
 	}
 	if len(all) == 0 && len(mine) == 0 {
 		fmt.Fprintf(c.errw,
-			"zclaim: job %q is not scheduled, in flight or dead (key %s), and no active asynq task runs it (runs %s)\n",
+			"zclaim: job %q is not scheduled, in flight or dead (key %s), no dispatcher enqueued it within the "+
+				"schedule's history, and no active asynq task runs it (runs %s)\n",
 			args[0], c.key, c.runs)
 		return exitPartial
 	}
@@ -245,6 +246,10 @@ func cmdShow(ctx context.Context, c *cli, args []string) int {
 		case zclaim.StateDead:
 			rows = append(rows, []string{"attempts", strconv.Itoa(j.Attempt)}, []string{"died", when(j.DiedAt, now)},
 				[]string{"reason", j.Reason})
+		case zclaim.StateEnqueued:
+			rows = append(rows, enqueuedRows(j, now)...)
+			table(c.out, rows)
+			continue
 		}
 		rows = append(rows, []string{"type", orDash(j.Type)}, []string{"queue", orDash(j.Queue)},
 			[]string{"payload", strconv.Itoa(j.PayloadSize) + " bytes"})
@@ -405,6 +410,27 @@ func (c *cli) runsOf(ctx context.Context, after string, limit int) ([]zclaim.Run
 }
 
 // runRows describes one run for show.
+// enqueuedRows tell what became of a job a Dispatcher enqueued: its asynq
+// task, and where asynq has it.
+func enqueuedRows(j zclaim.JobInfo, now time.Time) [][]string {
+	state := j.TaskState
+	if state == "" {
+		state = "gone from asynq (a completed task is kept for its retention only)"
+	}
+	rows := [][]string{{"enqueued", when(j.Enqueued, now)}, {"queue", orDash(j.Queue)}, {"asynq task", j.TaskID},
+		{"asynq state", state}}
+	if j.Retried > 0 {
+		rows = append(rows, []string{"retried", strconv.Itoa(j.Retried)})
+	}
+	if j.LastError != "" {
+		rows = append(rows, []string{"last error", j.LastError})
+	}
+	if j.RunDone {
+		rows = append(rows, []string{"run", "finished"})
+	}
+	return rows
+}
+
 func runRows(r zclaim.RunInfo, now time.Time) [][]string {
 	rows := [][]string{{"run of", r.Key}, {"state", string(r.State)},
 		{"asynq task", r.Queue + "/" + r.TaskID + " (" + r.Type + ")"}}

@@ -346,6 +346,62 @@ func TestRebound(t *testing.T) {
 	}
 }
 
+// The job page of a job a Dispatcher enqueued shows its asynq task and
+// where asynq has it: pending, then in retry with its error.
+func TestJobInAsynq(t *testing.T) {
+	t.Parallel()
+	ctx, _ := tab(t)
+	e := webtest.New(t, webtest.Options{})
+	queue := "web-" + strings.ReplaceAll(e.Key, ":", "-")
+	ac := asynq.NewClientFromRedisClient(e.RDB)
+	d, err := zclaim.NewDispatcher(e.Broker, ac, zclaim.DispatcherOptions{
+		TaskOptions: func(zclaim.Job) []asynq.Option { return []asynq.Option{asynq.Queue(queue)} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(dctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	bg := context.Background()
+	if err := e.Broker.Schedule(bg, zclaim.Job{ID: "order-9", RunAt: time.Now().Add(-time.Second), Type: "send"}); err != nil {
+		t.Fatal(err)
+	}
+	state := func() string {
+		var text string
+		run(t, ctx, chromedp.Navigate(e.URL+"/s/0/job?id=order-9"), chromedp.WaitReady("body", chromedp.ByQuery),
+			chromedp.Evaluate(`(document.querySelector(".task-state") || {}).textContent || ""`, &text))
+		return text
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for state() != "pending" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job page never said pending: %q", state())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	srv := asynq.NewServerFromRedisClient(e.RDB, asynq.Config{Queues: map[string]int{queue: 1},
+		TaskCheckInterval: 10 * time.Millisecond, LogLevel: asynq.FatalLevel,
+		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return time.Hour }})
+	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		return fmt.Errorf("smtp: 451 try later")
+	})); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	for state() != "retry" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job page never said retry: %q", state())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var text string
+	run(t, ctx, chromedp.Text("main", &text, chromedp.ByQuery))
+	if !strings.Contains(text, "smtp: 451 try later") || !strings.Contains(text, queue) || !strings.Contains(text, "order-9@") {
+		t.Fatalf("the job page:\n%s", text)
+	}
+}
+
 // A job id that is HTML renders as text on every page, and opens no
 // dialog.
 func TestHostileID(t *testing.T) {

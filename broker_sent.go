@@ -1,0 +1,139 @@
+package zclaim
+
+// What became of a job after the Dispatcher handed it to asynq: the
+// schedule remembers, for BrokerOptions.History, the queue and task id of
+// each job it dispatched (finish.lua writes them in the call that settles
+// the claim), and Jobs reads them back with asynq's own record of the
+// task (its Inspector) and, with BrokerOptions.Runs, whether its run
+// finished.
+//
+// The records live in hashes of one time bucket each (field = job id),
+// History/24 long (at least a minute), each expiring History after its
+// bucket ends: no index to trim and no pass that trims, and a lookup reads
+// the buckets of the last History in one pipeline. A job dispatched again
+// in the same bucket keeps its newest task there.
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// sentJob is one job's entry in a sent bucket: its id, and its task as
+// "<queue>\x00<task id>".
+type sentJob struct{ id, task string }
+
+// sentBuckets is how many buckets History spans.
+const sentBuckets = 24
+
+// bucketLen is the length of a sent bucket.
+func (b *Broker) bucketLen() time.Duration {
+	return max(b.opts.History/sentBuckets, time.Minute)
+}
+
+// sentBucket names the bucket of time t (the key's suffix) and when it
+// expires, in Unix ms.
+func (b *Broker) sentBucket(t time.Time) (string, int64) {
+	l := b.bucketLen().Milliseconds()
+	n := t.UnixMilli() / l
+	return strconv.FormatInt(n, 10), (n+1)*l + b.opts.History.Milliseconds()
+}
+
+// sentOf reads the tasks job id became in the buckets of the last History
+// (and the next bucket: another process's clock may run ahead), newest
+// first, one per task id.
+func (b *Broker) sentOf(ctx context.Context, id string) ([]JobInfo, error) {
+	if b.opts.History < 0 {
+		return nil, nil
+	}
+	k := b.shardOf(id)
+	now := time.Now()
+	l := b.bucketLen()
+	n := int(b.opts.History/l) + 2
+	cmds := make([]*redis.StringCmd, n+1)
+	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range cmds {
+			bucket, _ := b.sentBucket(now.Add(time.Duration(1-i) * l))
+			cmds[i] = p.HGet(ctx, k.sent+bucket, id)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, wrap(ctx, "job", err, nil)
+	}
+	var out []JobInfo
+	seen := map[string]bool{}
+	for _, c := range cmds {
+		v, err := c.Result()
+		if err != nil {
+			continue
+		}
+		parts := strings.SplitN(v, "\x00", 3)
+		ms, perr := strconv.ParseInt(parts[0], 10, 64)
+		if len(parts) != 3 || perr != nil || seen[parts[2]] {
+			continue
+		}
+		seen[parts[2]] = true
+		j := JobInfo{ID: id, State: StateEnqueued, Queue: parts[1], TaskID: parts[2], Enqueued: time.UnixMilli(ms)}
+		if oid, due, ok := ParseOccurrence(j.TaskID); ok && oid == id {
+			j.Due = due
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// lazyInspector is asynq's Inspector on the Broker's client, made on
+// first use.
+type lazyInspector struct {
+	once sync.Once
+	insp *asynq.Inspector
+}
+
+func (l *lazyInspector) get(rdb redis.UniversalClient) *asynq.Inspector {
+	l.once.Do(func() { l.insp = asynq.NewInspectorFromRedisClient(rdb) })
+	return l.insp
+}
+
+// taskState fills in asynq's record of j's task: its state, retries and
+// last error ("" state when asynq no longer has it: completed past its
+// retention, or deleted), and, with BrokerOptions.Runs, whether its run
+// finished.
+func (b *Broker) taskState(ctx context.Context, j *JobInfo) error {
+	queue := j.Queue
+	if queue == "" {
+		queue = "default"
+	}
+	info, err := b.inspector.get(b.rdb).GetTaskInfo(queue, j.TaskID)
+	switch {
+	case err == nil:
+		j.TaskState, j.Retried, j.LastError = info.State.String(), info.Retried, info.LastErr
+	case errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound):
+	default:
+		return zerr("zclaim: job: asynq's task %q: %w", j.TaskID, err)
+	}
+	if r := b.opts.Runs; r != nil {
+		j.RunDone, err = runFinished(ctx, r, j.TaskID)
+	}
+	return err
+}
+
+// runFinished reports whether store i records key's run as finished
+// (within its Retention).
+func runFinished(ctx context.Context, i *Idempotency, key string) (bool, error) {
+	bucket, field := i.doneOf(key)
+	v, err := i.rdb.HGet(ctx, bucket, field).Int64()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return false, nil
+	case err != nil:
+		return false, wrap(ctx, "job", err, nil)
+	}
+	return time.UnixMilli(v).Add(i.opts.Retention).After(time.Now()), nil
+}

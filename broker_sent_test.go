@@ -1,0 +1,92 @@
+package zclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// Jobs finds a job after a Dispatcher made it an asynq task, in each of
+// asynq's states: pending (no server yet), retry (with its error),
+// archived, and completed with its run finished in the Runs store; a job
+// dispatched again shows its newest task; with History negative it is not
+// found.
+func TestJobsFindsTaskInAsynq(t *testing.T) {
+	t.Parallel()
+	key, queue := testKey(t), testQueue(t)
+	idem := newIdem(t, newClient(t), IdempotencyOptions{Lease: time.Second})
+	b := newBroker(t, BrokerOptions{Key: key, Runs: idem})
+	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{
+		TaskOptions: func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(queue), asynq.MaxRetry(1)} }})
+	must(t, err)
+	stop := runDispatcher(t, d)
+	now := redisNow(t, b.rdb).Add(-time.Second).Truncate(time.Second) // scores in seconds
+	var jobs []Job
+	for _, id := range []string{"pending-1", "retry-1", "archived-1", "done-1"} {
+		jobs = append(jobs, Job{ID: id, RunAt: now, Type: "t"})
+	}
+	must(t, b.Schedule(ctx, jobs...))
+	waitFor(t, 10*time.Second, "4 enqueued and settled", func() bool {
+		st, err := b.Stats(ctx)
+		return err == nil && d.Stats().Enqueued == 4 && st.Inflight == 0
+	})
+
+	j, err := b.Job(ctx, "pending-1")
+	must(t, err)
+	if j.State != StateEnqueued || j.TaskState != "pending" || j.Queue != queue ||
+		j.TaskID != OccurrenceID("pending-1", now) || j.Enqueued.IsZero() || !j.Due.Equal(now) {
+		t.Fatalf("pending-1: %+v", j)
+	}
+
+	// A server: retry-1 fails (one retry left), archived-1 fails for good,
+	// done-1 succeeds; pending-1 waits (a handler that blocks until the
+	// test ends).
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	startAsynq(t, testAddr, queue, idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		info, _ := JobFromContext(ctx)
+		switch info.ID {
+		case "retry-1":
+			return errors.New("smtp: 451 try later")
+		case "archived-1":
+			return fmt.Errorf("bad address: %w", asynq.SkipRetry)
+		case "pending-1":
+			<-release
+		}
+		return nil
+	})), asynq.Config{RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return time.Hour }})
+	want := map[string]func(j JobInfo) bool{
+		"pending-1": func(j JobInfo) bool { return j.TaskState == "active" },
+		"retry-1": func(j JobInfo) bool {
+			return j.TaskState == "retry" && j.Retried == 1 && j.LastError == "smtp: 451 try later"
+		},
+		"archived-1": func(j JobInfo) bool { return j.TaskState == "archived" && strings.Contains(j.LastError, "bad address") },
+		"done-1":     func(j JobInfo) bool { return j.TaskState == "completed" && j.RunDone },
+	}
+	for id, ok := range want {
+		waitFor(t, 10*time.Second, id+" in its asynq state", func() bool {
+			js, err := b.Jobs(ctx, id)
+			return err == nil && len(js) >= 1 && js[0].State == StateEnqueued && ok(js[0])
+		})
+	}
+
+	// done-1 scheduled again: its newest task is the one found (the
+	// bucket of this minute keeps one task a job).
+	again := redisNow(t, b.rdb).Add(time.Second).Truncate(time.Second)
+	must(t, b.Schedule(ctx, Job{ID: "done-1", RunAt: again, Type: "t"}))
+	waitFor(t, 10*time.Second, "done-1's second task", func() bool {
+		js, err := b.Jobs(ctx, "done-1")
+		return err == nil && len(js) == 1 && js[0].TaskID == OccurrenceID("done-1", again)
+	})
+	stop()
+
+	off := newBroker(t, BrokerOptions{Key: key, History: -1})
+	if _, err := off.Job(ctx, "retry-1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("History off: %v, want ErrNotFound", err)
+	}
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/zclaim/zclaim"
+	"github.com/zclaim/zclaim/internal/redisproc"
+)
+
+// zclaim show (the built binary) finds a job a Dispatcher enqueued,
+// wherever asynq has it: pending, in retry with its error, archived, and
+// completed; exit 0 for each, with its queue and task.
+func TestShowFindsJobInAsynq(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	key := ownKey(t)
+	queue := fmt.Sprint("cli-show-", time.Now().UnixNano())
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac := asynq.NewClientFromRedisClient(rdb)
+	t.Cleanup(func() { ac.Close() })
+	d, err := zclaim.NewDispatcher(b, ac, zclaim.DispatcherOptions{TaskOptions: func(j zclaim.Job) []asynq.Option {
+		return []asynq.Option{asynq.Queue(queue), asynq.MaxRetry(1)}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(dctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	due := time.Now().Add(-time.Second).Truncate(time.Second)
+	var jobs []zclaim.Job
+	for _, id := range []string{"order-pending", "order-retry", "order-archived", "order-done"} {
+		jobs = append(jobs, zclaim.Job{ID: id, RunAt: due, Type: "order:send"})
+	}
+	if err := b.Schedule(ctx, jobs...); err != nil {
+		t.Fatal(err)
+	}
+	until(t, 10*time.Second, "the jobs enqueued and settled", func() bool {
+		st, err := b.Stats(ctx)
+		return err == nil && d.Stats().Enqueued == 4 && st.Inflight == 0 && st.Scheduled == 0
+	})
+	out, errOut, code := runCLI(t, srv, "show", "order-pending", "--key", key)
+	want(t, "show order-pending", code, exitOK, out, errOut)
+	for _, w := range []string{`(?m)^state +enqueued$`, `(?m)^asynq state +pending$`, `(?m)^queue +` + queue + `$`,
+		`(?m)^asynq task +order-pending@` + due.UTC().Format("2006-01-02T15:04:05") + `.000Z$`} {
+		if !regexp.MustCompile(w).MatchString(out) {
+			t.Fatalf("show order-pending: no %s in\n%s", w, out)
+		}
+	}
+
+	srvA := asynq.NewServerFromRedisClient(rdb, asynq.Config{Queues: map[string]int{queue: 1}, Concurrency: 4,
+		TaskCheckInterval: 10 * time.Millisecond, Logger: redisproc.QuietAsynq{}, LogLevel: asynq.FatalLevel,
+		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return time.Hour }})
+	block := make(chan struct{})
+	if err := srvA.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		j, _ := zclaim.JobFromTask(t)
+		switch j.ID {
+		case "order-retry":
+			return errors.New("smtp: 451 try later")
+		case "order-archived":
+			return fmt.Errorf("no such address: %w", asynq.SkipRetry)
+		case "order-pending":
+			<-block
+		}
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { close(block); srvA.Shutdown() })
+	for id, state := range map[string]string{"order-retry": "retry", "order-archived": "archived",
+		"order-done": "completed", "order-pending": "active"} {
+		until(t, 10*time.Second, id+" "+state, func() bool {
+			out, _, code := runCLI(t, srv, "show", id, "--key", key, "--json")
+			var r struct{ Jobs []zclaim.JobInfo }
+			return code == exitOK && json.Unmarshal([]byte(out), &r) == nil && len(r.Jobs) == 1 &&
+				r.Jobs[0].State == zclaim.StateEnqueued && r.Jobs[0].TaskState == state
+		})
+	}
+	out, errOut, code = runCLI(t, srv, "show", "order-retry", "--key", key)
+	want(t, "show order-retry", code, exitOK, out, errOut)
+	for _, w := range []string{`(?m)^asynq state +retry$`, `(?m)^retried +1$`, `(?m)^last error +smtp: 451 try later$`} {
+		if !regexp.MustCompile(w).MatchString(out) {
+			t.Fatalf("show order-retry: no %s in\n%s", w, out)
+		}
+	}
+}
+
+// until polls cond every 20 ms until it holds, for up to d.
+func until(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
