@@ -1,4 +1,4 @@
-# make test: vet every module (the root, zclaimpg, zclaimprom, zclaimvet,
+# make test: vet every module (the root, zclaimpg, zclaimprom, zclaimotel, zclaimvet,
 # cmd/zclaimvet, example and zclaimweb/browser, joined by go.work) and test
 # it against a real Redis and PostgreSQL, with -race but for the analyzer's
 # packages (NORACE, below). It finds a
@@ -26,7 +26,7 @@ SHELL := /bin/bash
 # Every module's packages, from the root (go.work joins them), the
 # longest first (go test names a package once, where it first comes).
 MODULES := ./zclaimpg/internal/pgchaos ./chaos . ./zclaimweb/browser/... ./bench \
-	./... ./example/... ./zclaimpg/... ./zclaimprom/...
+	./... ./example/... ./zclaimpg/... ./zclaimprom/... ./zclaimotel/...
 NORACE := ./zclaimvet/... ./cmd/zclaimvet/...
 
 .PHONY: test vet fmt
@@ -68,7 +68,7 @@ compat:
 # replace added for that run, then dropped.
 .PHONY: tidy
 tidy:
-	@set -e; for m in . zclaimpg zclaimprom zclaimvet example zclaimweb/browser; do \
+	@set -e; for m in . zclaimpg zclaimprom zclaimotel zclaimvet example zclaimweb/browser; do \
 		(cd $$m && $(GO) mod tidy); done; \
 	cd cmd/zclaimvet && $(GO) mod edit -replace=github.com/zclaim/zclaim/zclaimvet=../../zclaimvet && \
 	r=0; $(GO) mod tidy || r=$$?; $(GO) mod edit -dropreplace=github.com/zclaim/zclaim/zclaimvet; exit $$r
@@ -81,6 +81,7 @@ bench:
 	@set -o pipefail; rm -f bench/RESULTS.md.new; \
 	$(GO) run ./bench | tee bench/RESULTS.md.new && \
 	(cd zclaimpg && $(GO) run ./internal/pgbench) | tee -a bench/RESULTS.md.new && \
+	(cd zclaimotel && $(GO) run ./internal/otelbench) | tee -a bench/RESULTS.md.new && \
 	mv bench/RESULTS.md.new bench/RESULTS.md || { rm -f bench/RESULTS.md.new; exit 1; }
 
 # make chaos: the long fault test (separate processes, SIGKILL/SIGSTOP,

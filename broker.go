@@ -203,6 +203,11 @@ type Job struct {
 	Type    string // asynq task type, used when dispatched
 	Payload []byte
 	Queue   string // asynq queue; "" means "default"
+	// Headers travel with the job: kept in its record and copied into
+	// the asynq task's headers when dispatched (a trace's context, as
+	// zclaimotel.Inject writes it). Names beginning with "zclaim-" are
+	// the dispatcher's. They count toward MaxPayloadLen.
+	Headers map[string]string
 }
 
 // Claim is a job taken off the schedule by one claimer, with a lease.

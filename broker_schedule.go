@@ -38,6 +38,21 @@ func unfitForAsynq(id, typ, q string) string {
 	return ""
 }
 
+// badHeaders says why asynq could not carry headers h, or "".
+func badHeaders(h map[string]string) string {
+	for k, v := range h {
+		switch {
+		case k == "":
+			return "a header with an empty name"
+		case strings.HasPrefix(k, "zclaim-"):
+			return fmt.Sprintf("header %q: names beginning with \"zclaim-\" are the dispatcher's", k)
+		case !utf8.ValidString(k) || !utf8.ValidString(v):
+			return fmt.Sprintf("header %q: not valid UTF-8", k)
+		}
+	}
+	return ""
+}
+
 func validateJob(j *Job) error {
 	switch {
 	case j.ID == "":
@@ -52,8 +67,10 @@ func validateJob(j *Job) error {
 		return ErrNoRunAt
 	case !inScoreRange(j.RunAt):
 		return ErrRunAtRange
-	case len(j.Type)+len(j.Queue)+len(j.Payload) > MaxPayloadLen:
+	case len(j.Type)+len(j.Queue)+len(j.Payload)+headersLen(j.Headers) > MaxPayloadLen:
 		return ErrPayloadTooLarge
+	case badHeaders(j.Headers) != "":
+		return fmt.Errorf("%w: %s", ErrUnfitForAsynq, badHeaders(j.Headers))
 	}
 	return nil
 }

@@ -112,6 +112,16 @@ type DispatcherOptions struct {
 	// Setting it makes claims read the jobs' due times (see TaskOptions).
 	// Default: nil.
 	OnDispatch func(job JobInfo, lag time.Duration, err error)
+	// Enqueue, when set, is called before each job's enqueue with the job
+	// as its task carries it (Queue the task's queue, after TaskOptions;
+	// Headers the task's headers, which it may add to or change), and the
+	// function it returns, if not nil, after the enqueue with its error
+	// (as OnDispatch's). zclaimotel.EnqueueHook fills it with a
+	// span in the job's trace. It runs on the enqueueing goroutine. A
+	// panic in it is recovered and logged at Error, and the job is
+	// enqueued as it was.
+	// Default: nil.
+	Enqueue func(ctx context.Context, job *Job) (end func(err error))
 	// AsynqRedis is ignored, and NewDispatcher says so at Warn: every task
 	// goes through the asynq Client. An asynq Client made from an
 	// autopipelined go-redis client (asynq.NewClientFromRedisClient of

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"runtime/debug"
 	"strings"
@@ -96,9 +97,16 @@ func (d *Dispatcher) enqueue(ctx context.Context, c Claim, redisNow, claimedAt t
 		d.report(c, redisNow, claimedAt, perr)
 		return outcome{dead: perr.Error()}
 	}
+	end := d.enqueueHook(ctx, c, task, opts)
 	start := time.Now()
 	info, err := d.c.EnqueueContext(ctx, task, opts...)
 	d.enqueueTime.observe(time.Since(start))
+	if end != nil {
+		if perr := callback("Enqueue", func() { end(err) }); perr != nil {
+			d.log.LogAttrs(ctx, slog.LevelError, "zclaim: the function the Enqueue hook returned panicked",
+				slog.String("id", short(c.ID)), slog.String("panic", fmt.Sprint(perr.Value)))
+		}
+	}
 	o := d.afterEnqueue(ctx, c, redisNow, claimedAt, err, advance)
 	if o.retry == 0 && o.dead == "" && d.b.opts.History > 0 {
 		if info != nil {
@@ -135,10 +143,41 @@ func (d *Dispatcher) task(c Claim, typ string) (*asynq.Task, []asynq.Option, *Pa
 		}
 		opts = append(opts, more...)
 	}
-	if header {
-		return asynq.NewTaskWithHeaders(typ, c.Payload, map[string]string{headerJob: info.header()}), opts, nil
+	if header || len(c.Headers) > 0 || d.opts.Enqueue != nil { // the hook writes into the task's headers
+		h := make(map[string]string, len(c.Headers)+1)
+		maps.Copy(h, c.Headers)
+		if header {
+			h[headerJob] = info.header()
+		}
+		return asynq.NewTaskWithHeaders(typ, c.Payload, h), opts, nil
 	}
 	return asynq.NewTask(typ, c.Payload), opts, nil
+}
+
+// enqueueHook calls DispatcherOptions.Enqueue, if set, with claim c's job
+// as its task carries it: the task's queue (after TaskOptions) and the
+// task's own headers, which the hook may add to or change. It returns the
+// function to call after the enqueue, or nil.
+func (d *Dispatcher) enqueueHook(ctx context.Context, c Claim, task *asynq.Task, opts []asynq.Option) func(error) {
+	if d.opts.Enqueue == nil {
+		return nil
+	}
+	j := c.Job
+	j.Headers = task.Headers()
+	for _, o := range opts {
+		if o != nil && o.Type() == asynq.QueueOpt {
+			j.Queue, _ = o.Value().(string)
+		}
+	}
+	var end func(error)
+	if perr := callback("Enqueue", func() { end = d.opts.Enqueue(ctx, &j) }); perr != nil {
+		d.log.LogAttrs(ctx, slog.LevelError, "zclaim: the Enqueue hook panicked; the job is enqueued without it",
+			slog.String("id", short(c.ID)), slog.String("panic", fmt.Sprint(perr.Value)),
+			slog.String("stack", string(perr.Stack)))
+		return nil
+	}
+	maps.Copy(task.Headers(), j.Headers) // a hook that made a map of its own
+	return end
 }
 
 // afterEnqueue tells how claim c's enqueue ended (err) and counts it.

@@ -3,6 +3,7 @@ package zclaim
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"strconv"
 	"testing"
 	"time"
@@ -16,12 +17,14 @@ import (
 func FuzzDecodeRecord(f *testing.F) {
 	f.Add("0:")
 	f.Add("3:")
-	f.Add("0:" + encodeRest("email", "critical", []byte("payload")))
-	f.Add("12:" + encodeRest("", "", []byte{0, 1, 2}))
+	f.Add("0:" + encodeRest("email", "critical", []byte("payload"), nil))
+	f.Add("12:" + encodeRest("", "", []byte{0, 1, 2}, nil))
 	f.Add("0:19zz")
 	f.Add("x:1")
 	f.Add("0:1999999999:")
-	f.Add("2@1787991500.25:" + encodeRest("t", "q", []byte("p")))
+	f.Add("2@1787991500.25:" + encodeRest("t", "q", []byte("p"), nil))
+	f.Add("0:" + encodeRest("t", "q", []byte("p"), map[string]string{"traceparent": "00-ab-cd-01", "b": ""}))
+	f.Add("0:21:t1:q2:1:a1:b1:c1:dp")
 	f.Add("0@:")
 	f.Fuzz(func(t *testing.T, rec string) {
 		var j Job
@@ -36,32 +39,37 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("%q: attempts %d", rec, a)
 		}
 		// What decodes re-encodes to the same record.
-		if re := encodeRest(j.Type, j.Queue, j.Payload); rec[len(rec)-len(re):] != re {
+		if re := encodeRest(j.Type, j.Queue, j.Payload, j.Headers); rec[len(rec)-len(re):] != re {
 			t.Fatalf("%q decoded to %+v, which encodes as %q", rec, j, re)
 		}
 	})
 }
 
 func FuzzEncodeDecode(f *testing.F) {
-	f.Add("email", "default", []byte("x"), uint16(3), int64(1787991500250))
-	f.Add("", "", []byte{}, uint16(0), int64(-1))
-	f.Add("a:b", "1:2", []byte("9:zz"), uint16(7), int64(0))
-	f.Fuzz(func(t *testing.T, typ, queue string, payload []byte, attempts uint16, dueMs int64) {
-		rec := encodeRest(typ, queue, payload)
+	f.Add("email", "default", []byte("x"), uint16(3), int64(1787991500250), "", "")
+	f.Add("", "", []byte{}, uint16(0), int64(-1), "traceparent", "00-1-2-01")
+	f.Add("a:b", "1:2", []byte("9:zz"), uint16(7), int64(0), "2:", ":3")
+	f.Fuzz(func(t *testing.T, typ, queue string, payload []byte, attempts uint16, dueMs int64, hk, hv string) {
+		var headers map[string]string
+		if hk != "" {
+			headers = map[string]string{hk: hv, hk + "x": hv}
+		}
+		rec := encodeRest(typ, queue, payload, headers)
 		due := strconv.FormatInt(dueMs, 10)
 		var j Job
 		a, gotDue, err := decodeRecord(itoa(int(attempts))+"@"+due+":"+rec, &j)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a != int(attempts) || gotDue != due || j.Type != typ || j.Queue != queue || !bytes.Equal(j.Payload, payload) {
+		if a != int(attempts) || gotDue != due || j.Type != typ || j.Queue != queue || !bytes.Equal(j.Payload, payload) ||
+			!maps.Equal(j.Headers, headers) {
 			t.Fatalf("round trip of %q %q %q %d %s gave %+v %d %s", typ, queue, payload, attempts, due, j, a, gotDue)
 		}
 	})
 }
 
 func FuzzDecodeDeadInfo(f *testing.F) {
-	f.Add("13:lease expired3:" + encodeRest("t", "", []byte("p")))
+	f.Add("13:lease expired3:" + encodeRest("t", "", []byte("p"), nil))
 	f.Add("0:0:")
 	f.Add("99:short")
 	f.Fuzz(func(t *testing.T, info string) {

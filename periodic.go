@@ -204,7 +204,7 @@ func (b *Broker) SetPeriodic(ctx context.Context, defs ...Periodic) error {
 			js, _ := json.Marshal(d)
 			next := s.Next(now)
 			args = append(args, p.Name, string(js), d.timing(), next.UnixMilli(), b.score(next),
-				encodeRest(p.Type, p.Queue, p.Payload))
+				encodeRest(p.Type, p.Queue, p.Payload, nil))
 		}
 		if err := b.repl.run(ctx, b.rdb, periodicScript, k.periodicKeys(), args...).Err(); err != nil {
 			return wrap(ctx, "set periodic", err, k.types)
@@ -321,7 +321,7 @@ func (d *Dispatcher) tick(ctx context.Context, c *Claim, now time.Time) (run boo
 	after := s.Next(at)
 	return run, func() error {
 		err := b.repl.run(ctx, b.rdb, periodicScript, k.periodicKeys(), "advance", b.notice(k), name,
-			claimed.UnixMilli(), after.UnixMilli(), b.score(after), encodeRest(p.Type, p.Queue, p.Payload)).Err()
+			claimed.UnixMilli(), after.UnixMilli(), b.score(after), encodeRest(p.Type, p.Queue, p.Payload, nil)).Err()
 		if err != nil {
 			d.log.LogAttrs(ctx, slog.LevelWarn,
 				"zclaim: could not write a periodic definition's next tick; the tick goes back with backoff",
