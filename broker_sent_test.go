@@ -31,9 +31,14 @@ func TestJobsFindsTaskInAsynq(t *testing.T) {
 		jobs = append(jobs, Job{ID: id, RunAt: now, Type: "t"})
 	}
 	must(t, b.Schedule(ctx, jobs...))
-	waitFor(t, 10*time.Second, "4 enqueued and settled", func() bool {
-		st, err := b.Stats(ctx)
-		return err == nil && d.Stats().Enqueued == 4 && st.Inflight == 0
+	waitFor(t, 10*time.Second, "4 enqueued and their claims settled", func() bool {
+		for _, j := range jobs {
+			js, err := b.Jobs(ctx, j.ID)
+			if err != nil || len(js) != 1 || js[0].State != StateEnqueued {
+				return false
+			}
+		}
+		return true
 	})
 
 	j, err := b.Job(ctx, "pending-1")

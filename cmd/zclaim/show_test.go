@@ -48,9 +48,14 @@ func TestShowFindsJobInAsynq(t *testing.T) {
 	if err := b.Schedule(ctx, jobs...); err != nil {
 		t.Fatal(err)
 	}
-	until(t, 10*time.Second, "the jobs enqueued and settled", func() bool {
-		st, err := b.Stats(ctx)
-		return err == nil && d.Stats().Enqueued == 4 && st.Inflight == 0 && st.Scheduled == 0
+	until(t, 10*time.Second, "the jobs enqueued and their claims settled", func() bool {
+		for _, j := range jobs {
+			js, err := b.Jobs(ctx, j.ID)
+			if err != nil || len(js) != 1 || js[0].State != zclaim.StateEnqueued {
+				return false
+			}
+		}
+		return true
 	})
 	out, errOut, code := runCLI(t, srv, "show", "order-pending", "--key", key)
 	want(t, "show order-pending", code, exitOK, out, errOut)
