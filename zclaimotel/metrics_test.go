@@ -24,23 +24,14 @@ func TestMetrics(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { mp.Shutdown(context.Background()) })
 	s.serve(t, func(context.Context, *asynq.Task) error { return nil })
-	d, err := zclaim.NewDispatcher(s.broker, asynq.NewClientFromRedisClient(s.rdb), zclaim.DispatcherOptions{
-		TaskOptions: func(zclaim.Job) []asynq.Option { return []asynq.Option{asynq.Queue(s.queue)} },
-		Enqueue:     zclaimotel.EnqueueHook(zclaimotel.WithTracerProvider(s.tp), zclaimotel.WithMeterProvider(mp)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := s.dispatch(t, zclaim.DispatcherOptions{
+		Enqueue: zclaimotel.EnqueueHook(zclaimotel.WithTracerProvider(s.tp), zclaimotel.WithMeterProvider(mp))})
 	reg, err := zclaimotel.RegisterMetrics(zclaimotel.Metrics{Brokers: []*zclaim.Broker{s.broker},
 		Dispatchers: []*zclaim.Dispatcher{d}, Idempotency: []*zclaim.Idempotency{s.idem}}, zclaimotel.WithMeterProvider(mp))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { reg.Unregister() })
-	dctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); d.Run(dctx) }()
-	t.Cleanup(func() { stop(); <-done })
 	now := time.Now()
 	var jobs []zclaim.Job
 	for i := range 5 {

@@ -81,13 +81,15 @@ func newSetup(t *testing.T) *setup {
 	return s
 }
 
-// dispatch runs a Dispatcher with zclaimotel's hook until the test ends.
-func (s *setup) dispatch(t *testing.T) {
+// dispatch runs a Dispatcher with zclaimotel's hook (and the options o
+// gives) until the test ends, and returns it.
+func (s *setup) dispatch(t *testing.T, o zclaim.DispatcherOptions) *zclaim.Dispatcher {
 	t.Helper()
-	d, err := zclaim.NewDispatcher(s.broker, asynq.NewClientFromRedisClient(s.rdb), zclaim.DispatcherOptions{
-		TaskOptions: func(zclaim.Job) []asynq.Option { return []asynq.Option{asynq.Queue(s.queue)} },
-		Enqueue:     zclaimotel.EnqueueHook(zclaimotel.WithTracerProvider(s.tp)),
-	})
+	o.TaskOptions = func(zclaim.Job) []asynq.Option { return []asynq.Option{asynq.Queue(s.queue)} }
+	if o.Enqueue == nil {
+		o.Enqueue = zclaimotel.EnqueueHook(zclaimotel.WithTracerProvider(s.tp))
+	}
+	d, err := zclaim.NewDispatcher(s.broker, asynq.NewClientFromRedisClient(s.rdb), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +97,7 @@ func (s *setup) dispatch(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); d.Run(dctx) }()
 	t.Cleanup(func() { stop(); <-done })
+	return d
 }
 
 // serve runs an asynq server with the idempotency middleware and
@@ -158,7 +161,7 @@ func TestTraceFromScheduleToHandler(t *testing.T) {
 		}
 		return nil
 	})
-	s.dispatch(t)
+	s.dispatch(t, zclaim.DispatcherOptions{})
 	rctx, request := s.tp.Tracer("app").Start(ctx, "POST /orders")
 	job := zclaim.Job{ID: "order-1", RunAt: time.Now().Add(-time.Second), Type: "work"}
 	zclaimotel.Inject(rctx, &job)
@@ -215,16 +218,7 @@ func TestPlainMemberRootSpan(t *testing.T) {
 	if err := s.rdb.ZAdd(ctx, s.key, redis.Z{Score: float64(time.Now().Unix() - 1), Member: "legacy-1"}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := zclaim.NewDispatcher(s.broker, asynq.NewClientFromRedisClient(s.rdb), zclaim.DispatcherOptions{
-		DefaultType: "work", TaskOptions: func(zclaim.Job) []asynq.Option { return []asynq.Option{asynq.Queue(s.queue)} },
-		Enqueue: zclaimotel.EnqueueHook(zclaimotel.WithTracerProvider(s.tp))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); d.Run(dctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	s.dispatch(t, zclaim.DispatcherOptions{DefaultType: "work"})
 	send := s.spans(t, "send "+s.queue, 1)[0]
 	run := s.spans(t, "process "+s.queue, 1)[0]
 	if send.Parent().IsValid() || run.Parent().SpanID() != send.SpanContext().SpanID() {
@@ -272,7 +266,7 @@ func TestTakeoverSameTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	s.dispatch(t)
+	s.dispatch(t, zclaim.DispatcherOptions{})
 	rctx, request := s.tp.Tracer("app").Start(ctx, "POST /orders")
 	job := zclaim.Job{ID: "order-9", RunAt: time.Now().Add(-time.Second), Type: "work"}
 	zclaimotel.Inject(rctx, &job)

@@ -1,20 +1,19 @@
 package zclaimpg_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/zclaim/zclaim"
+	"github.com/zclaim/zclaim/internal/logbuf"
 	"github.com/zclaim/zclaim/internal/pgproc"
 	"github.com/zclaim/zclaim/zclaimpg"
 )
@@ -138,24 +137,6 @@ func TestCompleteTwiceInTx(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink the handler's goroutines may write at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Complete on a transaction the handler already committed returns an
 // error naming the misuse (ErrTxDone, matching zclaim.ErrMisuse), which the
 // middleware logs at Error; the effect committed without its done row.
@@ -165,7 +146,7 @@ func TestCompleteAfterCommit(t *testing.T) {
 		t.Run(p, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			var logs syncBuffer
+			var logs logbuf.Buffer
 			idem := b.idem(t, "", zclaim.IdempotencyOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			h := idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
 				if p == "pgx" {

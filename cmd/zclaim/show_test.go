@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/zclaim/zclaim"
 	"github.com/zclaim/zclaim/internal/redisproc"
+	"github.com/zclaim/zclaim/internal/wait"
 )
 
 // zclaim show (the built binary) finds a job a Dispatcher enqueued,
@@ -48,7 +49,7 @@ func TestShowFindsJobInAsynq(t *testing.T) {
 	if err := b.Schedule(ctx, jobs...); err != nil {
 		t.Fatal(err)
 	}
-	until(t, 10*time.Second, "the jobs enqueued and their claims settled", func() bool {
+	wait.Until(t, 10*time.Second, "the jobs enqueued and their claims settled", func() bool {
 		for _, j := range jobs {
 			js, err := b.Jobs(ctx, j.ID)
 			if err != nil || len(js) != 1 || js[0].State != zclaim.StateEnqueued {
@@ -87,7 +88,7 @@ func TestShowFindsJobInAsynq(t *testing.T) {
 	t.Cleanup(func() { close(block); srvA.Shutdown() })
 	for id, state := range map[string]string{"order-retry": "retry", "order-archived": "archived",
 		"order-done": "completed", "order-pending": "active"} {
-		until(t, 10*time.Second, id+" "+state, func() bool {
+		wait.Until(t, 10*time.Second, id+" "+state, func() bool {
 			out, _, code := runCLI(t, srv, "show", id, "--key", key, "--json")
 			var r struct{ Jobs []zclaim.JobInfo }
 			return code == exitOK && json.Unmarshal([]byte(out), &r) == nil && len(r.Jobs) == 1 &&
@@ -100,17 +101,5 @@ func TestShowFindsJobInAsynq(t *testing.T) {
 		if !regexp.MustCompile(w).MatchString(out) {
 			t.Fatalf("show order-retry: no %s in\n%s", w, out)
 		}
-	}
-}
-
-// until polls cond every 20 ms until it holds, for up to d.
-func until(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
