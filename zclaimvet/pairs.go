@@ -4,11 +4,13 @@ package zclaimvet
 // apart, and the report of them.
 
 import (
+	"fmt"
 	"go/ast"
 	"go/types"
 	"slices"
 	"strings"
 
+	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/ast/astutil"
 )
 
@@ -368,8 +370,14 @@ func (st *analysisState) report(r, rm event, lock *event, free *freed) {
 			st.paired[e.callee][e.calleeI] = true
 		}
 	}
-	if st.reported[r.node] || st.ok[line(st.pass, r.node)] || st.ok[line(st.pass, rm.node)] {
+	if st.reported[r.node] {
 		return
+	}
+	for _, n := range []ast.Node{r.node, rm.node} {
+		if why, ok := st.ok[line(st.pass, n)]; ok {
+			st.ignored[line(st.pass, n)] = why
+			return
+		}
 	}
 	st.reported[r.node] = true
 	key := r.Shown
@@ -390,7 +398,9 @@ func (st *analysisState) report(r, rm event, lock *event, free *freed) {
 		st.pass.Reportf(r.node.Pos(), ReleasedMessage, r.Name, key, free.claim.Name, free.claim.Pos, rm.Name, at, it,
 			free.rel.at, noun)
 	default:
-		st.pass.Reportf(r.node.Pos(), RacyMessage, r.Name, key, rm.Name, at, them, verb)
+		st.pass.Report(analysis.Diagnostic{Pos: r.node.Pos(),
+			Message:        fmt.Sprintf(RacyMessage, r.Name, key, rm.Name, at, them, verb),
+			SuggestedFixes: st.claimHere(r.node, key, rm.Name, at)})
 	}
 }
 

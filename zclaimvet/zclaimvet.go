@@ -76,8 +76,13 @@
 //
 //	go run github.com/zclaim/zclaim/cmd/zclaimvet@latest ./...
 //
-// Test files are skipped unless -tests is given. A "//zclaimvet:ok" comment
-// on the line of the read or the removal silences a report.
+// Test files are skipped unless -tests is given. A
+// "//zclaimvet:ignore reason" comment on the line of the read or the
+// removal marks a reviewed site: its report is left out, and each package
+// says on stderr how many it left out and why ("//zclaimvet:ok" does the
+// same without a reason). A racy poller's report carries a suggested fix
+// (zclaimvet -fix -diff shows it): a comment above the read that names the
+// one-step claim to put there.
 package zclaimvet
 
 import (
@@ -85,7 +90,10 @@ import (
 	"go/ast"
 	"go/token"
 	"go/types"
+	"io"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -314,8 +322,9 @@ type event struct {
 
 type analysisState struct {
 	pass      *analysis.Pass
-	ok        map[token.Position]bool
-	summaries map[*types.Func]*Summary // this package's, being computed
+	ok        map[token.Position]string // lines of //zclaimvet:ok and //zclaimvet:ignore, with the reason
+	ignored   map[token.Position]string // those that left a report out
+	summaries map[*types.Func]*Summary  // this package's, being computed
 	decls     map[*types.Func]*ast.FuncDecl
 	watched   map[ast.Node]bool // function bodies run in a WATCH transaction
 	final     bool              // the reporting pass
@@ -331,7 +340,7 @@ func run(pass *analysis.Pass) (any, error) {
 	if !uses(pass) {
 		return nil, nil
 	}
-	st := &analysisState{pass: pass, ok: okLines(pass), summaries: map[*types.Func]*Summary{},
+	st := &analysisState{pass: pass, ok: okLines(pass), ignored: map[token.Position]string{}, summaries: map[*types.Func]*Summary{},
 		decls: map[*types.Func]*ast.FuncDecl{}, watched: map[ast.Node]bool{}, reported: map[ast.Node]bool{},
 		paired: map[*types.Func]map[int]bool{}, impls: map[*types.Func]*Summary{}, origin: map[*types.Func][]ast.Node{}, discarded: map[*ast.CallExpr]bool{},
 		taken: map[*ast.CallExpr]bool{}}
@@ -392,7 +401,56 @@ func run(pass *analysis.Pass) (any, error) {
 			pass.ExportObjectFact(fn, s)
 		}
 	}
+	st.countIgnored()
 	return nil, nil
+}
+
+// ignoredOut is where each package says how many reviewed sites it left
+// out (stderr, as the command's reports).
+var ignoredOut io.Writer = os.Stderr
+
+// countIgnored says how many reports the package's ignore and ok comments
+// left out, and where: a silenced site stays in sight.
+func (st *analysisState) countIgnored() {
+	if len(st.ignored) == 0 {
+		return
+	}
+	var lines []string
+	for at, why := range st.ignored {
+		if why == "" {
+			why = "//zclaimvet:ok"
+		}
+		lines = append(lines, fmt.Sprintf("  %s:%d: %s", filepath.Base(at.Filename), at.Line, why))
+	}
+	slices.Sort(lines)
+	fmt.Fprintf(ignoredOut, "zclaimvet: %s: %d reviewed site(s) left out (//zclaimvet:ignore, //zclaimvet:ok):\n%s\n",
+		st.pass.Pkg.Path(), len(lines), strings.Join(lines, "\n"))
+}
+
+// claimHere is a racy poller's suggested fix: a comment above the read's
+// line that names the one-step claim to put in place of the read and its
+// removal (rm at at).
+func (st *analysisState) claimHere(read ast.Node, key, rm, at string) []analysis.SuggestedFix {
+	tf := st.pass.Fset.File(read.Pos())
+	if tf == nil || st.pass.ReadFile == nil {
+		return nil
+	}
+	src, err := st.pass.ReadFile(tf.Name())
+	if err != nil {
+		return nil
+	}
+	start := tf.LineStart(tf.Line(read.Pos()))
+	off := tf.Offset(start)
+	indent := off
+	for indent < len(src) && (src[indent] == '\t' || src[indent] == ' ') {
+		indent++
+	}
+	pad := string(src[off:indent])
+	text := pad + "// TODO(zclaimvet): this read and the " + rm + " at " + at + " race: take due jobs of " + key +
+		" in one step instead,\n" + pad + "// zclaim's `claims, err := broker.Claim(ctx, 100)` (github.com/zclaim/zclaim), " +
+		"or one Lua script that reads and removes them (ZRANGEBYSCORE then ZREM inside EVAL).\n"
+	return []analysis.SuggestedFix{{Message: "mark the poller with the one-step claim to put here",
+		TextEdits: []analysis.TextEdit{{Pos: start, End: start, NewText: []byte(text)}}}}
 }
 
 // IsClient reports whether path is the import path of a package of a Redis
@@ -424,15 +482,26 @@ func line(pass *analysis.Pass, n ast.Node) token.Position {
 	return token.Position{Filename: p.Filename, Line: p.Line}
 }
 
-// okLines returns the lines that carry a "//zclaimvet:ok" comment.
-func okLines(pass *analysis.Pass) map[token.Position]bool {
-	out := map[token.Position]bool{}
+// okLines returns the lines that carry a "//zclaimvet:ok" comment or a
+// "//zclaimvet:ignore reason" one (the reason, "" for ok), and reports an
+// ignore without a reason.
+func okLines(pass *analysis.Pass) map[token.Position]string {
+	out := map[token.Position]string{}
 	for _, f := range pass.Files {
 		for _, cg := range f.Comments {
 			for _, c := range cg.List {
-				if strings.HasPrefix(c.Text, "//zclaimvet:ok") {
-					p := pass.Fset.Position(c.Pos())
-					out[token.Position{Filename: p.Filename, Line: p.Line}] = true
+				p := pass.Fset.Position(c.Pos())
+				at := token.Position{Filename: p.Filename, Line: p.Line}
+				switch {
+				case strings.HasPrefix(c.Text, "//zclaimvet:ok"):
+					out[at] = ""
+				case strings.HasPrefix(c.Text, "//zclaimvet:ignore"):
+					reason := strings.TrimSpace(strings.TrimPrefix(c.Text, "//zclaimvet:ignore"))
+					if reason == "" {
+						pass.Reportf(c.Pos(), "//zclaimvet:ignore needs a reason: //zclaimvet:ignore <why this site is safe>")
+						continue
+					}
+					out[at] = reason
 				}
 			}
 		}

@@ -1,6 +1,8 @@
 package zclaimvet_test
 
 import (
+	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/zclaim/zclaim/zclaimvet"
@@ -23,4 +25,28 @@ func TestAnalyzerTests(t *testing.T) {
 	}
 	defer zclaimvet.Analyzer.Flags.Set("tests", "false")
 	analysistest.Run(t, analysistest.TestData(), zclaimvet.Analyzer, "twith")
+}
+
+// A site marked //zclaimvet:ignore with a reason (on the read's line or
+// the removal's) is left out and counted, with its reason, on the
+// package's line of output; a mark without a reason is reported and
+// silences nothing.
+func TestIgnore(t *testing.T) {
+	var out bytes.Buffer
+	old := *zclaimvet.IgnoredOut
+	*zclaimvet.IgnoredOut = &out
+	defer func() { *zclaimvet.IgnoredOut = old }()
+	analysistest.Run(t, analysistest.TestData(), zclaimvet.Analyzer, "ign")
+	for _, want := range []string{"zclaimvet: ign: 2 reviewed site(s) left out",
+		"ign.go:15: one replica runs this, under the deploy's leader lease", "ign.go:23: a dev-only tool"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// A racy poller's report suggests the one-step claim, as a comment above
+// the read (zclaimvet -fix -diff).
+func TestSuggestedFix(t *testing.T) {
+	analysistest.RunWithSuggestedFixes(t, analysistest.TestData(), zclaimvet.Analyzer, "fix")
 }

@@ -1,0 +1,4 @@
+package zclaimvet
+
+// IgnoredOut is where packages say how many reviewed sites they left out.
+var IgnoredOut = &ignoredOut
