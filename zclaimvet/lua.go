@@ -45,6 +45,12 @@ var (
 	luaReads = map[string]bool{"ZSCORE": true, "ZMSCORE": true, "ZRANK": true, "ZREVRANK": true, "ZRANGE": true,
 		"ZRANGEBYSCORE": true, "ZREVRANGEBYSCORE": true, "ZREVRANGE": true, "ZPOPMIN": true, "ZPOPMAX": true,
 		"ZRANGESTORE": true, "ZRANDMEMBER": true, "ZSCAN": true}
+	// luaLookup matches a read of a record whose reply a script can
+	// test (the command, and the key's text up to the next argument).
+	luaLookup = regexp.MustCompile(`redis\.p?call\(\s*['"]((?i)get|hget|hgetall|hmget|exists|hexists)['"]\s*,\s*([^,)]+)`)
+	// luaConsume matches a deletion of a record (the key's text as in
+	// luaLookup).
+	luaConsume = regexp.MustCompile(`redis\.p?call\(\s*['"]((?i)del|unlink|hdel)['"]\s*,\s*([^,)]+)`)
 	// luaGates are the commands whose reply, where a script tests it or
 	// keeps it, decides who goes on: a removal's count, a pop, a SET NX.
 	luaGates = map[string]bool{"ZREM": true, "LREM": true, "SREM": true, "HDEL": true, "DEL": true, "UNLINK": true,
@@ -59,7 +65,7 @@ var (
 // arguments and tests or keeps no reply of a removal, a pop or a SET (any
 // of which decides who goes on, as a checked ZREM does in Go).
 func scriptRemoves(src string) []int {
-	if luaCAS.MatchString(src) {
+	if luaCAS.MatchString(src) || claimsRecord(src) {
 		return nil
 	}
 	alias := map[string]int{}
@@ -103,6 +109,25 @@ func scriptRemoves(src string) []int {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// claimsRecord reports whether a script claims by a record of another
+// key: it reads the record, keeps or tests the reply (not a statement of
+// its own), and deletes that same record. Inside one script that is a
+// claim: the first run takes the record away, and a second finds none.
+// A read that nothing deletes (an EXISTS of a job's record, say) decides
+// nothing: two runs both find it.
+func claimsRecord(src string) bool {
+	consumed := map[string]bool{}
+	for _, m := range luaConsume.FindAllStringSubmatch(src, -1) {
+		consumed[strings.TrimSpace(m[2])] = true
+	}
+	for _, at := range luaLookup.FindAllStringSubmatchIndex(src, -1) {
+		if consumed[strings.TrimSpace(src[at[4]:at[5]])] && !statementStart(src[:at[0]]) {
+			return true
+		}
+	}
+	return false
 }
 
 // scriptRemoval returns the removal that call, a script whose source is

@@ -25,6 +25,12 @@ func TestScriptRemoves(t *testing.T) {
 		{"existence is no compare", "for i = 1, #ARGV do\nif redis.call('EXISTS', 'job:' .. ARGV[i]) == 1 then\nredis.call('ZREM', KEYS[1], ARGV[i])\nend\nend", []int{0}},
 		{"one line, after do", "for i = 1, #ARGV do redis.call('ZREM', KEYS[1], ARGV[i]) end", []int{0}},
 		{"one line, in an if", "for i = 1, #ARGV do if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then end end", nil},
+		{"claimed by its record: read, tested, deleted", "local msg = redis.call('GET', KEYS[2])\nif not msg then return nil end\n" +
+			"redis.call('DEL', KEYS[2])\nredis.call('ZREM', KEYS[1], ARGV[1])\nreturn msg", nil},
+		{"claimed by a hash field of a named record", "local rec = 'msg:' .. ARGV[1]\nif redis.call('HGET', rec, 'body') then\n" +
+			"redis.call('HDEL', rec, 'body')\nredis.call('ZREM', KEYS[1], ARGV[1])\nend", nil},
+		{"record read, not deleted", "local msg = redis.call('GET', KEYS[2])\nredis.call('ZREM', KEYS[1], ARGV[1])\nreturn msg", []int{0}},
+		{"record deleted, not read", "redis.call('DEL', KEYS[2])\nredis.call('ZREM', KEYS[1], ARGV[1])", []int{0}},
 		{"variable key index", "for i = 1, #KEYS do redis.call('ZREM', KEYS[i], ARGV[1]) end", nil},
 	} {
 		if got := scriptRemoves(c.src); !slices.Equal(got, c.want) {

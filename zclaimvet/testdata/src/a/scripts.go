@@ -118,3 +118,33 @@ func restoreOneLineTested(rdb *redis.Client, now string) { // want restoreOneLin
 	rdb.Eval(ctx, "for i = 1, #ARGV do if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then redis.call('RPUSH', KEYS[2], ARGV[i]) end end",
 		[]string{"inflight", "ready"}, toAny(ids)...)
 }
+
+// A consumer whose script claims each message by its record: it reads the
+// record, stops where it is gone, deletes it and removes the member, all
+// in one script (quiet); its twin reads the record without deleting it,
+// so two consumers both get it (reported).
+var takeRecordScript = redis.NewScript(`
+local body = redis.call('GET', 'msg:' .. ARGV[1])
+if not body then return false end
+redis.call('DEL', 'msg:' .. ARGV[1])
+redis.call('ZREM', KEYS[1], ARGV[1])
+return body`)
+
+var peekRecordScript = redis.NewScript(`
+local body = redis.call('GET', 'msg:' .. ARGV[1])
+redis.call('ZREM', KEYS[1], ARGV[1])
+return body`)
+
+func consumeByRecord(rdb *redis.Client, now string) { // want consumeByRecord:`^zset\(read "delayed"\)$`
+	for _, id := range rdb.ZRangeByScore(ctx, "delayed", &redis.ZRangeBy{Min: "-inf", Max: now}).Val() {
+		body, _ := takeRecordScript.Run(ctx, rdb, []string{"delayed"}, id).Text()
+		run(body)
+	}
+}
+
+func consumeByPeek(rdb *redis.Client, now string) {
+	for _, id := range rdb.ZRangeByScore(ctx, "delayed", &redis.ZRangeBy{Min: "-inf", Max: now}).Val() { // want `racy poller: ZRANGEBYSCORE reads due members of "delayed" here, and ZREM in a script at scripts.go:\d+ removes`
+		body, _ := peekRecordScript.Run(ctx, rdb, []string{"delayed"}, id).Text()
+		run(body)
+	}
+}
