@@ -188,9 +188,9 @@ type Broker struct {
 
 	noticeDenied sync.Once // a refused notice is logged once
 	recovered    struct{ requeued, dead, trimmed atomic.Int64 }
-	nextShard    atomic.Int64  // where Claim starts, with Shards
-	quietShards  quietShards   // by shard: its last claim found nothing due and nothing in flight
-	inspector    lazyInspector // asynq's, for Jobs
+	nextShard    atomic.Int64 // where Claim starts, with Shards
+	quietShards  quietShards  // by shard: its last claim found nothing due and nothing in flight
+	history      jobHistory   // the tasks jobs became, for Jobs
 }
 
 // Job is one piece of work on the schedule. Its ID is the member of the
@@ -281,7 +281,7 @@ func NewBroker(rdb redis.UniversalClient, opts BrokerOptions) (*Broker, error) {
 	}
 	b := &Broker{shardSet: shardSet{rdb: rdb, shards: shards, repl: replication{opts.WaitReplicas, opts.WaitTimeout}},
 		opts: opts, keys: k, units: units{ups}, log: opts.Logger,
-		quietShards: make(quietShards, len(shards)),
+		quietShards: make(quietShards, len(shards)), history: jobHistory{keep: opts.History},
 		state: &stateMarker{rdb: rdb, key: k.marker, log: opts.Logger, what: "the schedule's keys (" + k.schedule + ")",
 			every: stateCheckInterval}}
 	if err := startup(rdb, k.schedule, opts.AllowEviction, b.log, b.state); err != nil {

@@ -246,7 +246,7 @@ func (b *Broker) finishBatches(ctx context.Context, ends ...batchEnd) ([]batchEn
 		}
 		byShard[e.lease.shard] = append(byShard[e.lease.shard], e)
 	}
-	bucket, expire := b.sentBucket(time.Now())
+	bucket, expire := b.history.bucket(time.Now())
 	cmds := b.writeShards(ctx, finishScript, shards, func(k *keys) ([]string, []any) {
 		args := []any{b.ups, b.opts.MaxAttempts, b.notice(k), 0, expire}
 		for _, e := range byShard[k.shard] {

@@ -135,12 +135,12 @@ func (b *Broker) Jobs(ctx context.Context, id string) ([]JobInfo, error) {
 			}
 		}
 	}
-	sent, err := b.sentOf(ctx, id)
+	sent, err := b.history.read(ctx, b.rdb, k, id)
 	if err != nil {
 		return out, err
 	}
 	for _, j := range sent {
-		if err := b.taskState(ctx, &j); err != nil {
+		if err := b.history.taskState(ctx, b.rdb, b.opts.Runs, &j); err != nil {
 			return out, err
 		}
 		out = append(out, j)

@@ -32,34 +32,41 @@ type sentJob struct{ id, task string }
 // sentBuckets is how many buckets History spans.
 const sentBuckets = 24
 
+// jobHistory is what a Broker keeps of the tasks its jobs became: how long
+// (BrokerOptions.History; negative: nothing), and asynq's Inspector, made
+// on first use, to read the tasks back.
+type jobHistory struct {
+	keep time.Duration
+	once sync.Once
+	insp *asynq.Inspector
+}
+
 // bucketLen is the length of a sent bucket.
-func (b *Broker) bucketLen() time.Duration {
-	return max(b.opts.History/sentBuckets, time.Minute)
+func (h *jobHistory) bucketLen() time.Duration {
+	return max(h.keep/sentBuckets, time.Minute)
 }
 
-// sentBucket names the bucket of time t (the key's suffix) and when it
+// bucket names the bucket of time t (the key's suffix) and when it
 // expires, in Unix ms.
-func (b *Broker) sentBucket(t time.Time) (string, int64) {
-	l := b.bucketLen().Milliseconds()
+func (h *jobHistory) bucket(t time.Time) (string, int64) {
+	l := h.bucketLen().Milliseconds()
 	n := t.UnixMilli() / l
-	return strconv.FormatInt(n, 10), (n+1)*l + b.opts.History.Milliseconds()
+	return strconv.FormatInt(n, 10), (n+1)*l + h.keep.Milliseconds()
 }
 
-// sentOf reads the tasks job id became in the buckets of the last History
-// (and the next bucket: another process's clock may run ahead), newest
-// first, one per task id.
-func (b *Broker) sentOf(ctx context.Context, id string) ([]JobInfo, error) {
-	if b.opts.History < 0 {
+// read returns the tasks job id (of shard k) became in the buckets of the
+// last History (and the next bucket: another process's clock may run
+// ahead), newest first, one per task id.
+func (h *jobHistory) read(ctx context.Context, rdb redis.UniversalClient, k *keys, id string) ([]JobInfo, error) {
+	if h.keep < 0 {
 		return nil, nil
 	}
-	k := b.shardOf(id)
 	now := time.Now()
-	l := b.bucketLen()
-	n := int(b.opts.History/l) + 2
-	cmds := make([]*redis.StringCmd, n+1)
-	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	l := h.bucketLen()
+	cmds := make([]*redis.StringCmd, int(h.keep/l)+3)
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range cmds {
-			bucket, _ := b.sentBucket(now.Add(time.Duration(1-i) * l))
+			bucket, _ := h.bucket(now.Add(time.Duration(1-i) * l))
 			cmds[i] = p.HGet(ctx, k.sent+bucket, id)
 		}
 		return nil
@@ -89,28 +96,17 @@ func (b *Broker) sentOf(ctx context.Context, id string) ([]JobInfo, error) {
 	return out, nil
 }
 
-// lazyInspector is asynq's Inspector on the Broker's client, made on
-// first use.
-type lazyInspector struct {
-	once sync.Once
-	insp *asynq.Inspector
-}
-
-func (l *lazyInspector) get(rdb redis.UniversalClient) *asynq.Inspector {
-	l.once.Do(func() { l.insp = asynq.NewInspectorFromRedisClient(rdb) })
-	return l.insp
-}
-
 // taskState fills in asynq's record of j's task: its state, retries and
 // last error ("" state when asynq no longer has it: completed past its
-// retention, or deleted), and, with BrokerOptions.Runs, whether its run
+// retention, or deleted), and, with a Runs store, whether its run
 // finished.
-func (b *Broker) taskState(ctx context.Context, j *JobInfo) error {
+func (h *jobHistory) taskState(ctx context.Context, rdb redis.UniversalClient, runs *Idempotency, j *JobInfo) error {
+	h.once.Do(func() { h.insp = asynq.NewInspectorFromRedisClient(rdb) })
 	queue := j.Queue
 	if queue == "" {
 		queue = "default"
 	}
-	info, err := b.inspector.get(b.rdb).GetTaskInfo(queue, j.TaskID)
+	info, err := h.insp.GetTaskInfo(queue, j.TaskID)
 	switch {
 	case err == nil:
 		j.TaskState, j.Retried, j.LastError = info.State.String(), info.Retried, info.LastErr
@@ -118,8 +114,8 @@ func (b *Broker) taskState(ctx context.Context, j *JobInfo) error {
 	default:
 		return zerr("zclaim: job: asynq's task %q: %w", j.TaskID, err)
 	}
-	if r := b.opts.Runs; r != nil {
-		j.RunDone, err = runFinished(ctx, r, j.TaskID)
+	if runs != nil {
+		j.RunDone, err = runFinished(ctx, runs, j.TaskID)
 	}
 	return err
 }
