@@ -67,6 +67,33 @@ var (
 	lockNames = map[string]string{"SETNX": "SETNX", "HSETNX": "HSETNX"}
 )
 
+// addCmds are the commands that add a member to a set and answer whether
+// they added it: where the caller tests that count, only one caller of
+// a member goes on (addClaim).
+var addCmds = map[string]bool{"ZADD": true, "SADD": true}
+
+// addClaim tells whether call adds one member to a set and its caller
+// tests the count (a ZADD NX or SADD of the id into a "taken" set, say):
+// the caller whose add counted 1 goes on, as with a SET NX.
+func (st *analysisState) addClaim(s *fnScope, call *ast.CallExpr) bool {
+	name := ""
+	if fn, n := goRedisMethod(st.pass, call); fn != nil {
+		switch n {
+		case "ZAdd", "ZAddNX", "SAdd":
+			name = n
+		case "Do":
+			if i := keyIndex(fn); i < len(call.Args) {
+				if cmd, ok := stringConst(st.pass, call.Args[i]); ok && addCmds[strings.ToUpper(cmd)] {
+					name = cmd
+				}
+			}
+		}
+	} else if cmd, ok := namedCmd(st.pass, call); ok && addCmds[cmd] {
+		name = cmd
+	}
+	return name != "" && st.countTested(s, call)
+}
+
 // claimOf tells whether a command hands an id to one caller only (claim):
 // a pop or move from a list, or a SET NX, which is also a lock: the name
 // it is reported by, "" for any other claim.

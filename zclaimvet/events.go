@@ -155,7 +155,7 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 				}
 				return true
 			}
-			if claim, lock := claimOf(pass, x); claim {
+			if claim, lock := claimOf(pass, x); claim || st.addClaim(s, x) {
 				evs = append(evs, event{node: x, claim: true, Access: Access{Name: lock, Key: st.claimKey(s, x), Pos: pos(pass, x)}})
 				return true
 			}

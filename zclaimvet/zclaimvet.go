@@ -39,7 +39,8 @@
 // or when a helper returns the count and its caller tests it)
 // is correct but costs a ZREM per job, and every other worker's read is
 // wasted: it gets a milder report of its own. A removal after an atomic
-// claim of the id (LPOP or LMOVE from a ready list, SET NX of the id), or
+// claim of the id (LPOP or LMOVE from a ready list, SET NX of the id, a
+// ZADD or SADD of the id into another set whose count is tested), or
 // after a checked ZREM (of the member from another set, say), only cleans
 // up, and is not reported, unless the function lets that lock go after
 // the removal or in a defer (a DEL of its key, a lock library's release,

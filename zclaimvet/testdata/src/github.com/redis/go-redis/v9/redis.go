@@ -63,6 +63,7 @@ func (cmdable) ZRemRangeByScore(ctx context.Context, key, min, max string) *IntC
 }
 func (cmdable) ZAdd(ctx context.Context, key string, members ...Z) *IntCmd   { return nil }
 func (cmdable) ZAddNX(ctx context.Context, key string, members ...Z) *IntCmd { return nil }
+func (cmdable) SAdd(ctx context.Context, key string, members ...any) *IntCmd { return nil }
 func (cmdable) ZRangeByScoreWithScores(ctx context.Context, key string, opt *ZRangeBy) *ZSliceCmd {
 	return nil
 }
