@@ -56,7 +56,7 @@ func realMain(args []string, w io.Writer, redisURL string) int {
 	fs.BoolVar(&cfg.naive, "naive", false, "run the racy ZRANGEBYSCORE-then-ZREM poller instead")
 	fs.DurationVar(&cfg.deadline, "timeout", 15*time.Second, "give up after this long")
 	fs.StringVar(&cfg.metrics, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics while it runs (ADDR such as localhost:2112)")
-	fs.DurationVar(&cfg.hold, "hold", 0, "with -metrics: keep serving this long after the run (0: until Ctrl-C)")
+	fs.DurationVar(&cfg.hold, "hold", 0, "with -metrics: keep serving this long after the run (0: until Ctrl-C or SIGTERM)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

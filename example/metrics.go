@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,7 +18,7 @@ import (
 )
 
 // serveMetrics serves the run's metrics (zclaimprom) at cfg.metrics. The
-// function it returns keeps serving for cfg.hold (until Ctrl-C when 0),
+// function it returns keeps serving for cfg.hold (until Ctrl-C or SIGTERM when 0),
 // then stops the server.
 func serveMetrics(w io.Writer, cfg config, b *zclaim.Broker, ds []*zclaim.Dispatcher, idem *zclaim.Idempotency) (func(), error) {
 	reg := prometheus.NewRegistry()
@@ -38,8 +39,8 @@ func serveMetrics(w io.Writer, cfg config, b *zclaim.Broker, ds []*zclaim.Dispat
 			fmt.Fprintf(w, "serving metrics for %v more\n", cfg.hold)
 			time.Sleep(cfg.hold)
 		} else {
-			fmt.Fprintln(w, "serving metrics until Ctrl-C")
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+			fmt.Fprintln(w, "serving metrics until Ctrl-C (or SIGTERM)")
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			<-ctx.Done()
 			stop()
 		}
