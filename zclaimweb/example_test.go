@@ -22,6 +22,7 @@ func ExampleNew() {
 		Schedules: []*zclaim.Broker{broker},
 		Inspector: asynq.NewInspectorFromRedisClient(rdb),
 		Root:      "/zclaim",
+		Hosts:     []string{"ops.example.com"}, // the name the service is reached by
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -10,10 +10,14 @@
 //		Idempotency: idem,                                   // optional: runs
 //		Inspector:   asynq.NewInspectorFromRedisClient(rdb), // optional: asynq's queues
 //		Root:        "/zclaim",
+//		Hosts:       []string{"ops.example.com"},             // the name it is served under
 //	})
 //	mux.Handle("/zclaim/", h)
 //
-// The pages and their assets are embedded; nothing is fetched at run time.
+// It answers only to IP addresses, loopback names and the names in
+// Options.Hosts: a page on another name rebound to its address gets 421
+// and no token. The pages and their assets are embedded; nothing is
+// fetched at run time.
 // Every value from Redis is escaped. Actions are POSTs that carry the
 // handler's CSRF token and pass through a confirmation page; with ReadOnly
 // the pages show no buttons and the handler refuses every POST. The
