@@ -68,7 +68,9 @@ func (st *analysisState) events(s *fnScope, body *ast.BlockStmt, group any) []ev
 			// callback that acknowledges it, say) runs when its holder
 			// calls it: after what this function sent before it.
 			for _, lit := range keptLiterals(x) {
-				evs = append(evs, st.events(s, lit.Body, group)...)
+				if !st.watched[lit.Body] { // a WATCH transaction's function: atomic where it runs
+					evs = append(evs, st.events(s, lit.Body, group)...)
+				}
 			}
 			return true
 		case *ast.GoStmt:
@@ -302,10 +304,88 @@ func (st *analysisState) findWatched(f *ast.File) {
 						st.watched[lit.Body] = true
 					}
 				}
+			case *ast.CallExpr: // a function built by a call: the literals its callee returns
+				for _, lit := range st.builtLits(x) {
+					st.watched[lit.Body] = true
+				}
 			}
 		}
 		return true
 	})
+}
+
+// builtLits returns the function literals that call, a call of a function
+// or method of this package that builds one (q.watcher(key)), or of a
+// struct field set to such a function, returns: each a return of its body.
+func (st *analysisState) builtLits(call *ast.CallExpr) []*ast.FuncLit {
+	var builders []*ast.FuncLit
+	var bodies []*ast.BlockStmt
+	if fn := calleeOf(st.pass, call); fn != nil {
+		if fd := st.decls[fn]; fd != nil {
+			bodies = append(bodies, fd.Body)
+		}
+	} else if sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr); ok {
+		// A field of func type: what the package sets it to.
+		if field, ok := st.pass.TypesInfo.Uses[sel.Sel].(*types.Var); ok && field.IsField() {
+			for _, f := range st.pass.Files {
+				ast.Inspect(f, func(n ast.Node) bool {
+					switch x := n.(type) {
+					case *ast.KeyValueExpr: // watchQueue{build: q.watcher}
+						if id, ok := x.Key.(*ast.Ident); ok && st.pass.TypesInfo.Uses[id] == field {
+							builders = append(builders, st.funcValue(x.Value, &bodies)...)
+						}
+					case *ast.AssignStmt: // q.build = q.watcher
+						for i, l := range x.Lhs {
+							if ls, ok := l.(*ast.SelectorExpr); ok && i < len(x.Rhs) && st.pass.TypesInfo.Uses[ls.Sel] == field {
+								builders = append(builders, st.funcValue(x.Rhs[i], &bodies)...)
+							}
+						}
+					}
+					return true
+				})
+			}
+		}
+	}
+	for _, b := range builders {
+		bodies = append(bodies, b.Body)
+	}
+	var out []*ast.FuncLit
+	for _, body := range bodies {
+		ast.Inspect(body, func(n ast.Node) bool {
+			switch x := n.(type) {
+			case *ast.FuncLit:
+				if x.Body != body {
+					return false // a return of another literal is that one's
+				}
+			case *ast.ReturnStmt:
+				for _, r := range x.Results {
+					if lit, ok := ast.Unparen(r).(*ast.FuncLit); ok {
+						out = append(out, lit)
+					}
+				}
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// funcValue returns e where it is a function literal, and adds the body
+// of the package's function or method e names to bodies.
+func (st *analysisState) funcValue(e ast.Expr, bodies *[]*ast.BlockStmt) []*ast.FuncLit {
+	switch x := ast.Unparen(e).(type) {
+	case *ast.FuncLit:
+		return []*ast.FuncLit{x}
+	case *ast.Ident, *ast.SelectorExpr:
+		id, _ := x.(*ast.Ident)
+		if sel, ok := x.(*ast.SelectorExpr); ok {
+			id = sel.Sel
+		}
+		if fn, ok := st.pass.TypesInfo.Uses[id].(*types.Func); ok && st.decls[fn] != nil {
+			*bodies = append(*bodies, st.decls[fn].Body)
+		}
+	}
+	return nil
 }
 
 // litOf finds the function literal a variable is defined as.
