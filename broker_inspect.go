@@ -175,7 +175,7 @@ func (r RunInfo) OfJob(id string) bool {
 // begins again). A finished run, or one not begun, is no entry.
 func (r RunInfo) jobInfo(id string) (JobInfo, bool) {
 	j := JobInfo{ID: id, Due: r.Job.Due, Attempt: r.Job.Attempt, Type: r.Type, Queue: r.Queue,
-		LeaseUntil: r.LeaseUntil, Token: r.Token, TaskID: r.TaskID, Started: r.Started}
+		LeaseUntil: r.LeaseUntil, Token: r.Token, TaskID: r.TaskID, Started: r.Started, TakenOver: r.TakenOver}
 	switch r.State {
 	case RunLive:
 		j.State = StateRunning

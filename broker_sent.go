@@ -114,10 +114,18 @@ func (h *jobHistory) taskState(ctx context.Context, rdb redis.UniversalClient, r
 	default:
 		return zerr("zclaim: job: asynq's task %q: %w", j.TaskID, err)
 	}
-	if runs != nil {
-		j.RunDone, err = runFinished(ctx, runs, j.TaskID)
+	if runs == nil {
+		return nil
 	}
-	return err
+	if j.RunDone, err = runFinished(ctx, runs, j.TaskID); err != nil {
+		return err
+	}
+	if v, err := runs.rdb.Get(ctx, runs.takeover.tookKey(j.TaskID)).Result(); err == nil {
+		j.TakenOver = parseTook(v)
+	} else if !errors.Is(err, redis.Nil) {
+		return wrap(ctx, "job", err, nil)
+	}
+	return nil
 }
 
 // runFinished reports whether store i records key's run as finished

@@ -46,6 +46,9 @@ type RunInfo struct {
 	TaskID     string    // the asynq task's id
 	Type       string    // the asynq task's type
 	Job        JobInfo   `json:",omitzero"` // the job, for a task a Dispatcher sent
+	// TakenOver is set when a live process took the task's run over from
+	// a dead worker (kept for the store's Retention).
+	TakenOver *Takeover `json:",omitempty"`
 }
 
 // Runs returns the runs of the asynq tasks that are active now in the
@@ -124,6 +127,9 @@ func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs [
 			}
 		}
 		runs = append(runs, ri)
+	}
+	if err := i.takeover.takenOver(ctx, runs); err != nil {
+		return nil, "", wrap(ctx, "runs", err, nil)
 	}
 	return runs, next, partial
 }

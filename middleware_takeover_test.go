@@ -597,7 +597,7 @@ func TestBrokerReportsRuns(t *testing.T) {
 	short := newIdem(t, rdb, IdempotencyOptions{Prefix: prefix, Lease: 20 * time.Millisecond})
 	live, err := long.Begin(ctx, "order-1")
 	must(t, err)
-	_, err = short.Begin(ctx, "order-2") // and then its worker died
+	dead, err := short.Begin(ctx, "order-2") // and then its worker died
 	must(t, err)
 	time.Sleep(30 * time.Millisecond)
 	b := newBroker(t, BrokerOptions{Key: key, Runs: long})
@@ -618,6 +618,36 @@ func TestBrokerReportsRuns(t *testing.T) {
 	}
 	_, err = b.Job(ctx, "order-3")
 	wantErr(t, err, ErrNotFound)
+
+	// A pass takes order-2 over: Runs and the Broker say by whom, from
+	// which token, after how long.
+	long.types.Store("work", true) // as if its middleware had handled a task of the type
+	long.takeover.in = asynq.NewInspectorFromRedisClient(rdb)
+	took, err := long.takeover.takeoverPass(ctx)
+	must(t, err)
+	if took != 1 {
+		t.Fatalf("the pass took %d runs over, want order-2's", took)
+	}
+	// The worker takes the task back from its queue; then it is active again.
+	waitFor(t, 10*time.Second, "order-2 active again", func() bool { _, err := b.Job(ctx, "order-2"); return err == nil })
+	runs, _, err := long.Runs(ctx, "", 0)
+	must(t, err)
+	for _, r := range runs {
+		tk := r.TakenOver
+		switch {
+		case r.Key == "order-1" && tk != nil:
+			t.Fatalf("order-1, live, shows a takeover: %+v", tk)
+		case r.Key == "order-2" && (tk == nil || tk.By != thisProcess() || tk.From != dead.Token || tk.Silent <= 0 ||
+			time.Since(tk.At) > time.Minute):
+			t.Fatalf("order-2's run after the takeover: %+v (takeover %+v), want by %s from token %d", r, tk,
+				thisProcess(), dead.Token)
+		}
+	}
+	j, err = b.Job(ctx, "order-2")
+	must(t, err)
+	if j.TakenOver == nil || j.TakenOver.From != dead.Token {
+		t.Fatalf("the Broker's order-2: %+v, want its takeover", j)
+	}
 }
 
 // On a Redis Cluster of three masters, with run records spread over their

@@ -53,6 +53,9 @@ type JobInfo struct {
 	// RunDone is enqueued's: the Broker's Runs store records the task's
 	// run as finished (within its Retention).
 	RunDone bool `json:",omitzero"`
+	// TakenOver: a live process took the task's run over from a dead
+	// worker (Runs' record of it; running, abandoned or enqueued).
+	TakenOver *Takeover `json:",omitempty"`
 }
 
 // Occurrence returns the occurrence's name, OccurrenceID(j.ID, j.Due).

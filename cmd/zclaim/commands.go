@@ -428,7 +428,20 @@ func enqueuedRows(j zclaim.JobInfo, now time.Time) [][]string {
 	if j.RunDone {
 		rows = append(rows, []string{"run", "finished"})
 	}
-	return rows
+	return append(rows, tookRows(j.TakenOver, now)...)
+}
+
+// tookRows say who took a run over from its dead worker, if anyone did.
+func tookRows(t *zclaim.Takeover, now time.Time) [][]string {
+	if t == nil {
+		return nil
+	}
+	from := "its run had not begun"
+	if t.From != 0 {
+		from = "from token " + strconv.FormatInt(t.From, 10)
+	}
+	return [][]string{{"taken over", fmt.Sprintf("%s by %s, %s, silent %v", when(t.At, now), t.By, from,
+		t.Silent.Round(time.Millisecond))}}
 }
 
 func runRows(r zclaim.RunInfo, now time.Time) [][]string {
@@ -441,7 +454,7 @@ func runRows(r zclaim.RunInfo, now time.Time) [][]string {
 	if !r.LeaseUntil.IsZero() {
 		rows = append(rows, []string{"lease until", when(r.LeaseUntil, now)})
 	}
-	return rows
+	return append(rows, tookRows(r.TakenOver, now)...)
 }
 
 // listRunning lists the runs of active asynq tasks. The queues that cannot
