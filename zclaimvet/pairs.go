@@ -182,11 +182,12 @@ func (st *analysisState) callerLock(body ast.Node) *event {
 		if o != fn {
 			continue
 		}
-		call, outer := st.callSite(id)
-		if call == nil {
-			return nil
+		var l *event
+		if call, outer := st.callSite(id); call != nil {
+			l = st.lockHeld(call, outer)
+		} else {
+			l = st.helperLockFor(id) // a method value handed to a helper that locks, then calls it
 		}
-		l := st.lockHeld(call, outer)
 		if l == nil {
 			return nil
 		}
@@ -195,6 +196,57 @@ func (st *analysisState) callerLock(body ast.Node) *event {
 		}
 	}
 	return lock
+}
+
+// helperLockFor returns the lock a function value (id, as in
+// "s.withLock(ctx, s.poll)") is called under: id is an argument of a call
+// of a function of this package whose body calls that parameter where a
+// lock it took is held (lockHeld), and nil otherwise.
+func (st *analysisState) helperLockFor(id *ast.Ident) *event {
+	for _, f := range st.pass.Files {
+		if id.Pos() < f.Pos() || id.Pos() >= f.End() {
+			continue
+		}
+		path, _ := astutil.PathEnclosingInterval(f, id.Pos(), id.End())
+		arg := ast.Node(id)
+		if len(path) > 1 {
+			if sel, ok := path[1].(*ast.SelectorExpr); ok && sel.Sel == id {
+				arg, path = sel, path[1:]
+			}
+		}
+		if len(path) < 2 {
+			return nil
+		}
+		call, ok := path[1].(*ast.CallExpr)
+		if !ok {
+			return nil
+		}
+		at := slices.IndexFunc(call.Args, func(a ast.Expr) bool { return ast.Unparen(a) == arg })
+		helper := calleeOf(st.pass, call)
+		if at < 0 || helper == nil || st.decls[helper] == nil {
+			return nil
+		}
+		fd := st.decls[helper]
+		var params []*ast.Ident
+		for _, fl := range fd.Type.Params.List {
+			params = append(params, fl.Names...)
+		}
+		if at >= len(params) {
+			return nil
+		}
+		param := st.pass.TypesInfo.Defs[params[at]]
+		var lock *event
+		ast.Inspect(fd.Body, func(n ast.Node) bool {
+			if c, ok := n.(*ast.CallExpr); ok && lock == nil {
+				if fid, ok := ast.Unparen(c.Fun).(*ast.Ident); ok && param != nil && st.pass.TypesInfo.Uses[fid] == param {
+					lock = st.lockHeld(c, fd.Body)
+				}
+			}
+			return lock == nil
+		})
+		return lock
+	}
+	return nil
 }
 
 // lockHeld returns the lock held at call, taken earlier in outer, the
