@@ -49,7 +49,9 @@
 // Mutex.Lock, redislock's Obtain, or a project's helper named for taking
 // a lock that takes one and sends nothing else) taken before the read in
 // the same function, or by every caller before its call of a function no
-// other package can call, is correct while the lock is held, and gets a
+// other package can call (or by the package's helper that such a function
+// is handed to as a value, before it calls it), is correct while the lock
+// is held, and gets a
 // report of its own. A read whose members are thrown away (the first
 // value to _, or only its Err) is no poll, and neither is a sweep: a read
 // (here, or by a function of the package that only reads and returns)
