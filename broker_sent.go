@@ -16,6 +16,8 @@ package zclaim
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -111,22 +113,73 @@ func (h *jobHistory) taskState(ctx context.Context, rdb redis.UniversalClient, r
 	case err == nil:
 		j.TaskState, j.Retried, j.LastError = info.State.String(), info.Retried, info.LastErr
 	case errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound):
+		info = nil
 	default:
 		return zerr("zclaim: job: asynq's task %q: %w", j.TaskID, err)
 	}
-	if runs == nil {
-		return nil
+	if runs != nil {
+		if j.RunDone, err = runFinished(ctx, runs, j.TaskID); err != nil {
+			return err
+		}
+		if v, err := runs.rdb.Get(ctx, runs.takeover.tookKey(j.TaskID)).Result(); err == nil {
+			j.TakenOver = parseTook(v)
+		} else if !errors.Is(err, redis.Nil) {
+			return wrap(ctx, "job", err, nil)
+		}
 	}
-	if j.RunDone, err = runFinished(ctx, runs, j.TaskID); err != nil {
-		return err
-	}
-	if v, err := runs.rdb.Get(ctx, runs.takeover.tookKey(j.TaskID)).Result(); err == nil {
-		j.TakenOver = parseTook(v)
-	} else if !errors.Is(err, redis.Nil) {
-		return wrap(ctx, "job", err, nil)
-	}
+	j.History = story(*j, info)
 	return nil
 }
+
+// story tells what happened to enqueued occurrence j, oldest first, from
+// what the schedule kept, asynq's record of its task (info, nil when
+// asynq no longer has it) and the Runs store's.
+func story(j JobInfo, info *asynq.TaskInfo) []Event {
+	var h []Event
+	add := func(at time.Time, what, detail string) {
+		if !at.IsZero() {
+			h = append(h, Event{At: at, What: what, Detail: detail})
+		}
+	}
+	add(j.Due, "due", "")
+	add(j.Enqueued, "enqueued", "task "+j.TaskID+" in queue "+j.Queue)
+	if t := j.TakenOver; t != nil {
+		from := "its run had not begun"
+		if t.From != 0 {
+			from = "from token " + strconv.FormatInt(t.From, 10)
+		}
+		add(t.At, "taken over", "by "+t.By+", "+from+", silent "+t.Silent.Round(time.Millisecond).String())
+	}
+	if info != nil {
+		failed := info.LastErr
+		if info.Retried > 1 {
+			failed = fmt.Sprintf("%s (the last of %d failures)", failed, info.Retried)
+		}
+		if info.State == asynq.TaskStateArchived {
+			add(info.LastFailedAt, "archived", failed)
+		} else {
+			add(info.LastFailedAt, "failed", failed)
+		}
+		add(info.CompletedAt, "completed", "")
+	}
+	if j.RunDone && (info == nil || info.CompletedAt.IsZero()) {
+		h = append(h, Event{At: time.Time{}, What: "finished", Detail: "the Runs store records the run as finished"})
+	}
+	// In the order things happen to a task; by time within a step (asynq
+	// keeps its times to the second, so time alone would put a failure
+	// in the second of its enqueue before the enqueue).
+	slices.SortStableFunc(h, func(a, b Event) int {
+		if c := stepOf[a.What] - stepOf[b.What]; c != 0 {
+			return c
+		}
+		return a.At.Compare(b.At)
+	})
+	return h
+}
+
+// stepOf orders a History's steps.
+var stepOf = map[string]int{"due": 0, "enqueued": 1, "failed": 2, "taken over": 2, "archived": 3, "completed": 3,
+	"finished": 3}
 
 // runFinished reports whether store i records key's run as finished
 // (within its Retention).

@@ -65,13 +65,25 @@ func TestJobsFindsTaskInAsynq(t *testing.T) {
 		}
 		return nil
 	})), asynq.Config{RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return time.Hour }})
+	story := func(j JobInfo) string { // the History's steps, as "due enqueued failed"
+		var w []string
+		for _, e := range j.History {
+			w = append(w, e.What)
+		}
+		return strings.Join(w, " ")
+	}
 	want := map[string]func(j JobInfo) bool{
-		"pending-1": func(j JobInfo) bool { return j.TaskState == "active" },
+		"pending-1": func(j JobInfo) bool { return j.TaskState == "active" && story(j) == "due enqueued" },
 		"retry-1": func(j JobInfo) bool {
-			return j.TaskState == "retry" && j.Retried == 1 && j.LastError == "smtp: 451 try later"
+			return j.TaskState == "retry" && j.Retried == 1 && j.LastError == "smtp: 451 try later" &&
+				story(j) == "due enqueued failed" && j.History[2].Detail == "smtp: 451 try later"
 		},
-		"archived-1": func(j JobInfo) bool { return j.TaskState == "archived" && strings.Contains(j.LastError, "bad address") },
-		"done-1":     func(j JobInfo) bool { return j.TaskState == "completed" && j.RunDone },
+		"archived-1": func(j JobInfo) bool {
+			return j.TaskState == "archived" && strings.Contains(j.LastError, "bad address") && story(j) == "due enqueued archived"
+		},
+		"done-1": func(j JobInfo) bool {
+			return j.TaskState == "completed" && j.RunDone && story(j) == "due enqueued completed"
+		},
 	}
 	for id, ok := range want {
 		waitFor(t, 10*time.Second, id+" in its asynq state", func() bool {

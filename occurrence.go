@@ -56,6 +56,18 @@ type JobInfo struct {
 	// TakenOver: a live process took the task's run over from a dead
 	// worker (Runs' record of it; running, abandoned or enqueued).
 	TakenOver *Takeover `json:",omitempty"`
+	// History is enqueued's story of the occurrence, oldest first, as the
+	// schedule, asynq and the Runs store tell it: due, enqueued, each
+	// failure asynq recorded (its last), a takeover, completed or
+	// archived.
+	History []Event `json:",omitempty"`
+}
+
+// Event is one step of an occurrence's History.
+type Event struct {
+	At     time.Time
+	What   string // "due", "enqueued", "failed", "taken over", "completed", "archived", "finished"
+	Detail string `json:",omitzero"` // the task and queue, the error, who took the run over and from which token
 }
 
 // Occurrence returns the occurrence's name, OccurrenceID(j.ID, j.Due).

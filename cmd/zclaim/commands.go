@@ -428,7 +428,23 @@ func enqueuedRows(j zclaim.JobInfo, now time.Time) [][]string {
 	if j.RunDone {
 		rows = append(rows, []string{"run", "finished"})
 	}
-	return append(rows, tookRows(j.TakenOver, now)...)
+	rows = append(rows, tookRows(j.TakenOver, now)...)
+	for n, e := range j.History {
+		key := ""
+		if n == 0 {
+			key = "history"
+		}
+		at := "-"
+		if !e.At.IsZero() {
+			at = e.At.UTC().Format("2006-01-02 15:04:05.000Z")
+		}
+		line := at + "  " + e.What
+		if e.Detail != "" {
+			line += ": " + e.Detail
+		}
+		rows = append(rows, []string{key, line})
+	}
+	return rows
 }
 
 // tookRows say who took a run over from its dead worker, if anyone did.

@@ -97,7 +97,9 @@ func TestShowFindsJobInAsynq(t *testing.T) {
 	}
 	out, errOut, code = runCLI(t, srv, "show", "order-retry", "--key", key)
 	want(t, "show order-retry", code, exitOK, out, errOut)
-	for _, w := range []string{`(?m)^asynq state +retry$`, `(?m)^retried +1$`, `(?m)^last error +smtp: 451 try later$`} {
+	for _, w := range []string{`(?m)^asynq state +retry$`, `(?m)^retried +1$`, `(?m)^last error +smtp: 451 try later$`,
+		`(?m)^history +\S+ \S+  due$`, `(?m)^ +\S+ \S+  enqueued: task order-retry@\S+ in queue ` + queue + `$`,
+		`(?m)^ +\S+ \S+  failed: smtp: 451 try later$`} {
 		if !regexp.MustCompile(w).MatchString(out) {
 			t.Fatalf("show order-retry: no %s in\n%s", w, out)
 		}

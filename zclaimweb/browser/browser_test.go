@@ -400,6 +400,11 @@ func TestJobInAsynq(t *testing.T) {
 	if !strings.Contains(text, "smtp: 451 try later") || !strings.Contains(text, queue) || !strings.Contains(text, "order-9@") {
 		t.Fatalf("the job page:\n%s", text)
 	}
+	var steps []string
+	run(t, ctx, chromedp.Evaluate(`[...document.querySelectorAll("ol.history li")].map(li => li.dataset.what)`, &steps))
+	if strings.Join(steps, " ") != "due enqueued failed" {
+		t.Fatalf("the job page's history: %q, want due, enqueued, failed", steps)
+	}
 }
 
 // A job id that is HTML renders as text on every page, and opens no
