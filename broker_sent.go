@@ -144,11 +144,7 @@ func story(j JobInfo, info *asynq.TaskInfo) []Event {
 	add(j.Due, "due", "")
 	add(j.Enqueued, "enqueued", "task "+j.TaskID+" in queue "+j.Queue)
 	if t := j.TakenOver; t != nil {
-		from := "its run had not begun"
-		if t.From != 0 {
-			from = "from token " + strconv.FormatInt(t.From, 10)
-		}
-		add(t.At, "taken over", "by "+t.By+", "+from+", silent "+t.Silent.Round(time.Millisecond).String())
+		add(t.At, "taken over", t.String())
 	}
 	if info != nil {
 		failed := info.LastErr

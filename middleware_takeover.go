@@ -310,6 +310,16 @@ type Takeover struct {
 	Silent time.Duration // how long the dead run had been silent
 }
 
+// String says who took the run over, from what and after how long, as
+// "by host:pid, from token 123, silent 5.1s" (without the time, At).
+func (t Takeover) String() string {
+	from := "its run had not begun"
+	if t.From != 0 {
+		from = "from token " + strconv.FormatInt(t.From, 10)
+	}
+	return "by " + t.By + ", " + from + ", silent " + t.Silent.Round(time.Millisecond).String()
+}
+
 // thisProcess names this process for a Takeover: "host:pid".
 var thisProcess = sync.OnceValue(func() string {
 	host, _ := os.Hostname()

@@ -452,12 +452,7 @@ func tookRows(t *zclaim.Takeover, now time.Time) [][]string {
 	if t == nil {
 		return nil
 	}
-	from := "its run had not begun"
-	if t.From != 0 {
-		from = "from token " + strconv.FormatInt(t.From, 10)
-	}
-	return [][]string{{"taken over", fmt.Sprintf("%s by %s, %s, silent %v", when(t.At, now), t.By, from,
-		t.Silent.Round(time.Millisecond))}}
+	return [][]string{{"taken over", when(t.At, now) + " " + t.String()}}
 }
 
 func runRows(r zclaim.RunInfo, now time.Time) [][]string {
