@@ -149,15 +149,16 @@ func EnqueueHook(opts ...Option) func(ctx context.Context, job *zclaim.Job) func
 		}
 		sctx, span := tracer.Start(parent, opSend+" "+queue, trace.WithSpanKind(trace.SpanKindProducer))
 		due := job.RunAt
+		enqueued := func(err error) { // the lag of an enqueue that landed
+			if err == nil {
+				lag.Record(ctx, time.Since(due).Seconds(), metric.WithAttributes(attribute.String("zclaim.queue", queue)))
+			}
+		}
 		if !span.IsRecording() {
 			if span.SpanContext().IsValid() { // sampled out: the runs follow its decision
 				inject(sctx, c.prop, job)
 			}
-			return func(err error) {
-				if err == nil {
-					lag.Record(ctx, time.Since(due).Seconds(), metric.WithAttributes(attribute.String("zclaim.queue", queue)))
-				}
-			}
+			return enqueued
 		}
 		span.SetAttributes(
 			attribute.String("messaging.system", systemAsynq),
@@ -172,9 +173,8 @@ func EnqueueHook(opts ...Option) func(ctx context.Context, job *zclaim.Job) func
 			if err != nil {
 				span.RecordError(err)
 				span.SetStatus(codes.Error, err.Error())
-			} else {
-				lag.Record(ctx, time.Since(due).Seconds(), metric.WithAttributes(attribute.String("zclaim.queue", queue)))
 			}
+			enqueued(err)
 			span.End()
 		}
 	}
