@@ -252,7 +252,7 @@ func (b *Broker) finishBatches(ctx context.Context, ends ...batchEnd) ([]batchEn
 		for _, e := range byShard[k.shard] {
 			for _, s := range e.sent {
 				if s.id != "" {
-					args = append(args, s.id, s.task)
+					args = append(args, s.id, s.event)
 				}
 			}
 		}
@@ -266,7 +266,11 @@ func (b *Broker) finishBatches(ctx context.Context, ends ...batchEnd) ([]batchEn
 				args = append(args, x, "d", why)
 			}
 		}
-		return []string{k.schedule, k.batches, k.pending, k.runs, k.dead, k.deadInfo, k.sent + bucket}, args
+		keys := []string{k.schedule, k.batches, k.pending, k.runs, k.dead, k.deadInfo}
+		if b.history.keep > 0 {
+			keys = append(keys, k.sent+bucket)
+		}
+		return keys, args
 	})
 	var lost []batchEnd
 	for i, cmd := range cmds {

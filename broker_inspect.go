@@ -135,12 +135,15 @@ func (b *Broker) Jobs(ctx context.Context, id string) ([]JobInfo, error) {
 			}
 		}
 	}
-	sent, err := b.history.read(ctx, b.rdb, k, id)
+	events, err := b.history.read(ctx, b.rdb, k, id)
 	if err != nil {
 		return out, err
 	}
-	for _, j := range sent {
-		if err := b.history.taskState(ctx, b.rdb, b.opts.Runs, &j); err != nil {
+	for n := range out {
+		out[n].History = scheduleStory(events, out[n].Due)
+	}
+	for _, j := range enqueued(id, events) {
+		if err := b.history.taskState(ctx, b.rdb, b.opts.Runs, &j, events); err != nil {
 			return out, err
 		}
 		out = append(out, j)
@@ -156,6 +159,10 @@ func (b *Broker) Jobs(ctx context.Context, id string) ([]JobInfo, error) {
 	for _, r := range runs {
 		if r.OfJob(id) {
 			if j, ok := r.jobInfo(id); ok {
+				var herr error
+				if j.History, _, herr = runEvents(ctx, b.opts.Runs, r.Key); herr != nil {
+					return out, herr
+				}
 				out = append(out, j)
 			}
 		}

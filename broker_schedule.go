@@ -140,8 +140,13 @@ func (b *Broker) Schedule(ctx context.Context, jobs ...Job) error {
 			}
 			return nil
 		}
+		bucket, expire := b.history.bucket(time.Now())
 		cmds := b.writeShards(ctx, scheduleScript, shards, func(k *keys) ([]string, []any) {
-			return []string{k.schedule, k.pending}, append([]any{b.notice(k)}, chunks[k.shard][round].args...)
+			keys := []string{k.schedule, k.pending}
+			if b.history.keep > 0 {
+				keys = append(keys, k.sent+bucket)
+			}
+			return keys, append([]any{b.notice(k), expire, b.ups}, chunks[k.shard][round].args...)
 		})
 		for i, cmd := range cmds {
 			k := shards[i]

@@ -1,17 +1,17 @@
 package zclaim
 
-// What became of a job after the Dispatcher handed it to asynq: the
-// schedule remembers, for BrokerOptions.History, the queue and task id of
-// each job it dispatched (finish.lua writes them in the call that settles
-// the claim), and Jobs reads them back with asynq's own record of the
-// task (its Inspector) and, with BrokerOptions.Runs, whether its run
-// finished.
+// What happened to a job on the schedule's side: the scripts of each step
+// (schedule.lua, the dispatcher's finish.lua, recover.lua) add an event to
+// the job id's history (history.lua) as they run: scheduled, enqueued
+// (with when its batch was claimed, and the task it became), back on the
+// schedule, dead. Jobs reads them back, with asynq's own record of the
+// task (its Inspector) and, with BrokerOptions.Runs, the store's history
+// of its run.
 //
-// The records live in hashes of one time bucket each (field = job id),
+// The histories live in hashes of one time bucket each (field = job id),
 // History/24 long (at least a minute), each expiring History after its
 // bucket ends: no index to trim and no pass that trims, and a lookup reads
-// the buckets of the last History in one pipeline. A job dispatched again
-// in the same bucket keeps its newest task there.
+// the buckets of the last History in one pipeline.
 
 import (
 	"context"
@@ -27,9 +27,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// sentJob is one job's entry in a sent bucket: its id, and its task as
-// "<queue>\x00<task id>".
-type sentJob struct{ id, task string }
+// sentJob is a job the dispatcher enqueued: its id, and its "enqueued"
+// event for finish.lua (enqueuedEvent).
+type sentJob struct{ id, event string }
+
+// enqueuedEvent is the due and detail of the "enqueued" event of a job due
+// at due, claimed at claimed (Redis' clock) and enqueued as task of queue:
+// "<due ms>\x1f<claimed ms>\x00<queue>\x00<task>".
+func enqueuedEvent(due, claimed time.Time, queue, task string) string {
+	return strconv.FormatInt(due.UnixMilli(), 10) + "\x1f" + strconv.FormatInt(claimed.UnixMilli(), 10) + "\x00" +
+		queue + "\x00" + task
+}
 
 // sentBuckets is how many buckets History spans.
 const sentBuckets = 24
@@ -56,10 +64,10 @@ func (h *jobHistory) bucket(t time.Time) (string, int64) {
 	return strconv.FormatInt(n, 10), (n+1)*l + h.keep.Milliseconds()
 }
 
-// read returns the tasks job id (of shard k) became in the buckets of the
+// read returns the events of job id (of shard k) in the buckets of the
 // last History (and the next bucket: another process's clock may run
-// ahead), newest first, one per task id.
-func (h *jobHistory) read(ctx context.Context, rdb redis.UniversalClient, k *keys, id string) ([]JobInfo, error) {
+// ahead), oldest first.
+func (h *jobHistory) read(ctx context.Context, rdb redis.UniversalClient, k *keys, id string) ([]rawEvent, error) {
 	if h.keep < 0 {
 		return nil, nil
 	}
@@ -67,8 +75,8 @@ func (h *jobHistory) read(ctx context.Context, rdb redis.UniversalClient, k *key
 	l := h.bucketLen()
 	cmds := make([]*redis.StringCmd, int(h.keep/l)+3)
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range cmds {
-			bucket, _ := h.bucket(now.Add(time.Duration(1-i) * l))
+		for i := range cmds { // the oldest first
+			bucket, _ := h.bucket(now.Add(time.Duration(i-len(cmds)+2) * l))
 			cmds[i] = p.HGet(ctx, k.sent+bucket, id)
 		}
 		return nil
@@ -76,33 +84,76 @@ func (h *jobHistory) read(ctx context.Context, rdb redis.UniversalClient, k *key
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, wrap(ctx, "job", err, nil)
 	}
+	var raw []rawEvent
+	for _, c := range cmds {
+		if v, err := c.Result(); err == nil {
+			raw = parseEvents(v, raw)
+		}
+	}
+	return raw, nil
+}
+
+// enqueued returns the tasks job id became, as its "enqueued" events in
+// raw tell, newest first, one per task id.
+func enqueued(id string, raw []rawEvent) []JobInfo {
 	var out []JobInfo
 	seen := map[string]bool{}
-	for _, c := range cmds {
-		v, err := c.Result()
-		if err != nil {
+	for n := len(raw) - 1; n >= 0; n-- {
+		r := raw[n]
+		f := strings.SplitN(r.detail, "\x00", 3)
+		if r.kind != 'e' || len(f) != 3 || seen[f[2]] {
 			continue
 		}
-		parts := strings.SplitN(v, "\x00", 3)
-		ms, perr := strconv.ParseInt(parts[0], 10, 64)
-		if len(parts) != 3 || perr != nil || seen[parts[2]] {
-			continue
-		}
-		seen[parts[2]] = true
-		j := JobInfo{ID: id, State: StateEnqueued, Queue: parts[1], TaskID: parts[2], Enqueued: time.UnixMilli(ms)}
-		if oid, due, ok := ParseOccurrence(j.TaskID); ok && oid == id {
-			j.Due = due
+		seen[f[2]] = true
+		j := JobInfo{ID: id, State: StateEnqueued, Queue: f[1], TaskID: f[2], Enqueued: time.UnixMilli(r.ms)}
+		if due, err := strconv.ParseInt(r.a, 10, 64); err == nil {
+			j.Due = time.UnixMilli(due)
 		}
 		out = append(out, j)
 	}
-	return out, nil
+	return out
+}
+
+// scheduleStory tells the events of raw of the occurrence due at due.
+func scheduleStory(raw []rawEvent, due time.Time) []Event {
+	d := strconv.FormatInt(due.UnixMilli(), 10)
+	if due.IsZero() {
+		d = ""
+	}
+	var out []Event
+	for _, r := range raw {
+		if r.a != d {
+			continue
+		}
+		at := time.UnixMilli(r.ms)
+		switch r.kind {
+		case 's':
+			out = append(out, Event{At: at, What: "scheduled", Detail: "due " + due.UTC().Format(occurrenceLayout)})
+		case 'e':
+			f := strings.SplitN(r.detail, "\x00", 3)
+			if len(f) != 3 {
+				continue
+			}
+			if ms, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+				out = append(out, Event{At: time.UnixMilli(ms), What: "claimed", Detail: "by a dispatcher"})
+			}
+			out = append(out, Event{At: at, What: "enqueued", Detail: "task " + f[2] + " in queue " + f[1]})
+		case 'r':
+			out = append(out, Event{At: at, What: "back on the schedule", Detail: r.detail})
+		case 'd':
+			out = append(out, Event{At: at, What: "dead", Detail: r.detail})
+		}
+	}
+	return out
 }
 
 // taskState fills in asynq's record of j's task: its state, retries and
 // last error ("" state when asynq no longer has it: completed past its
 // retention, or deleted), and, with a Runs store, whether its run
-// finished.
-func (h *jobHistory) taskState(ctx context.Context, rdb redis.UniversalClient, runs *Idempotency, j *JobInfo) error {
+// finished; and j's History, from raw (the job's events), the store's and
+// asynq's.
+func (h *jobHistory) taskState(ctx context.Context, rdb redis.UniversalClient, runs *Idempotency, j *JobInfo,
+	raw []rawEvent) error {
 	h.once.Do(func() { h.insp = asynq.NewInspectorFromRedisClient(rdb) })
 	queue := j.Queue
 	if queue == "" {
@@ -117,34 +168,31 @@ func (h *jobHistory) taskState(ctx context.Context, rdb redis.UniversalClient, r
 	default:
 		return zerr("zclaim: job: asynq's task %q: %w", j.TaskID, err)
 	}
+	var run []Event
 	if runs != nil {
 		if j.RunDone, err = runFinished(ctx, runs, j.TaskID); err != nil {
 			return err
 		}
-		if v, err := runs.rdb.Get(ctx, runs.takeover.tookKey(j.TaskID)).Result(); err == nil {
-			j.TakenOver = parseTook(v)
-		} else if !errors.Is(err, redis.Nil) {
-			return wrap(ctx, "job", err, nil)
+		if run, j.TakenOver, err = runEvents(ctx, runs, j.TaskID); err != nil {
+			return err
 		}
 	}
-	j.History = story(*j, info)
+	j.History = story(append(scheduleStory(raw, j.Due), run...), *j, info)
 	return nil
 }
 
-// story tells what happened to enqueued occurrence j, oldest first, from
-// what the schedule kept, asynq's record of its task (info, nil when
-// asynq no longer has it) and the Runs store's.
-func story(j JobInfo, info *asynq.TaskInfo) []Event {
-	var h []Event
+// story completes h, an enqueued occurrence's events from the schedule
+// and the store, with asynq's record of its task (info, nil when asynq no
+// longer has it) where they do not tell it, in the order of time.
+func story(h []Event, j JobInfo, info *asynq.TaskInfo) []Event {
+	has := map[string]bool{}
+	for _, e := range h {
+		has[e.What] = true
+	}
 	add := func(at time.Time, what, detail string) {
 		if !at.IsZero() {
 			h = append(h, Event{At: at, What: what, Detail: detail})
 		}
-	}
-	add(j.Due, "due", "")
-	add(j.Enqueued, "enqueued", "task "+j.TaskID+" in queue "+j.Queue)
-	if t := j.TakenOver; t != nil {
-		add(t.At, "taken over", t.String())
 	}
 	if info != nil {
 		failed := info.LastErr
@@ -153,29 +201,33 @@ func story(j JobInfo, info *asynq.TaskInfo) []Event {
 		}
 		if info.State == asynq.TaskStateArchived {
 			add(info.LastFailedAt, "archived", failed)
-		} else {
+		} else if !has["failed"] {
 			add(info.LastFailedAt, "failed", failed)
 		}
-		add(info.CompletedAt, "completed", "")
-	}
-	if j.RunDone && (info == nil || info.CompletedAt.IsZero()) {
-		h = append(h, Event{At: time.Time{}, What: "finished", Detail: "the Runs store records the run as finished"})
-	}
-	// In the order things happen to a task; by time within a step (asynq
-	// keeps its times to the second, so time alone would put a failure
-	// in the second of its enqueue before the enqueue).
-	slices.SortStableFunc(h, func(a, b Event) int {
-		if c := stepOf[a.What] - stepOf[b.What]; c != 0 {
-			return c
+		if !has["finished"] {
+			add(info.CompletedAt, "completed", "")
 		}
-		return a.At.Compare(b.At)
-	})
+	}
+	if j.RunDone && !has["finished"] && (info == nil || info.CompletedAt.IsZero()) {
+		h = append(h, Event{What: "finished", Detail: "the Runs store records the run as finished"})
+	}
+	// In the order of time, to the millisecond the scripts keep (a start,
+	// to the microsecond of its token, keeps its place before its run's
+	// events of the same millisecond); asynq keeps its times to the
+	// second: such an event goes after the others of its second (a
+	// failure after its enqueue, say). One without a time goes last.
+	key := func(e Event) time.Time {
+		switch {
+		case e.At.IsZero():
+			return time.Unix(1<<40, 0)
+		case e.At.Nanosecond() == 0 && (e.What == "completed" || e.What == "archived" || e.What == "failed" && e.By == ""):
+			return e.At.Add(time.Second - time.Millisecond)
+		}
+		return e.At.Truncate(time.Millisecond)
+	}
+	slices.SortStableFunc(h, func(a, b Event) int { return key(a).Compare(key(b)) })
 	return h
 }
-
-// stepOf orders a History's steps.
-var stepOf = map[string]int{"due": 0, "enqueued": 1, "failed": 2, "taken over": 2, "archived": 3, "completed": 3,
-	"finished": 3}
 
 // runFinished reports whether store i records key's run as finished
 // (within its Retention).

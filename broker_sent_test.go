@@ -73,37 +73,95 @@ func TestJobsFindsTaskInAsynq(t *testing.T) {
 		return strings.Join(w, " ")
 	}
 	want := map[string]func(j JobInfo) bool{
-		"pending-1": func(j JobInfo) bool { return j.TaskState == "active" && story(j) == "due enqueued" },
+		"pending-1": func(j JobInfo) bool { return j.TaskState == "active" && story(j) == "scheduled claimed enqueued" },
 		"retry-1": func(j JobInfo) bool {
 			return j.TaskState == "retry" && j.Retried == 1 && j.LastError == "smtp: 451 try later" &&
-				story(j) == "due enqueued failed" && j.History[2].Detail == "smtp: 451 try later"
+				story(j) == "scheduled claimed enqueued started failed" && j.History[4].Detail == "smtp: 451 try later" &&
+				j.History[4].By == thisProcess() && j.History[4].Token == j.History[3].Token && j.History[3].Token > 0
 		},
 		"archived-1": func(j JobInfo) bool {
-			return j.TaskState == "archived" && strings.Contains(j.LastError, "bad address") && story(j) == "due enqueued archived"
+			return j.TaskState == "archived" && strings.Contains(j.LastError, "bad address") && story(j) == "scheduled claimed enqueued started failed archived"
 		},
 		"done-1": func(j JobInfo) bool {
-			return j.TaskState == "completed" && j.RunDone && story(j) == "due enqueued completed"
+			return j.TaskState == "completed" && j.RunDone && story(j) == "scheduled claimed enqueued started finished"
 		},
 	}
+	last := map[string]string{} // the story each job last had, shown if the test fails
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the stories last read: %q", last)
+		}
+	})
 	for id, ok := range want {
 		waitFor(t, 10*time.Second, id+" in its asynq state", func() bool {
 			js, err := b.Jobs(ctx, id)
-			return err == nil && len(js) >= 1 && js[0].State == StateEnqueued && ok(js[0])
+			if err == nil && len(js) >= 1 && js[0].State == StateEnqueued && ok(js[0]) {
+				return true
+			}
+			if len(js) > 0 {
+				last[id] = story(js[0])
+			}
+			return false
 		})
 	}
 
-	// done-1 scheduled again: its newest task is the one found (the
-	// bucket of this minute keeps one task a job).
+	// done-1 scheduled again: its newest task comes first, each with the
+	// story of its own occurrence.
 	again := redisNow(t, b.rdb).Add(time.Second).Truncate(time.Second)
 	must(t, b.Schedule(ctx, Job{ID: "done-1", RunAt: again, Type: "t"}))
 	waitFor(t, 10*time.Second, "done-1's second task", func() bool {
 		js, err := b.Jobs(ctx, "done-1")
-		return err == nil && len(js) == 1 && js[0].TaskID == OccurrenceID("done-1", again)
+		if err == nil && len(js) > 0 {
+			last["done-1"] = story(js[0])
+		}
+		return err == nil && len(js) == 2 && js[0].TaskID == OccurrenceID("done-1", again) &&
+			js[1].TaskID == OccurrenceID("done-1", now) && story(js[0]) == "scheduled claimed enqueued started finished" &&
+			js[0].History[0].Detail == "due "+again.UTC().Format(occurrenceLayout) && story(js[1]) == story(js[0])
 	})
 	stop()
 
 	off := newBroker(t, BrokerOptions{Key: key, History: -1})
 	if _, err := off.Job(ctx, "retry-1"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("History off: %v, want ErrNotFound", err)
+	}
+}
+
+// The schedule's scripts write each step of a job's occurrence: Schedule
+// its "scheduled", recovery a lease that ran out ("back on the schedule",
+// then "dead" after the last attempt), each with its reason; the dead
+// entry tells the story.
+func TestScheduleHistory(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t, BrokerOptions{Key: testKey(t), Lease: 20 * time.Millisecond, MaxAttempts: 2,
+		Backoff: func(int) time.Duration { return 0 }})
+	due := redisNow(t, b.rdb).Add(-time.Second).Truncate(time.Millisecond)
+	must(t, b.Schedule(ctx, Job{ID: "h-1", RunAt: due, Type: "t"}))
+	for attempt := 1; attempt <= 2; attempt++ {
+		cs, err := b.Claim(ctx, 1)
+		must(t, err)
+		if len(cs) != 1 {
+			t.Fatalf("attempt %d: %d claims", attempt, len(cs))
+		}
+		time.Sleep(30 * time.Millisecond) // its lease runs out
+		_, err = b.Recover(ctx)
+		must(t, err)
+	}
+	j, err := b.Job(ctx, "h-1")
+	must(t, err)
+	if got := whats(j.History); j.State != StateDead || got != "scheduled back on the schedule dead" {
+		t.Fatalf("h-1: %v, history %q: %+v", j.State, got, j.History)
+	}
+	if h := j.History; h[0].Detail != "due "+due.UTC().Format(occurrenceLayout) || h[1].Detail != "lease expired" ||
+		h[2].Detail != "lease expired" || h[2].At.Before(h[1].At) || h[1].At.Before(h[0].At) {
+		t.Fatalf("h-1's history: %+v", h)
+	}
+	// Scheduled again: a new occurrence, whose story starts over.
+	again := due.Add(time.Hour)
+	must(t, b.Schedule(ctx, Job{ID: "h-1", RunAt: again, Type: "t"}))
+	js, err := b.Jobs(ctx, "h-1")
+	must(t, err)
+	if len(js) != 2 || js[0].State != StateScheduled || whats(js[0].History) != "scheduled" ||
+		whats(js[1].History) != "scheduled back on the schedule dead" {
+		t.Fatalf("h-1 scheduled again: %+v", js)
 	}
 }

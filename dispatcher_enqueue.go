@@ -109,11 +109,11 @@ func (d *Dispatcher) enqueue(ctx context.Context, c Claim, redisNow, claimedAt t
 	}
 	o := d.afterEnqueue(ctx, c, redisNow, claimedAt, err, advance)
 	if o.retry == 0 && o.dead == "" && d.b.opts.History > 0 {
+		queue, task := c.Queue, c.info().Occurrence() // a TaskID conflict: the occurrence's task
 		if info != nil {
-			o.sent = sentJob{c.ID, info.Queue + "\x00" + info.ID}
-		} else { // a TaskID conflict: the occurrence's task
-			o.sent = sentJob{c.ID, c.Queue + "\x00" + c.info().Occurrence()}
+			queue, task = info.Queue, info.ID
 		}
+		o.sent = sentJob{c.ID, enqueuedEvent(c.Due, redisNow, queue, task)}
 	}
 	return o
 }

@@ -25,7 +25,7 @@ type Execution struct {
 	Resumed bool
 
 	i          *Idempotency
-	keys       []string  // the run record's key, and the bucket of finished records that holds Key's
+	keys       []string  // the run record's key, the bucket of finished records that holds Key's, and its history's
 	field      any       // Key's field in that bucket (a string)
 	sent       time.Time // local time just before Begin was sent: no later than Redis' start of the lease
 	state      string    // the store's state marker at Begin
@@ -36,7 +36,11 @@ type Execution struct {
 // execution is a run of key under token tok, with the keys of its records.
 func (i *Idempotency) execution(key string, tok int64) *Execution {
 	bucket, field := i.doneOf(key)
-	return &Execution{Key: key, Token: tok, i: i, keys: []string{i.recordKey(key), bucket}, field: field}
+	keys := []string{i.recordKey(key), bucket}
+	if !i.opts.NoHistory {
+		keys = append(keys, historyOf(bucket, i.opts.Prefix))
+	}
+	return &Execution{Key: key, Token: tok, i: i, keys: keys, field: field}
 }
 
 // LeaseUntil is the lease deadline by Redis' clock as of the last Begin or Extend.
@@ -48,8 +52,9 @@ func (e *Execution) LeaseUntil() time.Time {
 
 // settle runs settle.lua's op (extend, release) for e, or complete.lua for
 // "complete". The record it leaves (running, released, or the bucket of
-// finished ones) lives Lease + Retention.
-func (e *Execution) settle(ctx context.Context, op string) (int64, error) {
+// finished ones) lives Lease + Retention. why is a release's failure, for
+// the key's history.
+func (e *Execution) settle(ctx context.Context, op, why string) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, wrap(ctx, op, err, nil)
 	}
@@ -57,7 +62,8 @@ func (e *Execution) settle(ctx context.Context, op string) (int64, error) {
 	if op == "complete" {
 		cmd = e.i.script(ctx, e.i.complete, e.keys, e.completeArgs()...)
 	} else {
-		cmd = e.i.script(ctx, e.i.settle, e.keys[:1], e.Token, op)
+		cmd = e.i.script(ctx, e.i.settle, append(e.keys[:1:1], e.keys[2:]...), e.Token, op, e.field, thisProcess(),
+			eventText(why))
 	}
 	return e.settled(ctx, op, cmd)
 }
@@ -70,7 +76,7 @@ func (e *Execution) completeArgs() []any {
 	// The run record as Begin or this run's last Extend left it:
 	// complete.lua's fence is then one comparison.
 	rec := strconv.AppendInt(append(strconv.AppendInt(append(make([]byte, 0, 40), "run "...), e.Token, 10), ' '), dl, 10)
-	args := []any{rec, e.field, dl}
+	args := []any{rec, e.field, dl, thisProcess()}
 	if e.i.sweepOdds <= 1 || rand.IntN(e.i.sweepOdds) == 0 {
 		args = append(args, 1)
 	}
@@ -99,7 +105,7 @@ func (e *Execution) settled(ctx context.Context, op string, cmd *redis.Cmd) (int
 // Extend renews the lease for another Lease from now by Redis' clock. It
 // returns ErrLeaseLost, changing nothing, when another run has taken the key.
 func (e *Execution) Extend(ctx context.Context) error {
-	dl, err := e.settle(ctx, "extend")
+	dl, err := e.settle(ctx, "extend", "")
 	if err == nil {
 		e.mu.Lock()
 		e.leaseUntil = time.UnixMilli(dl)
@@ -111,7 +117,7 @@ func (e *Execution) Extend(ctx context.Context) error {
 // Complete marks the key finished; it is kept for Retention. It returns
 // ErrLeaseLost, changing nothing, when this run's token is no longer current.
 func (e *Execution) Complete(ctx context.Context) error {
-	_, err := e.settle(ctx, "complete")
+	_, err := e.settle(ctx, "complete", "")
 	return err
 }
 
@@ -119,14 +125,18 @@ func (e *Execution) Complete(ctx context.Context) error {
 // start at once. It returns ErrLeaseLost, changing nothing, when this run's
 // token is no longer current.
 func (e *Execution) Release(ctx context.Context) error {
-	_, err := e.settle(ctx, "release")
+	_, err := e.settle(ctx, "release", "released")
 	return err
 }
 
-// releaseFinal releases the key after a failure that ends its task (asynq
-// archives or revokes it): the record says so, and a takeover leaves the
-// task to asynq.
-func (e *Execution) releaseFinal(ctx context.Context) error {
-	_, err := e.settle(ctx, "release-final")
+// release releases the key after its handler failed with why; final: a
+// failure that ends its task (asynq archives or revokes it), which the
+// record says, so that a takeover leaves the task to asynq.
+func (e *Execution) release(ctx context.Context, why string, final bool) error {
+	op := "release"
+	if final {
+		op = "release-final"
+	}
+	_, err := e.settle(ctx, op, why)
 	return err
 }

@@ -78,6 +78,11 @@ type IdempotencyOptions struct {
 	// when it finished (at most Lease after its Complete). Default:
 	// DefaultRunRetention (24h).
 	Retention time.Duration
+	// NoHistory: the store writes no history of its keys' runs (started,
+	// failed, lease lost, skipped, taken over, finished; kept for
+	// Retention, in the scripts each step runs anyway), which
+	// Broker.Jobs, zclaim show and Runs' TakenOver read.
+	NoHistory bool
 	// DoneBuckets is the number of small hashes that hold the finished
 	// records (see DefaultDoneBuckets): they stay compact, about 32 bytes
 	// a record, while finish rate × Retention ≤ 128 × DoneBuckets, so set
@@ -306,7 +311,7 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 	i.state.poll()
 	e := i.execution(key, 0)
 	e.sent = time.Now()
-	reply, err := i.script(ctx, i.begin, e.keys, e.field).Result()
+	reply, err := i.script(ctx, i.begin, e.keys, e.field, thisProcess()).Result()
 	if err != nil {
 		return nil, i.wrap(ctx, "begin", e.keys[0], e.keys[1], err)
 	}

@@ -245,12 +245,11 @@ func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler,
 			}
 			return i.afterComplete(ctx, e, skipped, e.Complete(sctx))
 		}
-		var rerr error
-		if endsTask(ctx, handlerErr) {
-			rerr = e.releaseFinal(sctx)
-		} else {
-			rerr = e.Release(sctx)
+		why := "panicked"
+		if handlerErr != nil {
+			why = handlerErr.Error()
 		}
+		rerr := e.release(sctx, why, endsTask(ctx, handlerErr))
 		i.count(rerr, &i.released)
 		if rerr != nil {
 			i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not release a run",

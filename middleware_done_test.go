@@ -35,7 +35,7 @@ func (c *completes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			c.lone = append(c.lone, k)
 			c.mu.Unlock()
 		}
-		if a := cmd.Args(); len(a) > 3 && (a[1] == c.done || a[0] == "eval" && strings.HasPrefix(a[1].(string), "local function complete")) {
+		if a := cmd.Args(); len(a) > 3 && (a[1] == c.done || a[0] == "eval" && strings.Contains(a[1].(string), "local function complete(KEYS, ARGV)")) {
 			n, _ := a[2].(int)
 			keys := make([]string, n)
 			for j := range keys {
@@ -43,7 +43,7 @@ func (c *completes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			}
 			m, _ := a[3+n].(int) // complete.lua's arguments
 			c.mu.Lock()
-			c.with[keys[0]], _ = asynqDoneKey(keys[2:], a[3+n+1+m:])
+			c.with[keys[0]], _ = asynqDoneKey(keys[3:], a[3+n+1+m:])
 			c.fused[keys[0]] = true // once, whether its EVALSHA met NOSCRIPT and it went again as EVAL or not
 			c.mu.Unlock()
 		}

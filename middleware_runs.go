@@ -128,7 +128,7 @@ func (i *Idempotency) Runs(ctx context.Context, after string, limit int) (runs [
 		}
 		runs = append(runs, ri)
 	}
-	if err := i.takeover.takenOver(ctx, runs); err != nil {
+	if err := takenOver(ctx, i, runs); err != nil {
 		return nil, "", wrap(ctx, "runs", err, nil)
 	}
 	return runs, next, partial

@@ -11,7 +11,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -268,8 +267,12 @@ func (tk *takeover) takeOver(ctx context.Context, r activeRun, token int64) (boo
 	i := tk.i
 	lease := i.opts.Lease
 	bucket, field := i.doneOf(r.key)
-	reply, err := takeoverScript.Run(ctx, i.rdb, []string{i.recordKey(r.key), bucket}, strconv.FormatInt(token, 10),
-		ms(lease), ms(lease), field, ms(i.opts.Retention)).Result()
+	keys := []string{i.recordKey(r.key), bucket}
+	if !i.opts.NoHistory {
+		keys = append(keys, historyOf(bucket, i.opts.Prefix))
+	}
+	reply, err := takeoverScript.Run(ctx, i.rdb, keys, strconv.FormatInt(token, 10), ms(lease), ms(lease), field,
+		ms(i.opts.Retention), thisProcess()).Result()
 	if err != nil {
 		return false, fmt.Errorf("zclaim: take over the run of %q: %w", short(r.key), err)
 	}
@@ -291,18 +294,14 @@ func (tk *takeover) takeOver(ctx context.Context, r activeRun, token int64) (boo
 		return false, nil
 	}
 	i.takeovers.Add(1)
-	// Who took it over, for Runs and zclaim show: not on any run's path.
-	took := fmt.Sprintf("%d %d %d %s", time.Now().UnixMilli(), silent.Milliseconds(), token, thisProcess())
-	if err := i.rdb.Set(ctx, tk.tookKey(r.key), took, i.opts.Retention).Err(); err != nil {
-		i.log.LogAttrs(ctx, slog.LevelDebug, "zclaim: could not note a takeover", slog.String("error", err.Error()))
-	}
 	i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: took over a run whose worker is gone",
 		slog.String("key", short(r.key)), slog.Int64("token", token), slog.Duration("silent", silent),
 		slog.String("task", short(ti.ID)), slog.String("queue", ti.Queue))
 	return true, nil
 }
 
-// Takeover says who took a run over from its dead worker, and when.
+// Takeover says who took a run over from its dead worker, and when (the
+// key's history keeps it: takeover.lua writes it).
 type Takeover struct {
 	At     time.Time     // by the taker's clock
 	By     string        // the taking process: "host:pid"
@@ -325,48 +324,6 @@ var thisProcess = sync.OnceValue(func() string {
 	host, _ := os.Hostname()
 	return host + ":" + strconv.Itoa(os.Getpid())
 })
-
-// tookKey is the key that says who took key's run over.
-func (tk *takeover) tookKey(key string) string { return tk.i.opts.Prefix + doneInfix + ":took:" + key }
-
-// takenOver fills in the Takeover of each run that has one, in one round
-// trip.
-func (tk *takeover) takenOver(ctx context.Context, runs []RunInfo) error {
-	if len(runs) == 0 {
-		return nil
-	}
-	cmds := make([]*redis.StringCmd, len(runs))
-	_, err := tk.i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for n, r := range runs {
-			cmds[n] = p.Get(ctx, tk.tookKey(r.Key))
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) && !isReplyErr(err) {
-		return err
-	}
-	for n := range runs {
-		if v, err := cmds[n].Result(); err == nil {
-			runs[n].TakenOver = parseTook(v)
-		}
-	}
-	return nil
-}
-
-// parseTook reads what takeOver writes, or nil.
-func parseTook(v string) *Takeover {
-	f := strings.SplitN(v, " ", 4)
-	if len(f) != 4 {
-		return nil
-	}
-	at, err1 := strconv.ParseInt(f[0], 10, 64)
-	silent, err2 := strconv.ParseInt(f[1], 10, 64)
-	from, err3 := strconv.ParseInt(f[2], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
-		return nil
-	}
-	return &Takeover{At: time.UnixMilli(at), By: f[3], From: from, Silent: time.Duration(silent) * time.Millisecond}
-}
 
 // short cuts an id for a log line: at most about 200 bytes.
 func short(s string) string {

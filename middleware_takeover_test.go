@@ -451,7 +451,9 @@ func TestTakeoverScriptFenced(t *testing.T) {
 	// A takeover holds the record a minute: a call held back past the hold
 	// may take the run over again, by design.
 	take := func(key, token string) bool {
-		raw, err := takeoverScript.Run(ctx, rdb, []string{i.recordKey(key)}, token, 60000, 20).Int64Slice()
+		bucket, field := i.doneOf(key)
+		raw, err := takeoverScript.Run(ctx, rdb, []string{i.recordKey(key), bucket, historyOf(bucket, i.Prefix())},
+			token, 60000, 20, field, 60000, "test:1").Int64Slice()
 		must(t, err)
 		return raw[0] == 1
 	}
@@ -512,7 +514,7 @@ func TestTakeoverScriptFenced(t *testing.T) {
 		t.Fatal("the copy of a released run's task did not begin resumed")
 	}
 	// A failure that ended its task is asynq's: not taken.
-	must(t, f2.releaseFinal(ctx))
+	must(t, f2.release(ctx, "failed for good", true))
 	if take("f", strconv.FormatInt(f2.Token, 10)) {
 		t.Fatal("a run whose failure ended its task was taken over")
 	}
@@ -647,6 +649,12 @@ func TestBrokerReportsRuns(t *testing.T) {
 	must(t, err)
 	if j.TakenOver == nil || j.TakenOver.From != dead.Token {
 		t.Fatalf("the Broker's order-2: %+v, want its takeover", j)
+	}
+	// Its history: the dead run's start, then the takeover, from its
+	// token after its silence.
+	if got := whats(j.History); !strings.HasPrefix(got, "started taken over") || j.History[0].Token != dead.Token ||
+		!strings.Contains(j.History[1].Detail, "from token "+strconv.FormatInt(dead.Token, 10)+", silent ") {
+		t.Fatalf("order-2's history: %+v", j.History)
 	}
 }
 
@@ -1361,7 +1369,7 @@ func TestRunsShowNotBegunAbandoned(t *testing.T) {
 	must(t, e.Release(ctx))
 	e, err = idem.Begin(ctx, "final")
 	must(t, err)
-	must(t, e.releaseFinal(ctx))
+	must(t, e.release(ctx, "failed for good", true))
 	states := func() map[string]RunState {
 		runs, _, err := idem.Runs(ctx, "", 0)
 		must(t, err)

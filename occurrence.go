@@ -56,18 +56,24 @@ type JobInfo struct {
 	// TakenOver: a live process took the task's run over from a dead
 	// worker (Runs' record of it; running, abandoned or enqueued).
 	TakenOver *Takeover `json:",omitempty"`
-	// History is enqueued's story of the occurrence, oldest first, as the
-	// schedule, asynq and the Runs store tell it: due, enqueued, each
-	// failure asynq recorded (its last), a takeover, completed or
-	// archived.
+	// History is the occurrence's story, oldest first, from the events
+	// the scripts of each step wrote (BrokerOptions.History, and with
+	// Runs the store's), completed by asynq's record of the task:
+	// scheduled, claimed, enqueued, back on the schedule, dead, started,
+	// failed, lease lost, skipped, taken over, finished, archived.
 	History []Event `json:",omitempty"`
 }
 
 // Event is one step of an occurrence's History.
 type Event struct {
-	At     time.Time
-	What   string // "due", "enqueued", "failed", "taken over", "completed", "archived", "finished"
-	Detail string `json:",omitzero"` // the task and queue, the error, who took the run over and from which token
+	At   time.Time // by Redis' clock (asynq's own: to the second)
+	What string    // "scheduled", "claimed", "enqueued", "back on the schedule", "dead", "started", "failed", "lease lost", "skipped", "taken over", "finished", "completed", "archived"
+	// Token is the run's fencing token (the run taken over, for "taken
+	// over"; the run that made it skip, for "skipped"), By the process
+	// that wrote the event ("host:pid"), where known.
+	Token  int64  `json:",omitzero"`
+	By     string `json:",omitzero"`
+	Detail string `json:",omitzero"` // what it says: the task and queue, the error, who took the run over and from which token
 }
 
 // Occurrence returns the occurrence's name, OccurrenceID(j.ID, j.Due).

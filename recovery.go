@@ -48,8 +48,9 @@ func (b *Broker) Recover(ctx context.Context) (Recovered, error) {
 		deadKeep = ms(b.opts.DeadRetention)
 	}
 	n := min(b.opts.MaxAttempts, maxDelays)
-	args := make([]any, 0, 7+2*n)
-	args = append(args, b.opts.BatchSize, b.ups, b.opts.MaxAttempts, "", deadMax, deadKeep, 1+rand.Int64N(1<<31-2))
+	bucket, expire := b.history.bucket(time.Now())
+	args := make([]any, 0, 8+2*n)
+	args = append(args, b.opts.BatchSize, b.ups, b.opts.MaxAttempts, "", deadMax, deadKeep, 1+rand.Int64N(1<<31-2), expire)
 	for a := 1; a <= n; a++ {
 		// The range of the backoff, from a few draws: a fixed Backoff
 		// stays fixed, a jittered one spreads the jobs of one pass.
@@ -66,7 +67,11 @@ func (b *Broker) Recover(ctx context.Context) (Recovered, error) {
 	shardArgs := func(k *keys) ([]string, []any) {
 		a := append([]any(nil), args...)
 		a[3] = b.notice(k)
-		return append(k.settleKeys(), k.batches, k.marker), a
+		keys := append(k.settleKeys(), k.batches, k.marker)
+		if b.history.keep > 0 {
+			keys = append(keys, k.sent+bucket)
+		}
+		return keys, a
 	}
 	cmds := b.writeShards(ctx, recoverScript, b.shards, shardArgs)
 	var r Recovered

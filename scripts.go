@@ -14,6 +14,8 @@ import (
 )
 
 var (
+	//go:embed lua/history.lua
+	historyLua string
 	//go:embed lua/prelude.lua
 	preludeLua string
 	//go:embed claim.lua
@@ -61,8 +63,11 @@ var (
 	deadScript     = newScript(deadLua)
 )
 
-// newScript prepends the shared helpers (prelude.lua) to a script's body.
-func newScript(body string) *redis.Script { return redis.NewScript(preludeLua + "\n" + body) }
+// newScript prepends the shared helpers (history.lua, prelude.lua) to a
+// script's body.
+func newScript(body string) *redis.Script {
+	return redis.NewScript(historyLua + "\n" + preludeLua + "\n" + body)
+}
 
 var (
 	//go:embed lua/begin.lua
@@ -85,7 +90,7 @@ var (
 	// Without the broker's prelude: a run record's scripts need none of
 	// it, and defining its helpers costs each call. begin.lua,
 	// complete.lua and settle.lua are made for each store (storeScript).
-	takeoverScript = redis.NewScript(takeoverLua)
+	takeoverScript = redis.NewScript(historyLua + takeoverLua)
 	beatScript     = redis.NewScript(beatLua)
 	sweepScript    = redis.NewScript(sweepLua)
 	markerScript   = redis.NewScript(markerLua)
@@ -107,9 +112,10 @@ func storeScript(body string, lease, ttl, retention int64) *redis.Script {
 	return redis.NewScript(storeBody(body, lease, ttl, retention))
 }
 
-// storeBody is body with a store's options written in, as storeScript.
+// storeBody is body with a store's options written in, as storeScript,
+// after history.lua.
 func storeBody(body string, lease, ttl, retention int64) string {
-	return strings.NewReplacer(
+	return historyLua + strings.NewReplacer(
 		"LEASE_MS", strconv.FormatInt(lease, 10),
 		"TTL_MS", strconv.FormatInt(ttl, 10),
 		"RETENTION_MS", strconv.FormatInt(retention, 10)).Replace(body)

@@ -27,7 +27,7 @@ func e2eScenario() {
 		{name: "asynq alone: the tasks pending in its queue"},
 		{name: "zclaim quick start with the README's Faster settings: Dispatcher through an asynq client on an autopipelined go-redis client + asynq server on the store's AsynqClient + idempotency middleware, jobs due in the schedule",
 			dispatcher: true, autopipeline: true, middleware: true, viaDone: true},
-		{name: "the same without the schedule's history (BrokerOptions.History -1: no record of the task each job became)",
+		{name: "the same without histories (BrokerOptions.History -1, IdempotencyOptions.NoHistory: no event written on any step)",
 			dispatcher: true, autopipeline: true, middleware: true, viaDone: true, noHistory: true},
 		{name: "the same with the asynq server on a client of its own (each Begin and Complete a round trip of its own): asynq's public API only",
 			dispatcher: true, autopipeline: true, middleware: true},
@@ -76,7 +76,7 @@ func e2eScenario() {
 			"The second row is the README's quick start with its Faster settings: the Dispatcher enqueues through an asynq client on (*redis.Client).AutoPipeline, whose concurrent enqueues share round trips, "+
 			"and has asynq keep no finished task (TaskRetention -1: the middleware's records skip an occurrence dispatched again), and the asynq server runs on the idempotency store's AsynqClient "+
 			"(its dequeues take tasks ahead; each run is completed in one script with asynq's done of its task); "+
-			"the next row is the same with the schedule's history off (the record of the task each job became, for Broker.Job; its memory a job is below the table); "+
+			"the next row is the same with the histories off (the events of each job's steps and of its run, for Broker.Jobs; their memory a job is below the table and in the memory table); "+
 			"the row after it puts the server on a client of its own, each Begin and Complete a round trip of its own: asynq's public API only; "+
 			"the row after that is the quick start as it stands, its Dispatcher's asynq client on a plain go-redis client. "+
 			"The two floor rows have no schedule: 16 goroutines enqueue the tasks (asynq alone's) on such a client once the clock runs, "+
@@ -86,7 +86,7 @@ func e2eScenario() {
 			"and the next column the middle half of those per-round ratios (first to third quartile): how far one round's ratio strays; "+
 			"CPU beyond asynq alone's is the median over the rounds of the difference of CPU a job (Redis' and this process') from the first row's in the same round. "+
 			"The row before the last runs the first again in each round: how far its ratio is from 1.00× is how far a ratio moves when nothing changes. "+
-			fmt.Sprintf("The schedule's history held %.0f B a job dispatched (MEMORY USAGE of its hashes after a Dispatcher enqueued %s jobs of 2-to-6-byte ids; "+
+			fmt.Sprintf("The schedule's history held %.0f B a job dispatched (MEMORY USAGE of its hashes after Schedule and a Dispatcher's enqueue of %s jobs of 2-to-6-byte ids; "+
 				"kept for BrokerOptions.History, a day by default: rate × History × this).", perJob, human(float64(n))))
 }
 
@@ -149,7 +149,7 @@ type e2eContender struct {
 	processAt       bool // asynq's tasks wait in its scheduled set, due a second ago; else pending
 	keepFinished    bool // the Dispatcher's default TaskRetention; else -1, as the quick start's
 	viaDone         bool // the asynq server runs on the idempotency store's AsynqClient, as the quick start's
-	noHistory       bool // the Broker keeps no history (BrokerOptions.History -1)
+	noHistory       bool // no histories (BrokerOptions.History -1, IdempotencyOptions.NoHistory)
 }
 
 // e2eRound runs contender c of e2eScenario once: its rate and CPU per job.
@@ -206,7 +206,7 @@ func e2eRound(c e2eContender, n, conc int) (float64, [2]time.Duration) {
 	defer idemClient.Close()
 	var server redis.UniversalClient // the asynq server's client; nil: one of its own
 	if c.middleware {
-		idem, err := zclaim.NewIdempotency(idemClient, zclaim.IdempotencyOptions{Prefix: key + ":run:"})
+		idem, err := zclaim.NewIdempotency(idemClient, zclaim.IdempotencyOptions{Prefix: key + ":run:", NoHistory: c.noHistory})
 		if err != nil {
 			panic(err)
 		}

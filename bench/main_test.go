@@ -106,7 +106,7 @@ func TestQuickRun(t *testing.T) {
 	}
 	// A finished record, where the buckets hold about 100 each (as
 	// DoneBuckets = records / 100 keeps them): at most 64 B of Redis.
-	mem := row(t, out, "200 (records / 100)")[3]
+	mem := row(t, out, "200 (records / 100), NoHistory")[3]
 	if b, err := strconv.Atoi(strings.TrimSuffix(mem, " B")); err != nil || b < 16 || b > 64 {
 		t.Errorf("memory: %q a finished record, want 16 to 64 B", mem)
 	}

@@ -132,15 +132,22 @@ func memoryScenario() {
 		return v
 	}
 	var rows [][]string
-	for _, buckets := range []int{0, n / 100} {
+	for _, row := range []struct {
+		buckets   int
+		noHistory bool
+	}{{0, false}, {n / 100, true}, {n / 100, false}} {
 		prefix := ns("mem") + ":run:"
-		idem, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: prefix, DoneBuckets: buckets})
+		idem, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: prefix, DoneBuckets: row.buckets,
+			NoHistory: row.noHistory})
 		if err != nil {
 			panic(err)
 		}
-		name := strconv.Itoa(zclaim.DefaultDoneBuckets) + " (the default)"
-		if buckets != 0 {
-			name = strconv.Itoa(buckets) + " (records / 100)"
+		name := strconv.Itoa(zclaim.DefaultDoneBuckets) + " (the default), with the runs' history"
+		switch {
+		case row.noHistory:
+			name = strconv.Itoa(row.buckets) + " (records / 100), NoHistory"
+		case row.buckets != 0:
+			name = strconv.Itoa(row.buckets) + " (records / 100), with the runs' history"
 		}
 		progress("memory: %d finished records through Begin + Complete, DoneBuckets %s", n, name)
 		due := time.Now().Truncate(time.Millisecond)
@@ -182,5 +189,6 @@ func memoryScenario() {
 			"A finished record is a field of one of DoneBuckets small hashes (a digest of its key, its run's lease deadline when it finished), "+
 			"kept as a listpack while a bucket holds at most 128; a lookup is one HGET inside Begin's script. "+
 			"Records kept = finish rate × Retention (up to a sweep later): 100 runs/s with the default 24 h keep 8.64M records; "+
-			"with DoneBuckets ≥ records / 100 they cost what the second row shows.")
+			"with DoneBuckets ≥ records / 100 they cost what the second row shows. "+
+			"A run's history (its finish, token and process: one field of a hash beside its bucket, kept as long) adds what the third row shows over the second.")
 }

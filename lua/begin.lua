@@ -8,7 +8,9 @@
 -- KEYS[2] the bucket of finished records that holds the key's (a hash:
 --   field = digest of the key, value = the run's lease deadline when it
 --   finished, Unix ms; see complete.lua)
--- ARGV[1] the key's field in KEYS[2]
+-- KEYS[3] the key's history bucket (history.lua: field as in KEYS[2]),
+--   where a run that is skipped (done, or running elsewhere) is noted
+-- ARGV[1] the key's field in KEYS[2]   ARGV[2] this process ("host:pid")
 -- The store's options are written into the script (storeScript), as
 -- constants cost Redis less than arguments: the lease, the ttl of a
 -- running record (a string, as SET takes it) and the retention, in ms.
@@ -28,9 +30,18 @@ local lease, ttl, retention = LEASE_MS, 'TTL_MS', RETENTION_MS
 local t = redis.call('TIME')
 local now_us = t[1] * 1000000 + t[2]
 local now_ms = (now_us - now_us % 1000) / 1000
+-- A skipped run's event, with the token of the run that made it skip.
+local function skip(kind, tok)
+  if not KEYS[3] then return end
+  hist_add(KEYS[3], ARGV[1], now_ms, kind, tok, ARGV[2] .. '\0')
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
 local fin = redis.call('HGET', KEYS[2], ARGV[1])
 -- A field older than the retention is not done: its sweep is late.
-if fin and tonumber(fin) + retention > now_ms then return {1, 0, 0} end
+if fin and tonumber(fin) + retention > now_ms then
+  skip('k', '0')
+  return {1, 0, 0}
+end
 local deadline = now_ms + lease
 -- The common case, a key never seen (or long expired), in one call: SET NX
 -- writes the new run only if there is no record, and GET answers the
@@ -47,8 +58,14 @@ tok, n = tonumber(tok), tonumber(n)
 if (s ~= 'run' and s ~= 'done' and s ~= 'free' and s ~= 'take') or not tok or tok >= 9007199254740991 or n > 9007199254740992 then
   return redis.error_reply('ZCLAIM_CORRUPT ' .. KEYS[1])
 end
-if s == 'done' then return {1, tok, 0} end
-if s == 'run' and n > now_ms then return {2, tok, n - now_ms} end
+if s == 'done' then
+  skip('k', string.format('%d', tok))
+  return {1, tok, 0}
+end
+if s == 'run' and n > now_ms then
+  skip('w', string.format('%d', tok))
+  return {2, tok, n - now_ms}
+end
 local new = now_us
 if tok + 1 > new then new = tok + 1 end
 redis.call('SET', KEYS[1], string.format('run %d %d', new, deadline), 'PX', ttl)

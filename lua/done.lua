@@ -3,7 +3,7 @@
 -- of asynq's own done or mark-as-complete script, and writes what that
 -- script writes. complete.lua is written in front of it (doneScript) as
 -- the function complete(KEYS, ARGV).
--- KEYS[1], KEYS[2] complete.lua's; KEYS[3..] asynq's, for a done: active
+-- KEYS[1..3] complete.lua's; KEYS[4..] asynq's, for a done: active
 --   list, lease set, task hash, processed-of-the-day counter, processed
 --   counter, [unique lock]; for a mark as complete: active list, lease
 --   set, completed set, task hash, the two counters, [unique lock]
@@ -40,8 +40,8 @@ local function asynq_done(K, A)
   return redis.status_reply('OK')
 end
 
-local ck, ca, ak, aa = { KEYS[1], KEYS[2] }, {}, {}, {}
-for j = 3, #KEYS do ak[j - 2] = KEYS[j] end
+local ck, ca, ak, aa = { KEYS[1], KEYS[2], KEYS[3] }, {}, {}, {}
+for j = 4, #KEYS do ak[j - 3] = KEYS[j] end
 local c = tonumber(ARGV[1])
 for j = 1, c do ca[j] = ARGV[j + 1] end
 for j = c + 2, #ARGV do aa[j - c - 1] = ARGV[j] end

@@ -1,12 +1,14 @@
 -- finish.lua: settle batch leases (a dispatcher's claims), each as one.
 -- KEYS[1] schedule ZSet   KEYS[2] batches ZSet   KEYS[3] pending records
 -- KEYS[4] run records   KEYS[5] dead ZSet   KEYS[6] dead info hash
--- KEYS[7] the sent hash of the time bucket now (see broker_sent.go)
+-- KEYS[7] (optional) the schedule's history: the hash of the time bucket
+--   now (see broker_sent.go)
 -- ARGV[1] score units per second   ARGV[2] max attempts   ARGV[3] notice channel
--- ARGV[4] m, the number of jobs enqueued into asynq to remember in KEYS[7]
---   (0: none)   ARGV[5] when KEYS[7] expires, Unix ms
--- ARGV[6..5+2m] m pairs: job id, then its task ("<queue>\0<task id>"),
---   kept as "<Redis TIME ms>\0<queue>\0<task id>"
+-- ARGV[4] m, the number of jobs enqueued into asynq   ARGV[5] when KEYS[7]
+--   expires, Unix ms
+-- ARGV[6..5+2m] m pairs: job id, then its "enqueued" event's due and
+--   detail ("<due ms>\31<claimed ms>\0<queue>\0<task id>"), added to
+--   its history; a job going back or dead gets its event too
 -- ARGV[6+2m..] one group per lease: its member ("first:n"), then k, then k
 --   triples (index of a job in the batch, 1-based; "r" or "d"; delay in ms
 --   for "r", reason for "d"). Jobs not named are done and leave the broker;
@@ -21,7 +23,10 @@
 local kt = {KEYS[2], 'zset', KEYS[4], 'hash'}
 local sent = tonumber(ARGV[4])
 local start = 6 + 2 * sent
-if sent > 0 then kt[#kt + 1], kt[#kt + 2] = KEYS[7], 'hash' end
+if KEYS[7] then
+  kt[#kt + 1], kt[#kt + 2] = KEYS[7], 'hash'
+  H.key, H.exp, H.ups = KEYS[7], ARGV[5], tonumber(ARGV[1])
+end
 local i, more = start, false
 while i <= #ARGV do
   local k = tonumber(ARGV[i + 1])
@@ -38,20 +43,14 @@ if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 local ups, max = tonumber(ARGV[1]), tonumber(ARGV[2])
 local now_ms, now = 0, 0
 if more then now_ms, now = clock(ups) end
-if sent > 0 then
+if H.key and sent > 0 then
   local t = redis.call('TIME')
-  local ms = tostring(t[1] * 1000 + math.floor(t[2] / 1000))
-  local hset = {}
+  H.ms = t[1] * 1000 + math.floor(t[2] / 1000)
   for j = 6, 5 + 2 * sent, 2 do
-    hset[#hset + 1] = ARGV[j]
-    hset[#hset + 1] = ms .. '\0' .. ARGV[j + 1]
-    if #hset == 1000 then -- one unpack takes a few thousand values at most
-      redis.call('HSET', KEYS[7], unpack(hset))
-      hset = {}
-    end
+    local due, detail = string.match(ARGV[j + 1], '^([^\31]*)\31(.*)$')
+    hist_add(H.key, ARGV[j], H.ms, 'e', due, detail)
   end
-  if #hset > 0 then redis.call('HSET', KEYS[7], unpack(hset)) end
-  redis.call('PEXPIREAT', KEYS[7], ARGV[5])
+  H.written = true
 end
 local out, min = {}, nil
 i = start
@@ -68,7 +67,8 @@ while i <= #ARGV do
       local attempt, due, rest = run_attempt(recs[x])
       if ARGV[at + 1] == 'r' then
         local score = now + tonumber(ARGV[at + 2]) * ups / 1000
-        if settle_back(KEYS[1], KEYS[3], KEYS[5], KEYS[6], id, attempt, due, rest, score, max, now_ms, 'attempts exhausted') == 1
+        if settle_back(KEYS[1], KEYS[3], KEYS[5], KEYS[6], id, attempt, due, rest, score, max, now_ms, 'attempts exhausted',
+          'enqueue failed; again in ' .. ARGV[at + 2] .. ' ms') == 1
           and (min == nil or score < min) then
           min = score
         end
@@ -80,4 +80,5 @@ while i <= #ARGV do
   i = i + 2 + 3 * k
 end
 if min ~= nil then notify(ARGV[3], min) end
+hist_end()
 return out

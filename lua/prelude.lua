@@ -1,4 +1,5 @@
--- prelude.lua: helpers prepended to every broker script when it is loaded.
+-- prelude.lua: helpers prepended to every broker script when it is loaded
+-- (after history.lua).
 -- Nothing here runs on its own; each script's contract is in its own file.
 --
 -- Record format (opaque to Lua past its prefix):
@@ -208,11 +209,35 @@ local function moved(due)
   return '0' .. due
 end
 
+-- H is the schedule's history for a script that writes it
+-- (broker_sent.go): the hash of the time bucket now (H.key; nil: the
+-- script writes none), when it expires (H.exp, Unix ms), and the score
+-- units per second (H.ups). hist adds an event of id to it (history.lua),
+-- with the occurrence's due, a score ('' when unknown), in ms.
+local H = {}
+local function hist(id, kind, due, detail)
+  if not H.key then return end
+  if not H.ms then
+    local t = redis.call('TIME')
+    H.ms = t[1] * 1000 + math.floor(t[2] / 1000)
+  end
+  local d = tonumber(due)
+  if d then d = string.format('%d', math.floor(d * 1000 / H.ups + 0.5)) else d = '' end
+  hist_add(H.key, id, H.ms, kind, d, detail)
+  H.written = true
+end
+
+-- hist_end sets the expiry of the bucket a script wrote events into.
+local function hist_end()
+  if H.written then redis.call('PEXPIREAT', H.key, H.exp) end
+end
+
 -- bury puts id into the dead set with its reason and record.
 -- D: dead ZSet (score = Unix ms of death); DI: dead info hash.
 local function bury(D, DI, id, now_ms, attempt, due, rest, reason)
   redis.call('ZADD', D, now_ms, id)
   redis.call('HSET', DI, id, string.len(reason) .. ':' .. reason .. record(attempt, due, rest))
+  hist(id, 'd', due, reason)
 end
 
 -- bury_damaged keeps the unreadable part of a batch lease's record in the
@@ -227,14 +252,16 @@ end
 -- due and the score itself ("~<score>", see the top of this file), or into
 -- the dead set once attempt >= max. If a newer run of the id is already
 -- scheduled, that one stands for the same work and this run is dropped.
+-- why says in the history why it went back (H).
 -- Returns 1 when requeued, 2 when dead, 3 when superseded.
-local function settle_back(S, P, D, DI, id, attempt, due, rest, score, max, now_ms, reason)
+local function settle_back(S, P, D, DI, id, attempt, due, rest, score, max, now_ms, reason, why)
   if redis.call('ZSCORE', S, id) then return 3 end
   if attempt >= max then
     bury(D, DI, id, now_ms, attempt, due, rest, reason)
     return 2
   end
   redis.call('ZADD', S, score, id)
+  hist(id, 'r', due, why or '')
   -- A run without a due (an older version's) gets its score as its due
   -- at the next claim, and keeps no score of its own.
   if due ~= '' then due = due .. '~' .. string.format('%.17g', score) end

@@ -6,7 +6,10 @@
 -- ARGV[4] notice channel   ARGV[5] dead set size kept (-1: no limit)
 -- ARGV[6] ms a death is kept (-1: no limit)
 -- ARGV[7] a seed (1 .. 2^31 - 2) for the jitter between jobs
--- ARGV[8..] the backoff range in ms for attempt 1, 2, ...: lo, hi, lo, hi,
+-- KEYS[9] (optional) the schedule's history: the hash of the time bucket
+--   now (see broker_sent.go), where each job put back or dead gets an event
+-- ARGV[8] when KEYS[9] expires (Unix ms)
+-- ARGV[9..] the backoff range in ms for attempt 1, 2, ...: lo, hi, lo, hi,
 --   ... (the last pair repeats); each job comes back after its own delay
 --   drawn uniformly from its attempt's range, so that a batch whose leases
 --   expired together does not come back at one instant; the jobs of a
@@ -21,16 +24,21 @@
 -- Returns {requeued, dead, scanned, trimmed, marker|false} where scanned
 -- counts the jobs touched, trimmed those removed from the dead set, and
 -- marker is the state marker's value (see stateMarker in redis.go).
-local bad = wrongtype({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'zset', KEYS[6], 'hash', KEYS[7], 'zset', KEYS[8], 'string'})
+local kt = {KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'zset', KEYS[6], 'hash', KEYS[7], 'zset', KEYS[8], 'string'}
+if KEYS[9] then
+  kt[#kt + 1], kt[#kt + 2] = KEYS[9], 'hash'
+  H.key, H.exp, H.ups = KEYS[9], ARGV[8], tonumber(ARGV[2])
+end
+local bad = wrongtype(kt)
 if bad then return redis.error_reply('ZCLAIM_WRONGTYPE ' .. bad) end
 local batch, ups, max = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local now_ms, now = clock(ups)
 local requeued, dead, scanned, min = 0, 0, 0, nil
-local seed, ndelays = tonumber(ARGV[7]), (#ARGV - 7) / 2
+local seed, ndelays = tonumber(ARGV[7]), (#ARGV - 8) / 2
 local function delay(attempt)
   seed = (seed * 16807) % 2147483647 -- Park-Miller: exact in doubles
   local k = math.min(attempt, ndelays)
-  local lo, hi = tonumber(ARGV[6 + 2 * k]), tonumber(ARGV[7 + 2 * k])
+  local lo, hi = tonumber(ARGV[7 + 2 * k]), tonumber(ARGV[8 + 2 * k])
   return lo + (hi - lo) * seed / 2147483647
 end
 local function back(id, attempt, due, rest, at_once)
@@ -38,9 +46,10 @@ local function back(id, attempt, due, rest, at_once)
   if not at_once then score = now + delay(attempt) * ups / 1000 end
   -- An empty member (a foreign producer's) can never become a task: dead
   -- now, not after its attempts; the dispatcher's claim tells the rest.
-  local m, reason = max, 'lease expired'
+  local m, reason, why = max, 'lease expired', 'lease expired'
   if id == '' then m, reason = 0, 'empty job id' end
-  local r = settle_back(KEYS[1], KEYS[3], KEYS[5], KEYS[6], id, attempt, due, rest, score, m, now_ms, reason)
+  if at_once then why = 'the lease of the dispatcher that claimed it expired' end
+  local r = settle_back(KEYS[1], KEYS[3], KEYS[5], KEYS[6], id, attempt, due, rest, score, m, now_ms, reason, why)
   if r == 2 then dead = dead + 1 else requeued = requeued + 1 end
   if r == 1 and (min == nil or score < min) then min = score end
 end
@@ -89,4 +98,5 @@ if keep_n >= 0 and trimmed < batch then
   local over = math.min(redis.call('ZCARD', KEYS[5]) - keep_n, batch - trimmed)
   if over > 0 then drop(redis.call('ZRANGE', KEYS[5], 0, over - 1)) end
 end
+hist_end()
 return {requeued, dead, scanned, trimmed, redis.call('GET', KEYS[8])}

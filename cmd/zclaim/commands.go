@@ -184,12 +184,32 @@ func cmdShow(ctx context.Context, c *cli, args []string) int {
 		fmt.Fprintln(c.errw, "usage: zclaim show ID")
 		return exitUsage
 	}
-	all, err := c.b.Jobs(ctx, args[0])
-	if err != nil {
+	// The Broker with the store of --runs: the histories of its runs.
+	b, idem := c.b, (*zclaim.Idempotency)(nil)
+	if s, err := c.store(); err == nil {
+		opts := c.bopts
+		opts.Runs = s
+		if rb, err := zclaim.NewBroker(c.rdb, opts); err == nil {
+			b, idem = rb, s
+		}
+	}
+	all, err := b.Jobs(ctx, args[0])
+	var queueErr *zclaim.QueueError
+	if err != nil && !errors.As(err, &queueErr) && idem != nil {
+		// The store cannot be read (an ACL that stops at the schedule's
+		// keys): the job without its runs' histories, the error below.
+		b, idem = c.b, nil
+		all, err = b.Jobs(ctx, args[0])
+	}
+	if err != nil && !errors.As(err, &queueErr) {
 		return c.fail(err)
 	}
+	if idem != nil { // the active tasks' runs are shown from Runs, below
+		all = slices.DeleteFunc(all, func(j zclaim.JobInfo) bool {
+			return j.State == zclaim.StateRunning || j.State == zclaim.StateAbandoned
+		})
+	}
 	runs, _, err := c.runsOf(ctx, "", 0)
-	var queueErr *zclaim.QueueError
 	switch {
 	case errors.As(err, &queueErr): // the other queues' runs were read
 		fmt.Fprintf(c.errw, "%v\n", err)

@@ -102,6 +102,7 @@ type cli struct {
 	cluster   bool
 	key       string
 	runs      string
+	bopts     zclaim.BrokerOptions // c.b's
 	unit      string
 	json      bool
 
@@ -250,8 +251,8 @@ func (c *cli) connect(raw bool) int {
 	if c.unit == "ms" {
 		unit = time.Millisecond
 	}
-	b, err := zclaim.NewBroker(c.rdb, zclaim.BrokerOptions{Key: c.key, ScoreUnit: unit, AllowEviction: true,
-		Logger: slog.New(slog.DiscardHandler)})
+	c.bopts = zclaim.BrokerOptions{Key: c.key, ScoreUnit: unit, AllowEviction: true, Logger: slog.New(slog.DiscardHandler)}
+	b, err := zclaim.NewBroker(c.rdb, c.bopts)
 	if err != nil {
 		c.rdb.Close()
 		fmt.Fprintf(c.errw, "%v\n", err)

@@ -18,7 +18,7 @@ import (
 
 // zclaim show (the built binary) finds a job a Dispatcher enqueued,
 // wherever asynq has it: pending, in retry with its error, archived, and
-// completed; exit 0 for each, with its queue and task.
+// completed; exit 0 for each, with its queue and task, and its history.
 func TestShowFindsJobInAsynq(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -71,7 +71,12 @@ func TestShowFindsJobInAsynq(t *testing.T) {
 		TaskCheckInterval: 10 * time.Millisecond, Logger: redisproc.QuietAsynq{}, LogLevel: asynq.FatalLevel,
 		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return time.Hour }})
 	block := make(chan struct{})
-	if err := srvA.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+	idem, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: key + ":run:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { idem.Close() })
+	if err := srvA.Start(idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		j, _ := zclaim.JobFromTask(t)
 		switch j.ID {
 		case "order-retry":
@@ -82,7 +87,7 @@ func TestShowFindsJobInAsynq(t *testing.T) {
 			<-block
 		}
 		return nil
-	})); err != nil {
+	}))); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { close(block); srvA.Shutdown() })
@@ -95,13 +100,24 @@ func TestShowFindsJobInAsynq(t *testing.T) {
 				r.Jobs[0].State == zclaim.StateEnqueued && r.Jobs[0].TaskState == state
 		})
 	}
-	out, errOut, code = runCLI(t, srv, "show", "order-retry", "--key", key)
-	want(t, "show order-retry", code, exitOK, out, errOut)
-	for _, w := range []string{`(?m)^asynq state +retry$`, `(?m)^retried +1$`, `(?m)^last error +smtp: 451 try later$`,
-		`(?m)^history +\S+ \S+  due$`, `(?m)^ +\S+ \S+  enqueued: task order-retry@\S+ in queue ` + queue + `$`,
-		`(?m)^ +\S+ \S+  failed: smtp: 451 try later$`} {
-		if !regexp.MustCompile(w).MatchString(out) {
-			t.Fatalf("show order-retry: no %s in\n%s", w, out)
+	// The stories, as the scripts of each step wrote them: the
+	// schedule's, then the run's (its start, with its token and process).
+	run := `token \d+ on [^ ]+:\d+`
+	for id, lines := range map[string][]string{
+		"order-retry": {`(?m)^asynq state +retry$`, `(?m)^retried +1$`, `(?m)^last error +smtp: 451 try later$`,
+			`(?m)^history +\S+ \S+  scheduled: due \S+$`, `(?m)^ +\S+ \S+  claimed: by a dispatcher$`,
+			`(?m)^ +\S+ \S+  enqueued: task order-retry@\S+ in queue ` + queue + `$`,
+			`(?m)^ +\S+ \S+  started: ` + run + `$`, `(?m)^ +\S+ \S+  failed: smtp: 451 try later$`},
+		"order-done": {`(?m)^history +\S+ \S+  scheduled: due \S+\n +\S+ \S+  claimed: by a dispatcher\n` +
+			` +\S+ \S+  enqueued: task order-done@\S+ in queue \S+\n +\S+ \S+  started: ` + run +
+			`\n +\S+ \S+  finished: ` + run + `$`},
+	} {
+		out, errOut, code = runCLI(t, srv, "show", id, "--key", key, "--runs", key+":run:")
+		want(t, "show "+id, code, exitOK, out, errOut)
+		for _, w := range lines {
+			if !regexp.MustCompile(w).MatchString(out) {
+				t.Fatalf("show %s: no %s in\n%s", id, w, out)
+			}
 		}
 	}
 }

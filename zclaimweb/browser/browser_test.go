@@ -402,8 +402,8 @@ func TestJobInAsynq(t *testing.T) {
 	}
 	var steps []string
 	run(t, ctx, chromedp.Evaluate(`[...document.querySelectorAll("ol.history li")].map(li => li.dataset.what)`, &steps))
-	if strings.Join(steps, " ") != "due enqueued failed" {
-		t.Fatalf("the job page's history: %q, want due, enqueued, failed", steps)
+	if strings.Join(steps, " ") != "scheduled claimed enqueued failed" {
+		t.Fatalf("the job page's history: %q, want scheduled, claimed, enqueued, failed", steps)
 	}
 }
 

@@ -1,0 +1,124 @@
+package zclaim
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// whats lists a History's steps, as "started failed ...".
+func whats(h []Event) string {
+	var w []string
+	for _, e := range h {
+		w = append(w, e.What)
+	}
+	return strings.Join(w, " ")
+}
+
+// A key's history tells each step of its runs, written by the scripts of
+// the steps: a failure with its error, a skip while another run holds the
+// key, a takeover (from which token, after how long), the finish, a skip
+// once done, and a late Complete of the run taken over (its lease lost);
+// each run's start comes from its token, with the process that ran it.
+func TestRunHistory(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	i := newIdem(t, rdb, IdempotencyOptions{Lease: 30 * time.Millisecond})
+	const key = "order-7@2026-12-07T10:00:00.000Z"
+
+	e1, err := i.Begin(ctx, key)
+	must(t, err)
+	must(t, e1.release(ctx, "smtp: 451\x1etry later", false))
+	e2, err := i.Begin(ctx, key)
+	must(t, err)
+	var ip *InProgressError
+	if _, err := i.Begin(ctx, key); !errors.As(err, &ip) {
+		t.Fatalf("Begin while e2 runs: %v, want InProgressError", err)
+	}
+	time.Sleep(40 * time.Millisecond) // e2's lease runs out
+	bucket, field := i.doneOf(key)
+	raw, err := takeoverScript.Run(ctx, rdb, []string{i.recordKey(key), bucket, historyOf(bucket, i.Prefix())},
+		strconv.FormatInt(e2.Token, 10), 60000, 30, field, 60000, "taker:42").Int64Slice()
+	must(t, err)
+	if raw[0] != 1 {
+		t.Fatalf("takeover: %v", raw)
+	}
+	e3, err := i.Begin(ctx, key)
+	must(t, err)
+	must(t, e3.Complete(ctx))
+	if _, err := i.Begin(ctx, key); !errors.Is(err, ErrAlreadyDone) {
+		t.Fatalf("Begin once done: %v", err)
+	}
+	if err := e2.Complete(ctx); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("e2's late Complete: %v", err)
+	}
+
+	h, took, err := runEvents(ctx, i, key)
+	must(t, err)
+	const want = "started failed started skipped taken over started finished skipped lease lost"
+	if got := whats(h); got != want {
+		t.Fatalf("history %q, want %q: %+v", got, want, h)
+	}
+	me := thisProcess()
+	checks := []struct {
+		n     int
+		token int64
+		by    string
+		in    string
+	}{
+		{0, e1.Token, me, "token " + strconv.FormatInt(e1.Token, 10)},
+		{1, e1.Token, me, "smtp: 451 try later"}, // the separator made a space
+		{2, e2.Token, me, ""},
+		{3, e2.Token, me, "running it elsewhere"},
+		{4, e2.Token, "taker:42", "from token " + strconv.FormatInt(e2.Token, 10)},
+		{6, e3.Token, me, "token " + strconv.FormatInt(e3.Token, 10) + " on " + me},
+		{7, 0, me, "had finished"},
+		{8, e2.Token, me, "at its complete"},
+	}
+	for _, c := range checks {
+		e := h[c.n]
+		if e.Token != c.token || e.By != c.by || !strings.Contains(e.Detail, c.in) {
+			t.Errorf("event %d: %+v, want token %d by %q saying %q", c.n, e, c.token, c.by, c.in)
+		}
+	}
+	if !h[0].At.Equal(time.UnixMicro(e1.Token)) {
+		t.Errorf("e1 started at %v, want its token's time", h[0].At)
+	}
+	for n := 1; n < len(h); n++ { // events keep their millisecond, starts their token's microsecond
+		if h[n].At.Before(h[n-1].At.Truncate(time.Millisecond)) {
+			t.Errorf("event %d (%s) before event %d (%s)", n, h[n].At, n-1, h[n-1].At)
+		}
+	}
+	if took == nil || took.From != e2.Token || took.By != "taker:42" || took.Silent < 10*time.Millisecond {
+		t.Errorf("takeover %+v", took)
+	}
+
+	// Bounded: a key skipped many times keeps its newest events within 1 KB.
+	for range 100 {
+		if _, err := i.Begin(ctx, key); !errors.Is(err, ErrAlreadyDone) {
+			t.Fatal(err)
+		}
+	}
+	v, err := rdb.HGet(ctx, historyOf(bucket, i.Prefix()), field).Result()
+	must(t, err)
+	if len(v) > 1024 {
+		t.Errorf("history of %d bytes", len(v))
+	}
+	if h, _, _ := runEvents(ctx, i, key); len(h) < 5 || h[len(h)-1].What != "skipped" {
+		t.Errorf("bounded history: %q", whats(h))
+	}
+
+	// NoHistory: nothing written.
+	off := newIdem(t, rdb, IdempotencyOptions{Prefix: i.Prefix() + "off:", NoHistory: true})
+	e, err := off.Begin(ctx, "k")
+	must(t, err)
+	must(t, e.release(ctx, "boom", false))
+	e, err = off.Begin(ctx, "k")
+	must(t, err)
+	must(t, e.Complete(ctx))
+	if h, _, err := runEvents(ctx, off, "k"); err != nil || len(h) != 0 {
+		t.Errorf("NoHistory: %q, %v", whats(h), err)
+	}
+}

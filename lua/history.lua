@@ -1,0 +1,28 @@
+-- history.lua: the helper that writes a history event, written in front of
+-- the scripts that write them (the broker's, after prelude.lua, and the
+-- run records' begin, complete, settle and takeover).
+-- A history is one field of a hash: the schedule's keep a job id's events
+-- in the hash of a time bucket (broker_sent.go), a store's keep a run
+-- key's events in a bucket beside the key's finished records
+-- (idempotency_history.go). Its value is the events, oldest first, each
+-- "<Redis TIME ms>\31<kind>\31<a>\31<detail>\30": kind is one letter, a
+-- the occurrence's due (the schedule's, in ms) or a run's token (the
+-- store's), detail what the event says (the callers keep \30 and \31 out
+-- of it). A field keeps its newest events within 1 KB. A nil key (no
+-- history kept) writes nothing.
+local function hist_add(key, field, now_ms, kind, a, detail)
+  if not key then return end
+  local ev = string.format('%d', now_ms) .. '\31' .. kind .. '\31' .. a .. '\31' .. detail .. '\30'
+  local v = redis.call('HGET', key, field)
+  if v then
+    v = v .. ev
+    while #v > 1024 do
+      local cut = string.find(v, '\30', 1, true)
+      if not cut or cut == #v then break end
+      v = string.sub(v, cut + 1)
+    end
+  else
+    v = ev
+  end
+  redis.call('HSET', key, field, v)
+end
