@@ -88,7 +88,7 @@ func (e *Execution) completeArgs() []any {
 func (e *Execution) settled(ctx context.Context, op string, cmd *redis.Cmd) (int64, error) {
 	reply, err := cmd.Result()
 	if err != nil {
-		return 0, e.i.wrap(ctx, op, e.keys[0], e.keys[1], err)
+		return 0, e.i.wrap(ctx, op, e.keys, err)
 	}
 	n, ok := reply.(int64)
 	if !ok {

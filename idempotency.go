@@ -313,7 +313,7 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 	e.sent = time.Now()
 	reply, err := i.script(ctx, i.begin, e.keys, e.field, thisProcess()).Result()
 	if err != nil {
-		return nil, i.wrap(ctx, "begin", e.keys[0], e.keys[1], err)
+		return nil, i.wrap(ctx, "begin", e.keys, err)
 	}
 	if tok, ok := reply.(int64); ok { // a key with no record
 		e.Token, e.leaseUntil, e.state = tok, time.UnixMilli(tok/1000+ms(i.opts.Lease)), i.state.current()
@@ -359,23 +359,24 @@ func int64s(v any) ([]int64, bool) {
 }
 
 // wrap names the key in the errors a run record's scripts raise:
-// ZCLAIM_CORRUPT, and Redis' own WRONGTYPE (which names no key: it is the
-// run record rk or its bucket of finished records).
-func (i *Idempotency) wrap(ctx context.Context, op, rk, bucket string, err error) error {
+// ZCLAIM_CORRUPT, and Redis' own WRONGTYPE (which names no key: it is
+// keys[0], the run record, or keys[1:], its bucket of finished records and
+// its history, hashes).
+func (i *Idempotency) wrap(ctx context.Context, op string, keys []string, err error) error {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		msg := rerr.Error()
 		switch {
-		case msg == "ZCLAIM_CORRUPT "+rk:
-			return zerr("zclaim: %s: %w: run record %q", op, ErrCorrupt, rk)
+		case msg == "ZCLAIM_CORRUPT "+keys[0]:
+			return zerr("zclaim: %s: %w: run record %q", op, ErrCorrupt, keys[0])
 		case strings.HasPrefix(msg, "WRONGTYPE"):
 			ctx := context.WithoutCancel(ctx)
-			typ, _ := i.rdb.Type(ctx, rk).Result()
-			if typ == "string" || typ == "none" {
-				btyp, _ := i.rdb.Type(ctx, bucket).Result()
-				return &WrongTypeError{Key: bucket, Want: "hash", Got: btyp}
+			for n, k := range keys {
+				want := map[bool]string{true: "string", false: "hash"}[n == 0]
+				if typ, _ := i.rdb.Type(ctx, k).Result(); typ != want && typ != "none" {
+					return &WrongTypeError{Key: k, Want: want, Got: typ}
+				}
 			}
-			return &WrongTypeError{Key: rk, Want: "string", Got: typ}
 		}
 	}
 	return wrap(ctx, op, err, nil)

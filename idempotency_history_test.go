@@ -122,3 +122,28 @@ func TestRunHistory(t *testing.T) {
 		t.Errorf("NoHistory: %q, %v", whats(h), err)
 	}
 }
+
+// The Complete that sweeps a bucket's finished records past Retention drops
+// the histories whose newest event is as old, and keeps the others.
+func TestRunHistorySwept(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	i := newIdem(t, rdb, IdempotencyOptions{Lease: 10 * time.Millisecond, Retention: 30 * time.Millisecond, DoneBuckets: 1})
+	i.sweepOdds = 1 // every Complete sweeps
+	run := func(key string) {
+		e, err := i.Begin(ctx, key)
+		must(t, err)
+		must(t, e.Complete(ctx))
+	}
+	run("old")
+	time.Sleep(60 * time.Millisecond) // past Lease + Retention
+	run("new")
+	bucket, _ := i.doneOf("old")
+	n, err := rdb.HLen(ctx, historyOf(bucket, i.Prefix())).Result()
+	must(t, err)
+	h, _, err := runEvents(ctx, i, "new")
+	must(t, err)
+	if n != 1 || whats(h) != "started finished" {
+		t.Fatalf("after the sweep: %d histories, new's %q", n, whats(h))
+	}
+}

@@ -229,6 +229,20 @@ func TestIdempotencyBadInput(t *testing.T) {
 	if e, err := i.Begin(ctx, "big"); err != nil || e.Token != 9007199254740991 {
 		t.Fatalf("after token 9007199254740990: %+v, %v", e, err)
 	}
+	// A history of another type: Complete says which key, and changes nothing.
+	e, err := i.Begin(ctx, "hk")
+	must(t, err)
+	bucket, _ := i.doneOf("hk")
+	hist := historyOf(bucket, i.Prefix())
+	must(t, rdb.Set(ctx, hist, "x", 0).Err())
+	if err := e.Complete(ctx); !errors.As(err, &wt) || wt.Key != hist || wt.Want != "hash" || wt.Got != "string" {
+		t.Fatalf("Complete with a history of another type: %v", err)
+	}
+	if n, _ := rdb.Exists(ctx, i.recordKey("hk")).Result(); n != 1 {
+		t.Fatal("the failed Complete removed the run record")
+	}
+	must(t, rdb.Del(ctx, hist).Err())
+	must(t, e.Complete(ctx))
 	for _, o := range []IdempotencyOptions{{Lease: time.Millisecond}, {Retention: -time.Second}, {Lease: time.Second, Retention: math.MaxInt64},
 		{TakeAhead: -1}, {TakeAhead: MaxTakeAhead + 1}} {
 		_, err := NewIdempotency(rdb, o)
