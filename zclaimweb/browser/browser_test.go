@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -347,11 +348,12 @@ func TestRebound(t *testing.T) {
 }
 
 // The job page of a job a Dispatcher enqueued shows its asynq task and
-// where asynq has it: pending, then in retry with its error.
+// where asynq has it: pending, then in retry with its error; and its
+// history as the scripts wrote it, its run's (under the middleware) too.
 func TestJobInAsynq(t *testing.T) {
 	t.Parallel()
 	ctx, _ := tab(t)
-	e := webtest.New(t, webtest.Options{})
+	e := webtest.New(t, webtest.Options{BrokerRuns: true})
 	queue := "web-" + strings.ReplaceAll(e.Key, ":", "-")
 	ac := asynq.NewClientFromRedisClient(e.RDB)
 	d, err := zclaim.NewDispatcher(e.Broker, ac, zclaim.DispatcherOptions{
@@ -383,9 +385,9 @@ func TestJobInAsynq(t *testing.T) {
 	srv := asynq.NewServerFromRedisClient(e.RDB, asynq.Config{Queues: map[string]int{queue: 1},
 		TaskCheckInterval: 10 * time.Millisecond, LogLevel: asynq.FatalLevel,
 		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return time.Hour }})
-	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+	if err := srv.Start(e.Idem.Middleware()(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
 		return fmt.Errorf("smtp: 451 try later")
-	})); err != nil {
+	}))); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
@@ -402,8 +404,11 @@ func TestJobInAsynq(t *testing.T) {
 	}
 	var steps []string
 	run(t, ctx, chromedp.Evaluate(`[...document.querySelectorAll("ol.history li")].map(li => li.dataset.what)`, &steps))
-	if strings.Join(steps, " ") != "scheduled claimed enqueued failed" {
-		t.Fatalf("the job page's history: %q, want scheduled, claimed, enqueued, failed", steps)
+	if strings.Join(steps, " ") != "scheduled claimed enqueued started failed" {
+		t.Fatalf("the job page's history: %q, want scheduled, claimed, enqueued, started, failed", steps)
+	}
+	if !regexp.MustCompile(`started: token \d+ on \S+:\d+`).MatchString(text) {
+		t.Fatalf("the job page does not say where the run started:\n%s", text)
 	}
 }
 
