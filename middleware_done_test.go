@@ -41,9 +41,10 @@ func (c *completes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			for j := range keys {
 				keys[j], _ = a[3+j].(string)
 			}
-			m, _ := a[3+n].(int) // complete.lua's arguments
+			k, _ := a[3+n].(int)   // complete.lua's keys
+			m, _ := a[3+n+1].(int) // and arguments
 			c.mu.Lock()
-			c.with[keys[0]], _ = asynqDoneKey(keys[3:], a[3+n+1+m:])
+			c.with[keys[0]], _ = asynqDoneKey(keys[k:], a[3+n+2+m:])
 			c.fused[keys[0]] = true // once, whether its EVALSHA met NOSCRIPT and it went again as EVAL or not
 			c.mu.Unlock()
 		}
@@ -104,14 +105,25 @@ func (c *completes) record(cmd redis.Cmder) (string, bool) {
 // On the store's AsynqClient, an asynq server's successful tasks have
 // their runs completed in one pipeline with asynq's done of each task
 // (done, done with a unique key, mark as complete), and each task's work
-// is finished once.
+// is finished once: with the runs' histories, and without (NoHistory: one
+// key fewer for done.lua's Complete).
 func TestAsynqClientCompletesWithDone(t *testing.T) {
 	t.Parallel()
+	for _, noHistory := range []bool{false, true} {
+		t.Run(fmt.Sprint("NoHistory=", noHistory), func(t *testing.T) {
+			t.Parallel()
+			asynqClientCompletesWithDone(t, noHistory)
+		})
+	}
+}
+
+func asynqClientCompletesWithDone(t *testing.T, noHistory bool) {
 	rdb := redis.NewClient(&redis.Options{Addr: testAddr})
 	t.Cleanup(func() { rdb.Close() })
 	c := &completes{with: map[string]string{}, fused: map[string]bool{}}
 	rdb.AddHook(c)
-	idem := newIdem(t, rdb, IdempotencyOptions{Lease: 5 * time.Second}) // a Complete waits for its done up to 1.25 s
+	// A Complete waits for its done up to 1.25 s.
+	idem := newIdem(t, rdb, IdempotencyOptions{Lease: 5 * time.Second, NoHistory: noHistory})
 	c.sha, c.done = idem.complete.Hash(), idem.done.Hash()
 	queue := testQueue(t)
 	var mu sync.Mutex

@@ -3,12 +3,13 @@
 -- of asynq's own done or mark-as-complete script, and writes what that
 -- script writes. complete.lua is written in front of it (doneScript) as
 -- the function complete(KEYS, ARGV).
--- KEYS[1..3] complete.lua's; KEYS[4..] asynq's, for a done: active
+-- KEYS[1..k] complete.lua's (k = 3, or 2 for a store without histories);
+--   KEYS[k+1..] asynq's, for a done: active
 --   list, lease set, task hash, processed-of-the-day counter, processed
 --   counter, [unique lock]; for a mark as complete: active list, lease
 --   set, completed set, task hash, the two counters, [unique lock]
--- ARGV[1] c, the number of complete.lua's arguments   ARGV[2..c+1]
---   complete.lua's   ARGV[c+2..] asynq's: task id, the day counter's
+-- ARGV[1] k   ARGV[2] c, the number of complete.lua's arguments
+--   ARGV[3..c+2] complete.lua's   ARGV[c+3..] asynq's: task id, the day counter's
 --   expiry (Unix s), [the completed task's expiry (Unix s), its message,]
 --   the largest int64 (where the processed counter wraps to 1)
 -- Returns { complete.lua's reply, asynq's reply ("OK", or the error its
@@ -40,11 +41,13 @@ local function asynq_done(K, A)
   return redis.status_reply('OK')
 end
 
-local ck, ca, ak, aa = { KEYS[1], KEYS[2], KEYS[3] }, {}, {}, {}
-for j = 4, #KEYS do ak[j - 3] = KEYS[j] end
-local c = tonumber(ARGV[1])
-for j = 1, c do ca[j] = ARGV[j + 1] end
-for j = c + 2, #ARGV do aa[j - c - 1] = ARGV[j] end
+local ck, ca, ak, aa = {}, {}, {}, {}
+local k, c = tonumber(ARGV[1]), tonumber(ARGV[2])
+for j = 1, #KEYS do
+  if j <= k then ck[j] = KEYS[j] else ak[j - k] = KEYS[j] end
+end
+for j = 1, c do ca[j] = ARGV[j + 2] end
+for j = c + 3, #ARGV do aa[j - c - 2] = ARGV[j] end
 -- The reply of f(k, a), or the error it raised as an error reply.
 local function reply(f, k, a)
   local ok, r = pcall(f, k, a)
