@@ -32,11 +32,27 @@ import (
 type sentJob struct{ id, event string }
 
 // enqueuedEvent is the due and detail of the "enqueued" event of a job due
-// at due, claimed at claimed (Redis' clock) and enqueued as task of queue:
-// "<due ms>\x1f<claimed ms>\x00<queue>\x00<task>".
-func enqueuedEvent(due, claimed time.Time, queue, task string) string {
+// at due, claimed at claimed and enqueued at enqueued (Redis' clock: the
+// settle that writes the event comes later) as task of queue:
+// "<due ms>\x1f<claimed ms>\x00<enqueued ms>\x00<queue>\x00<task>".
+func enqueuedEvent(due, claimed, enqueued time.Time, queue, task string) string {
 	return strconv.FormatInt(due.UnixMilli(), 10) + "\x1f" + strconv.FormatInt(claimed.UnixMilli(), 10) + "\x00" +
-		queue + "\x00" + task
+		strconv.FormatInt(enqueued.UnixMilli(), 10) + "\x00" + queue + "\x00" + task
+}
+
+// enqueuedParts reads an "enqueued" event's detail: when its job was
+// claimed and enqueued, its queue and task.
+func enqueuedParts(r rawEvent) (claimed, enqueued time.Time, queue, task string, ok bool) {
+	f := strings.SplitN(r.detail, "\x00", 4)
+	if r.kind != 'e' || len(f) != 4 {
+		return
+	}
+	c, err1 := strconv.ParseInt(f[0], 10, 64)
+	e, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return
+	}
+	return time.UnixMilli(c), time.UnixMilli(e), f[2], f[3], true
 }
 
 // sentBuckets is how many buckets History spans.
@@ -100,12 +116,12 @@ func enqueued(id string, raw []rawEvent) []JobInfo {
 	seen := map[string]bool{}
 	for n := len(raw) - 1; n >= 0; n-- {
 		r := raw[n]
-		f := strings.SplitN(r.detail, "\x00", 3)
-		if r.kind != 'e' || len(f) != 3 || seen[f[2]] {
+		_, at, queue, task, ok := enqueuedParts(r)
+		if !ok || seen[task] {
 			continue
 		}
-		seen[f[2]] = true
-		j := JobInfo{ID: id, State: StateEnqueued, Queue: f[1], TaskID: f[2], Enqueued: time.UnixMilli(r.ms)}
+		seen[task] = true
+		j := JobInfo{ID: id, State: StateEnqueued, Queue: queue, TaskID: task, Enqueued: at}
 		if due, err := strconv.ParseInt(r.a, 10, 64); err == nil {
 			j.Due = time.UnixMilli(due)
 		}
@@ -130,14 +146,10 @@ func scheduleStory(raw []rawEvent, due time.Time) []Event {
 		case 's':
 			out = append(out, Event{At: at, What: "scheduled", Detail: "due " + due.UTC().Format(occurrenceLayout)})
 		case 'e':
-			f := strings.SplitN(r.detail, "\x00", 3)
-			if len(f) != 3 {
-				continue
+			if claimed, enqueued, queue, task, ok := enqueuedParts(r); ok {
+				out = append(out, Event{At: claimed, What: "claimed", Detail: "by a dispatcher"},
+					Event{At: enqueued, What: "enqueued", Detail: "task " + task + " in queue " + queue})
 			}
-			if ms, err := strconv.ParseInt(f[0], 10, 64); err == nil {
-				out = append(out, Event{At: time.UnixMilli(ms), What: "claimed", Detail: "by a dispatcher"})
-			}
-			out = append(out, Event{At: at, What: "enqueued", Detail: "task " + f[2] + " in queue " + f[1]})
 		case 'r':
 			out = append(out, Event{At: at, What: "back on the schedule", Detail: r.detail})
 		case 'd':
@@ -182,16 +194,28 @@ func (h *jobHistory) taskState(ctx context.Context, rdb redis.UniversalClient, r
 }
 
 // story completes h, an enqueued occurrence's events from the schedule
-// and the store, with asynq's record of its task (info, nil when asynq no
-// longer has it) where they do not tell it, in the order of time.
+// then the store (each in the order written: a run cannot start before
+// its task is enqueued, though the enqueue's time, taken where the
+// Dispatcher's call returned, may read a millisecond later), with asynq's
+// record of its task (info, nil when asynq no longer has it) where they
+// do not tell it, placed by time.
 func story(h []Event, j JobInfo, info *asynq.TaskInfo) []Event {
 	has := map[string]bool{}
-	for _, e := range h {
+	at := make([]time.Time, len(h)) // the order of h's own events, in time
+	for n, e := range h {
 		has[e.What] = true
+		at[n] = e.At
+		if n > 0 && at[n].Before(at[n-1]) {
+			at[n] = at[n-1]
+		}
 	}
-	add := func(at time.Time, what, detail string) {
-		if !at.IsZero() {
-			h = append(h, Event{At: at, What: what, Detail: detail})
+	add := func(when time.Time, what, detail string) {
+		if !when.IsZero() {
+			h = append(h, Event{At: when, What: what, Detail: detail})
+			// asynq keeps its times to the second: such an event goes
+			// after the others of its second (a failure after its
+			// enqueue, say).
+			at = append(at, when.Add(time.Second-time.Millisecond))
 		}
 	}
 	if info != nil {
@@ -210,23 +234,18 @@ func story(h []Event, j JobInfo, info *asynq.TaskInfo) []Event {
 	}
 	if j.RunDone && !has["finished"] && (info == nil || info.CompletedAt.IsZero()) {
 		h = append(h, Event{What: "finished", Detail: "the Runs store records the run as finished"})
+		at = append(at, time.Unix(1<<40, 0)) // no time: last
 	}
-	// In the order of time, to the millisecond the scripts keep (a start,
-	// to the microsecond of its token, keeps its place before its run's
-	// events of the same millisecond); asynq keeps its times to the
-	// second: such an event goes after the others of its second (a
-	// failure after its enqueue, say). One without a time goes last.
-	key := func(e Event) time.Time {
-		switch {
-		case e.At.IsZero():
-			return time.Unix(1<<40, 0)
-		case e.At.Nanosecond() == 0 && (e.What == "completed" || e.What == "archived" || e.What == "failed" && e.By == ""):
-			return e.At.Add(time.Second - time.Millisecond)
-		}
-		return e.At.Truncate(time.Millisecond)
+	idx := make([]int, len(h))
+	for n := range idx {
+		idx[n] = n
 	}
-	slices.SortStableFunc(h, func(a, b Event) int { return key(a).Compare(key(b)) })
-	return h
+	slices.SortStableFunc(idx, func(a, b int) int { return at[a].Compare(at[b]) })
+	out := make([]Event, len(h))
+	for n, k := range idx {
+		out[n] = h[k]
+	}
+	return out
 }
 
 // runFinished reports whether store i records key's run as finished

@@ -113,7 +113,8 @@ func (d *Dispatcher) enqueue(ctx context.Context, c Claim, redisNow, claimedAt t
 		if info != nil {
 			queue, task = info.Queue, info.ID
 		}
-		o.sent = sentJob{c.ID, enqueuedEvent(c.Due, redisNow, queue, task)}
+		// By Redis' clock: the claim's, and the enqueue's end from it.
+		o.sent = sentJob{c.ID, enqueuedEvent(c.Due, redisNow, redisNow.Add(time.Since(claimedAt)), queue, task)}
 	}
 	return o
 }

@@ -7,7 +7,7 @@
 -- ARGV[4] m, the number of jobs enqueued into asynq   ARGV[5] when KEYS[7]
 --   expires, Unix ms
 -- ARGV[6..5+2m] m pairs: job id, then its "enqueued" event's due and
---   detail ("<due ms>\31<claimed ms>\0<queue>\0<task id>"), added to
+--   detail ("<due ms>\31<claimed ms>\0<enqueued ms>\0<queue>\0<task id>"), added to
 --   its history; a job going back or dead gets its event too
 -- ARGV[6+2m..] one group per lease: its member ("first:n"), then k, then k
 --   triples (index of a job in the batch, 1-based; "r" or "d"; delay in ms

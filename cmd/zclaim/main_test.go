@@ -32,6 +32,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(takeoverWorker) != "" {
+		runTakeoverWorker()
+	}
 	var err error
 	if bin, err = proc.Build("zclaim"); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,5 +122,107 @@ func TestShowFindsJobInAsynq(t *testing.T) {
 				t.Fatalf("show %s: no %s in\n%s", id, w, out)
 			}
 		}
+	}
+}
+
+// takeoverWorker is the role of a worker process that TestShowTakenOver
+// SIGKILLs: the middleware around a handler that marks its start and
+// never returns.
+const takeoverWorker = "ZCLAIM_TEST_TAKEOVER_WORKER"
+
+func runTakeoverWorker() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("ZCLAIM_TEST_ADDR")})
+	key, queue := os.Getenv("ZCLAIM_TEST_KEY"), os.Getenv("ZCLAIM_TEST_QUEUE")
+	idem, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: key + ":run:", Lease: time.Second,
+		TakeoverQueues: []string{queue}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	srv := asynq.NewServerFromRedisClient(idem.AsynqClient(), asynq.Config{Queues: map[string]int{queue: 1},
+		TaskCheckInterval: 10 * time.Millisecond, LogLevel: asynq.FatalLevel})
+	err = srv.Run(idem.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		rdb.Set(ctx, key+":started", "1", time.Minute)
+		select {}
+	})))
+	fmt.Fprintln(os.Stderr, err)
+	os.Exit(2)
+}
+
+// zclaim show (the built binary) tells the story of a job whose worker was
+// SIGKILLed mid-handler: the dead run's start, the takeover by a live
+// process (from that run's token, after how long silent), the run it
+// started and its finish.
+func TestShowTakenOver(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	key := ownKey(t)
+	queue := fmt.Sprint("cli-taken-", time.Now().UnixNano())
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker := exec.Command(os.Args[0], "-test.run=^$")
+	worker.Env = append(os.Environ(), takeoverWorker+"=1", "ZCLAIM_TEST_ADDR="+srv.Addr, "ZCLAIM_TEST_KEY="+key,
+		"ZCLAIM_TEST_QUEUE="+queue)
+	worker.Stderr = os.Stderr
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { worker.Process.Kill(); worker.Wait() })
+	ac := asynq.NewClientFromRedisClient(rdb)
+	t.Cleanup(func() { ac.Close() })
+	d, err := zclaim.NewDispatcher(b, ac, zclaim.DispatcherOptions{TaskOptions: func(zclaim.Job) []asynq.Option {
+		return []asynq.Option{asynq.Queue(queue)}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(dctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	if err := b.Schedule(ctx, zclaim.Job{ID: "order-taken", RunAt: time.Now().Add(-time.Second), Type: "work"}); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, 15*time.Second, "the worker to start the handler", func() bool {
+		return rdb.Exists(ctx, key+":started").Val() == 1
+	})
+	if err := worker.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	worker.Wait()
+	// A live process: its takeover puts the task back, and its server runs it.
+	idem, err := zclaim.NewIdempotency(rdb, zclaim.IdempotencyOptions{Prefix: key + ":run:", Lease: time.Second,
+		TakeoverQueues: []string{queue}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { idem.Close() })
+	live := asynq.NewServerFromRedisClient(idem.AsynqClient(), asynq.Config{Queues: map[string]int{queue: 1},
+		TaskCheckInterval: 10 * time.Millisecond, Logger: redisproc.QuietAsynq{}, LogLevel: asynq.FatalLevel})
+	if err := live.Start(idem.Middleware()(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }))); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(live.Shutdown)
+	var out, errOut string
+	var code int
+	wait.Until(t, 15*time.Second, "the job's run taken over and finished", func() bool {
+		out, errOut, code = runCLI(t, srv, "show", "order-taken", "--key", key, "--runs", key+":run:")
+		return code == exitOK && strings.Contains(out, "  finished: ")
+	})
+	run := `token (\d+) on [^ ]+:\d+`
+	story := regexp.MustCompile(`(?m)^history +\S+ \S+  scheduled: due \S+\n +\S+ \S+  claimed: by a dispatcher\n` +
+		` +\S+ \S+  enqueued: task order-taken@\S+ in queue \S+\n +\S+ \S+  started: token (\d+)\n` +
+		` +\S+ \S+  taken over: by [^ ]+:\d+, from token (\d+), silent (\S+)\n` +
+		` +\S+ \S+  started: ` + run + `\n +\S+ \S+  finished: ` + run + `$`)
+	m := story.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("show order-taken: no story of its takeover in\n%s%s", out, errOut)
+	}
+	if silent, err := time.ParseDuration(m[3]); m[1] != m[2] || m[4] != m[5] || m[4] == m[1] || err != nil || silent < time.Second {
+		t.Fatalf("show order-taken: the takeover names token %s, silent %s, after a run of token %s; the run after it %s, "+
+			"finished %s:\n%s", m[2], m[3], m[1], m[4], m[5], out)
 	}
 }
