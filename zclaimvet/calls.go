@@ -19,6 +19,10 @@ func (st *analysisState) summarize(fd *ast.FuncDecl) *Summary {
 	evs := st.markCleanups(s, st.events(s, fd.Body, nil))
 	rels := st.releases(s, fd.Body)
 	pairedIdx := st.pair(evs, fd.Body, rels)
+	fn, _ := st.pass.TypesInfo.Defs[fd.Name].(*types.Func)
+	if st.final && fn != nil {
+		st.handOffs(fn, evs, fd.Body, pairedIdx)
+	}
 	// Each function literal (but those run in a pipeline, part of fd, and
 	// those of a WATCH transaction) is a poller of its own.
 	inline := map[*ast.FuncLit]bool{}
@@ -62,7 +66,7 @@ func (st *analysisState) summarize(fd *ast.FuncDecl) *Summary {
 		out.Accesses = append(out.Accesses, ev.Access)
 		nodes = append(nodes, ev.node)
 	}
-	if fn, ok := st.pass.TypesInfo.Defs[fd.Name].(*types.Func); ok && st.final {
+	if fn != nil && st.final {
 		st.origin[fn] = nodes
 	}
 	out.Sends = st.sends(s, fd)

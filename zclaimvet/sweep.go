@@ -65,8 +65,32 @@ func (st *analysisState) sweep(r, rm event, body ast.Node) bool {
 	if !ok || r.callee != nil && !st.quietFunc(r.callee, 0) {
 		return false // a read through a function that does more than read and return
 	}
+	held := st.heldBy(r, body)
+	if held == nil {
+		return false
+	}
+	sw := &sweeper{st: st, body: body, tainted: st.tainted(body, held)}
+	if c, ok := rm.node.(*ast.CallExpr); ok && rm.Moves {
+		sw.moved = c
+	}
+	if rm.callee != nil {
+		// A helper of the package removes: it is handed members, and
+		// sweeps them itself; its call is quiet here.
+		call, ok := rm.node.(*ast.CallExpr)
+		if !ok || !st.helperSweeps(call, rm.callee, sw.tainted) {
+			return false
+		}
+		sw.helper = call
+		return sw.quietUses(blk.List, false)
+	}
+	return sw.removes(rm.node) && sw.quietUses(blk.List, false)
+}
+
+// heldBy returns the variable that read r's statement in body puts the
+// members in (radix: its receiver), or nil.
+func (st *analysisState) heldBy(r event, body ast.Node) types.Object {
 	info := st.pass.TypesInfo
-	var held types.Object // the variable r's statement puts the members in (radix: its receiver)
+	var held types.Object
 	if call, ok := r.node.(*ast.CallExpr); ok {
 		if _, rcv, ok := radixCmd(st.pass, call); ok {
 			if u, ok := ast.Unparen(rcv).(*ast.UnaryExpr); ok && u.Op == token.AND {
@@ -86,24 +110,7 @@ func (st *analysisState) sweep(r, rm event, body ast.Node) bool {
 		}
 		return false
 	})
-	if held == nil {
-		return false
-	}
-	sw := &sweeper{st: st, body: body, tainted: st.tainted(body, held)}
-	if c, ok := rm.node.(*ast.CallExpr); ok && rm.Moves {
-		sw.moved = c
-	}
-	if rm.callee != nil {
-		// A helper of the package removes: it is handed members, and
-		// sweeps them itself; its call is quiet here.
-		call, ok := rm.node.(*ast.CallExpr)
-		if !ok || !st.helperSweeps(call, rm.callee, sw.tainted) {
-			return false
-		}
-		sw.helper = call
-		return sw.quietUses(blk.List, false)
-	}
-	return sw.removes(rm.node) && sw.quietUses(blk.List, false)
+	return held
 }
 
 // helperSweeps reports whether fn, a function of this package that call

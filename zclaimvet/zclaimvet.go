@@ -66,6 +66,13 @@
 // dropping a stale claim whose job is gone, the script taking the rest):
 // the script is taken to claim what it is handed, and the removal pairs
 // with no read (cleanup.go).
+// A read of due members that hands them on (a push to a list or stream,
+// a publish) with no claim or removal of its key after it, where another
+// function of the package removes or moves members of that key (a
+// worker's update once it ran the job), is racy too: until that update
+// every poll, on every instance, hands the same member on again
+// (handoff.go). A hand-off of a set that no code of the package takes
+// members out of is not reported: the analyzer cannot tell who does.
 // A script whose source is in the code (go-redis' or redigo's NewScript,
 // go-redis' Eval, or an EVAL sent by name, of a constant; also through the
 // project's helper that runs the source it is given) and that removes

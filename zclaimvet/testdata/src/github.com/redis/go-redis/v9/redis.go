@@ -152,6 +152,7 @@ func (cmdable) HGetAll(ctx context.Context, key string) *MapStringStringCmd     
 func (cmdable) HSet(ctx context.Context, key string, values ...any) *IntCmd        { return nil }
 func (cmdable) HIncrBy(ctx context.Context, key, field string, incr int64) *IntCmd { return nil }
 func (cmdable) LPush(ctx context.Context, key string, values ...any) *IntCmd       { return nil }
+func (cmdable) RPush(ctx context.Context, key string, values ...any) *IntCmd       { return nil }
 
 type FloatCmd struct{}
 
