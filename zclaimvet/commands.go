@@ -254,7 +254,12 @@ func (st *analysisState) classify(s *fnScope, call *ast.CallExpr) (event, bool) 
 			}
 			return ev, true
 		case rankReadMethods[name]:
-			return mk("ZRANGE WITHSCORES", call.Args[k], true), true
+			ev := mk("ZRANGE WITHSCORES", call.Args[k], true)
+			if len(call.Args) > k+1 {
+				start, ok := scoreConst(pass, call.Args[k+1])
+				ev.Page = !ok || start != 0
+			}
+			return ev, true
 		case name == "ZRange" || name == "ZRevRange":
 			ev := mk(strings.ToUpper(name), call.Args[k], true)
 			ev.Rank = true

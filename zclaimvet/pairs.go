@@ -461,7 +461,8 @@ func (st *analysisState) report(r, rm event, lock *event, free *freed) {
 // batch handed on between them), unless a call site already paired them.
 // A read of one fixed score (Access.Fixed) is a lookup handed to the
 // caller (the dead members), and a removal elsewhere its caller's ack: not
-// paired.
+// paired; nor is a page of a listing (Access.Page), whose removal
+// elsewhere is a user's action on one member.
 func (st *analysisState) pairFields() {
 	type acc struct {
 		fn   *types.Func
@@ -499,7 +500,7 @@ func (st *analysisState) pairFields() {
 		list := byKey[k]
 		slices.SortFunc(list, func(x, y acc) int { return int(x.node.Pos() - y.node.Pos()) })
 		for _, r := range list {
-			if !r.a.Read || r.a.Rank || r.a.Fixed {
+			if !r.a.Read || r.a.Rank || r.a.Fixed || r.a.Page {
 				continue
 			}
 			for _, rm := range list {

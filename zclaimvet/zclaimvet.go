@@ -66,6 +66,9 @@
 // dropping a stale claim whose job is gone, the script taking the rest):
 // the script is taken to claim what it is handed, and the removal pairs
 // with no read (cleanup.go).
+// A page of a listing read by position from an offset (ZRANGE key off
+// off+n WITHSCORES) in one method is not paired with a removal in
+// another method of its type: a user's action on one member.
 // A read of due members that hands them on (a push to a list or stream,
 // a publish) with no claim or removal of its key after it, where another
 // function of the package removes or moves members of that key (a
@@ -289,6 +292,12 @@ type Access struct {
 	// brings due. pairFields does not pair it with a removal in another
 	// method; a function that reads and removes it itself is still a poll.
 	Fixed bool
+	// Page: a read by rank from a start that is not 0 (ZRANGE key off
+	// off+n WITHSCORES): a page of a listing, a console's. pairFields
+	// does not pair it with a removal in another method (the user's
+	// action on one member); a function that reads and removes it itself
+	// is still a poll.
+	Page  bool
 	Shown string // the key as the source writes it, for messages
 	// Async: sent by a goroutine the function starts, which may run after
 	// anything that follows the start.
@@ -304,6 +313,8 @@ func (a Access) String() string {
 		v = "rank"
 	case a.Read && a.Fixed:
 		v = "read fixed"
+	case a.Read && a.Page:
+		v = "read page"
 	case a.Read:
 		v = "read"
 	case a.Moves && a.MoveArg > 0:
