@@ -8,10 +8,13 @@ package zclaim
 // task (its Inspector) and, with BrokerOptions.Runs, the store's history
 // of its run.
 //
-// The histories live in hashes of one time bucket each (field = job id),
-// History/24 long (at least a minute), each expiring History after its
-// bucket ends: no index to trim and no pass that trims, and a lookup reads
-// the buckets of the last History in one pipeline.
+// The histories live in hashes of one time bucket each, History/24 long
+// (at least a minute), each expiring History after its bucket ends: no
+// index to trim and no pass that trims, and a lookup reads the buckets of
+// the last History in one pipeline. A job's "scheduled" and "enqueued"
+// events are fields of their own ("<id>\x00s", "<id>\x00e": the newest of
+// the bucket, written without a read), its rarer ones one field that
+// keeps them all ("<id>").
 
 import (
 	"context"
@@ -89,11 +92,11 @@ func (h *jobHistory) read(ctx context.Context, rdb redis.UniversalClient, k *key
 	}
 	now := time.Now()
 	l := h.bucketLen()
-	cmds := make([]*redis.StringCmd, int(h.keep/l)+3)
+	cmds := make([]*redis.SliceCmd, int(h.keep/l)+3)
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range cmds { // the oldest first
 			bucket, _ := h.bucket(now.Add(time.Duration(i-len(cmds)+2) * l))
-			cmds[i] = p.HGet(ctx, k.sent+bucket, id)
+			cmds[i] = p.HMGet(ctx, k.sent+bucket, id+"\x00s", id+"\x00e", id)
 		}
 		return nil
 	})
@@ -102,10 +105,21 @@ func (h *jobHistory) read(ctx context.Context, rdb redis.UniversalClient, k *key
 	}
 	var raw []rawEvent
 	for _, c := range cmds {
-		if v, err := c.Result(); err == nil {
-			raw = parseEvents(v, raw)
+		for _, v := range c.Val() {
+			if v, ok := v.(string); ok {
+				raw = parseEvents(v, raw)
+			}
 		}
 	}
+	// The fields' events by time; in one millisecond, scheduled before
+	// enqueued before the rest.
+	rank := func(k byte) int { return strings.IndexByte("se", k) & 3 } // s 0, e 1, else 3
+	slices.SortStableFunc(raw, func(a, b rawEvent) int {
+		if a.ms != b.ms {
+			return int(a.ms - b.ms)
+		}
+		return rank(a.kind) - rank(b.kind)
+	})
 	return raw, nil
 }
 

@@ -8,7 +8,8 @@
 --   expires, Unix ms
 -- ARGV[6..5+2m] m pairs: job id, then its "enqueued" event's due and
 --   detail ("<due ms>\31<claimed ms>\0<enqueued ms>\0<queue>\0<task id>"), added to
---   its history; a job going back or dead gets its event too
+--   its history as its field "<id>\0e" (the newest of that bucket); a job
+--   going back or dead gets its event too, in its field "<id>"
 -- ARGV[6+2m..] one group per lease: its member ("first:n"), then k, then k
 --   triples (index of a job in the batch, 1-based; "r" or "d"; delay in ms
 --   for "r", reason for "d"). Jobs not named are done and leave the broker;
@@ -46,10 +47,17 @@ if more then now_ms, now = clock(ups) end
 if H.key and sent > 0 then
   local t = redis.call('TIME')
   H.ms = t[1] * 1000 + math.floor(t[2] / 1000)
+  local hset = {}
   for j = 6, 5 + 2 * sent, 2 do
     local due, detail = string.match(ARGV[j + 1], '^([^\31]*)\31(.*)$')
-    hist_add(H.key, ARGV[j], H.ms, 'e', due, detail)
+    hset[#hset + 1] = ARGV[j] .. '\0e'
+    hset[#hset + 1] = hist_event(H.ms, 'e', due, detail)
+    if #hset == 1000 then -- one unpack takes a few thousand values at most
+      redis.call('HSET', H.key, unpack(hset))
+      hset = {}
+    end
   end
+  if #hset > 0 then redis.call('HSET', H.key, unpack(hset)) end
   H.written = true
 end
 local out, min = {}, nil

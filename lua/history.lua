@@ -10,19 +10,19 @@
 -- store's), detail what the event says (the callers keep \30 and \31 out
 -- of it). A field keeps its newest events within 1 KB. A nil key (no
 -- history kept) writes nothing.
+local function hist_event(now_ms, kind, a, detail)
+  return string.format('%d', now_ms) .. '\31' .. kind .. '\31' .. a .. '\31' .. detail .. '\30'
+end
 local function hist_add(key, field, now_ms, kind, a, detail)
   if not key then return end
-  local ev = string.format('%d', now_ms) .. '\31' .. kind .. '\31' .. a .. '\31' .. detail .. '\30'
-  local v = redis.call('HGET', key, field)
-  if v then
-    v = v .. ev
-    while #v > 1024 do
-      local cut = string.find(v, '\30', 1, true)
-      if not cut or cut == #v then break end
-      v = string.sub(v, cut + 1)
-    end
-  else
-    v = ev
+  local ev = hist_event(now_ms, kind, a, detail)
+  -- The common case, a field's first event, in one command.
+  if redis.call('HSETNX', key, field, ev) == 1 then return end
+  local v = redis.call('HGET', key, field) .. ev
+  while #v > 1024 do
+    local cut = string.find(v, '\30', 1, true)
+    if not cut or cut == #v then break end
+    v = string.sub(v, cut + 1)
   end
   redis.call('HSET', key, field, v)
 end
