@@ -76,7 +76,13 @@ func (e *Execution) completeArgs() []any {
 	// The run record as Begin or this run's last Extend left it:
 	// complete.lua's fence is then one comparison.
 	rec := strconv.AppendInt(append(strconv.AppendInt(append(make([]byte, 0, 40), "run "...), e.Token, 10), ' '), dl, 10)
-	args := []any{rec, e.field, dl, thisProcess()}
+	// When it finished by Redis' clock: its token is Redis' time at
+	// Begin (µs), and the time since then is the client's.
+	var fin any = "" // unknown: the script asks Redis
+	if !e.sent.IsZero() {
+		fin = e.Token/1000 + time.Since(e.sent).Milliseconds()
+	}
+	args := []any{rec, e.field, dl, thisProcess(), fin}
 	if e.i.sweepOdds <= 1 || rand.IntN(e.i.sweepOdds) == 0 {
 		args = append(args, 1)
 	}

@@ -9,9 +9,13 @@ package zclaim
 // runs for that step, so the success path gains no round trip. A key's
 // events are one field (the key's digest, as its finished record's) of a
 // hash beside its bucket of finished records, in the same slot: a lookup
-// is one HGET. The hash lives Retention + Lease past its last write, and
-// the sweep that drops a bucket's expired finished records drops the
-// histories whose newest event is as old. A run's start is its token (Redis
+// is one HGET. The sweep that drops a bucket's expired finished records
+// (one Complete in 32) drops the histories whose newest event is as old,
+// and sets the hash to expire Retention + Lease later, as every event off
+// the success path does: a Complete's "finished" alone is one HSETNX, its
+// time the client's reading of Redis' clock (the run's token and the time
+// since), so that path asks Redis for nothing more. A hash not swept yet
+// keeps what it holds until it is (about 32 runs' worth). A run's start is its token (Redis
 // TIME in µs at Begin), which each of its events carries: the start costs
 // no write of its own.
 

@@ -146,4 +146,8 @@ func TestRunHistorySwept(t *testing.T) {
 	if n != 1 || whats(h) != "started finished" {
 		t.Fatalf("after the sweep: %d histories, new's %q", n, whats(h))
 	}
+	// -1: no expiry (-2: already expired, on a slow machine).
+	if ttl, err := rdb.Do(ctx, "PTTL", historyOf(bucket, i.Prefix())).Int(); err != nil || ttl == -1 || ttl > 40 {
+		t.Fatalf("the swept histories expire in %d ms (%v), want Retention + Lease", ttl, err)
+	}
 }

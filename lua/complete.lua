@@ -8,9 +8,14 @@
 --   deadline (Unix ms)
 -- KEYS[3] the key's history bucket (history.lua: field as in KEYS[2]),
 --   which gets a "finished" event, or a "lease lost" one
--- ARGV[4] this process ("host:pid")
--- ARGV[5] present: sweep KEYS[2]'s and KEYS[3]'s expired fields too (the
---   client draws it, with odds doneSweepOdds)
+-- ARGV[4] this process ("host:pid")   ARGV[5] when the run finished, Unix
+--   ms by Redis' clock as the client tells it (its token, Redis' time at
+--   Begin, and the time since): the success path asks Redis nothing more
+-- ARGV[6] present: sweep KEYS[2]'s and KEYS[3]'s expired fields too (the
+--   client draws it, with odds doneSweepOdds), and set KEYS[3]'s expiry:
+--   only a sweep does on the success path, so a bucket of histories lives
+--   Retention + Lease after its last sweep (about one Complete in 32 into
+--   it), and one not swept yet keeps what it holds until it is
 -- The store's options are written into the script (storeScript): the
 -- bucket's ttl in ms (a string, as PEXPIRE takes it), the retention of a
 -- finished record plus the lease.
@@ -19,12 +24,14 @@ local ttl = 'TTL_MS'
 -- A run record of another type fails the GET below, before anything is written.
 local rec = redis.call('GET', KEYS[1])
 local n = ARGV[3]
-local function event(kind, detail)
+local function event(kind, detail, now_ms)
   if not KEYS[3] then return end
-  local t = redis.call('TIME')
-  local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+  if not now_ms then
+    local t = redis.call('TIME')
+    now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+  end
   hist_add(KEYS[3], ARGV[2], now_ms, kind, string.match(ARGV[1], '^run (%d+) ') or '0', ARGV[4] .. '\0' .. detail)
-  redis.call('PEXPIRE', KEYS[3], ttl)
+  if kind ~= 'f' or ARGV[6] then redis.call('PEXPIRE', KEYS[3], ttl) end
 end
 if rec ~= ARGV[1] then
   -- The fence is the token. The record as the client saw it is the common
@@ -46,11 +53,11 @@ end
 -- finish of a run that held its lease.
 -- The event first: a history of another type fails its HGET, before
 -- anything changed.
-event('f', '')
+event('f', '', tonumber(ARGV[5]))
 redis.call('HSET', KEYS[2], ARGV[2], n)
 redis.call('PEXPIRE', KEYS[2], ttl)
 redis.call('DEL', KEYS[1])
-if ARGV[5] then
+if ARGV[6] then
   -- A field f is past its retention when f + Retention <= now, which
   -- holds for f <= n - Lease - Retention.
   local all, old = redis.call('HGETALL', KEYS[2]), {}
