@@ -34,13 +34,15 @@ import (
 // event for finish.lua (enqueuedEvent).
 type sentJob struct{ id, event string }
 
-// enqueuedEvent is the due and detail of the "enqueued" event of a job due
-// at due, claimed at claimed and enqueued at enqueued (Redis' clock: the
-// settle that writes the event comes later) as task of queue:
-// "<due ms>\x1f<claimed ms>\x00<enqueued ms>\x00<queue>\x00<task>".
+// enqueuedEvent is the "enqueued" event (history.lua's form) of a job due
+// at due, claimed at claimed and enqueued at enqueued (Redis' clock as the
+// Dispatcher reads it: the settle that writes the event comes later) as
+// task of queue; its detail is
+// "<claimed ms>\x00<enqueued ms>\x00<queue>\x00<task>".
 func enqueuedEvent(due, claimed, enqueued time.Time, queue, task string) string {
-	return strconv.FormatInt(due.UnixMilli(), 10) + "\x1f" + strconv.FormatInt(claimed.UnixMilli(), 10) + "\x00" +
-		strconv.FormatInt(enqueued.UnixMilli(), 10) + "\x00" + queue + "\x00" + task
+	at := strconv.FormatInt(enqueued.UnixMilli(), 10)
+	return at + "\x1fe\x1f" + strconv.FormatInt(due.UnixMilli(), 10) + "\x1f" +
+		strconv.FormatInt(claimed.UnixMilli(), 10) + "\x00" + at + "\x00" + queue + "\x00" + task + "\x1e"
 }
 
 // enqueuedParts reads an "enqueued" event's detail: when its job was

@@ -76,13 +76,19 @@ func (e *Execution) completeArgs() []any {
 	// The run record as Begin or this run's last Extend left it:
 	// complete.lua's fence is then one comparison.
 	rec := strconv.AppendInt(append(strconv.AppendInt(append(make([]byte, 0, 40), "run "...), e.Token, 10), ' '), dl, 10)
-	// When it finished by Redis' clock: its token is Redis' time at
-	// Begin (µs), and the time since then is the client's.
-	var fin any = "" // unknown: the script asks Redis
-	if !e.sent.IsZero() {
-		fin = e.Token/1000 + time.Since(e.sent).Milliseconds()
+	// The finished event (history.lua's form), at Redis' time as this
+	// process reads it: its token is Redis' time at Begin (µs), and the
+	// time since then is the client's.
+	ev := ""
+	if len(e.keys) > 2 {
+		at := time.UnixMicro(e.Token)
+		if !e.sent.IsZero() {
+			at = at.Add(time.Since(e.sent))
+		}
+		tok := strconv.FormatInt(e.Token, 10)
+		ev = strconv.FormatInt(at.UnixMilli(), 10) + "\x1ff\x1f" + tok + "\x1f" + thisProcess() + "\x00\x1e"
 	}
-	args := []any{rec, e.field, dl, thisProcess(), fin}
+	args := []any{rec, e.field, dl, thisProcess(), ev}
 	if e.i.sweepOdds <= 1 || rand.IntN(e.i.sweepOdds) == 0 {
 		args = append(args, 1)
 	}

@@ -403,12 +403,14 @@ func dispatcherScripts(key string) (func(ctx context.Context, rdb *redis.Client,
 		b, err := os.ReadFile(name)
 		return string(b), err
 	}
+	hist, err0 := read("lua/history.lua")
 	pre, err1 := read("lua/prelude.lua")
 	claim, err2 := read("claim.lua")
 	finish, err3 := read("lua/finish.lua")
-	if err := errors.Join(err1, err2, err3); err != nil {
+	if err := errors.Join(err0, err1, err2, err3); err != nil {
 		return nil, err
 	}
+	pre = hist + "\n" + pre
 	claimS, finishS := redis.NewScript(pre+"\n"+claim), redis.NewScript(pre+"\n"+finish)
 	claimKeys := []string{key, key + ":inflight", key + ":tokens", key + ":jobs", key + ":runs", key + ":batches"}
 	finishKeys := []string{key, key + ":batches", key + ":jobs", key + ":runs", key + ":dead", key + ":deadinfo"}
@@ -433,6 +435,7 @@ func dispatcherScripts(key string) (func(ctx context.Context, rdb *redis.Client,
 				rest = after[size:]
 			}
 		}
-		return finishS.Run(ctx, rdb, finishKeys, 1, 3, key+":notice", fmt.Sprintf("%d:%d", first, n), 0).Err()
+		// No job's history (finish.lua's m = 0): its two scripts' own work.
+		return finishS.Run(ctx, rdb, finishKeys, 1, 3, key+":notice", 0, 0, fmt.Sprintf("%d:%d", first, n), 0).Err()
 	}, nil
 }

@@ -8,9 +8,11 @@
 --   deadline (Unix ms)
 -- KEYS[3] the key's history bucket (history.lua: field as in KEYS[2]),
 --   which gets a "finished" event, or a "lease lost" one
--- ARGV[4] this process ("host:pid")   ARGV[5] when the run finished, Unix
---   ms by Redis' clock as the client tells it (its token, Redis' time at
---   Begin, and the time since): the success path asks Redis nothing more
+-- ARGV[4] this process ("host:pid")   ARGV[5] the "finished" event, as
+--   history.lua writes one, made by the client (its time is Redis' clock
+--   as the client reads it: its token, Redis' time at Begin, and the time
+--   since), or "" for none: the success path asks Redis nothing more than
+--   one HSETNX
 -- ARGV[6] present: sweep KEYS[2]'s and KEYS[3]'s expired fields too (the
 --   client draws it, with odds doneSweepOdds), and set KEYS[3]'s expiry:
 --   only a sweep does on the success path, so a bucket of histories lives
@@ -24,14 +26,12 @@ local ttl = 'TTL_MS'
 -- A run record of another type fails the GET below, before anything is written.
 local rec = redis.call('GET', KEYS[1])
 local n = ARGV[3]
-local function event(kind, detail, now_ms)
+local function lost()
   if not KEYS[3] then return end
-  if not now_ms then
-    local t = redis.call('TIME')
-    now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
-  end
-  hist_add(KEYS[3], ARGV[2], now_ms, kind, string.match(ARGV[1], '^run (%d+) ') or '0', ARGV[4] .. '\0' .. detail)
-  if kind ~= 'f' or ARGV[6] then redis.call('PEXPIRE', KEYS[3], ttl) end
+  local t = redis.call('TIME')
+  hist_add(KEYS[3], ARGV[2], t[1] * 1000 + math.floor(t[2] / 1000), 'l', string.match(ARGV[1], '^run (%d+) ') or '0',
+    ARGV[4] .. '\0complete')
+  redis.call('PEXPIRE', KEYS[3], ttl)
 end
 if rec ~= ARGV[1] then
   -- The fence is the token. The record as the client saw it is the common
@@ -40,7 +40,7 @@ if rec ~= ARGV[1] then
   -- comparison, not a pattern: the token ends at the space.
   local run = string.match(ARGV[1], '^run %d+ ')
   if not rec or not run or string.sub(rec, 1, #run) ~= run then
-    event('l', 'complete')
+    lost()
     return 0
   end
   n = string.sub(rec, #run + 1)
@@ -51,13 +51,14 @@ end
 -- lease deadline (Redis' clock): from its last renewal, no earlier than
 -- now - Lease, so a field is done until at least Retention after the
 -- finish of a run that held its lease.
--- The event first: a history of another type fails its HGET, before
--- anything changed.
-event('f', '', tonumber(ARGV[5]))
+-- The event first: a history of another type fails its HSETNX, before
+-- anything changed. A field that holds events already gets it appended.
+if KEYS[3] and ARGV[5] ~= '' then hist_append(KEYS[3], ARGV[2], ARGV[5]) end
 redis.call('HSET', KEYS[2], ARGV[2], n)
 redis.call('PEXPIRE', KEYS[2], ttl)
 redis.call('DEL', KEYS[1])
 if ARGV[6] then
+  if KEYS[3] then redis.call('PEXPIRE', KEYS[3], ttl) end
   -- A field f is past its retention when f + Retention <= now, which
   -- holds for f <= n - Lease - Retention.
   local all, old = redis.call('HGETALL', KEYS[2]), {}

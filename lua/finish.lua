@@ -6,10 +6,11 @@
 -- ARGV[1] score units per second   ARGV[2] max attempts   ARGV[3] notice channel
 -- ARGV[4] m, the number of jobs enqueued into asynq   ARGV[5] when KEYS[7]
 --   expires, Unix ms
--- ARGV[6..5+2m] m pairs: job id, then its "enqueued" event's due and
---   detail ("<due ms>\31<claimed ms>\0<enqueued ms>\0<queue>\0<task id>"), added to
---   its history as its field "<id>\0e" (the newest of that bucket); a job
---   going back or dead gets its event too, in its field "<id>"
+-- ARGV[6..5+2m] m pairs: job id, then its "enqueued" event as
+--   history.lua writes one, made by the Dispatcher (broker_sent.go's
+--   enqueuedEvent), kept as the job's field "<id>\0e" (the newest of that
+--   bucket); a job going back or dead gets its event too, in its field
+--   "<id>"
 -- ARGV[6+2m..] one group per lease: its member ("first:n"), then k, then k
 --   triples (index of a job in the batch, 1-based; "r" or "d"; delay in ms
 --   for "r", reason for "d"). Jobs not named are done and leave the broker;
@@ -45,13 +46,10 @@ local ups, max = tonumber(ARGV[1]), tonumber(ARGV[2])
 local now_ms, now = 0, 0
 if more then now_ms, now = clock(ups) end
 if H.key and sent > 0 then
-  local t = redis.call('TIME')
-  H.ms = t[1] * 1000 + math.floor(t[2] / 1000)
   local hset = {}
   for j = 6, 5 + 2 * sent, 2 do
-    local due, detail = string.match(ARGV[j + 1], '^([^\31]*)\31(.*)$')
     hset[#hset + 1] = ARGV[j] .. '\0e'
-    hset[#hset + 1] = hist_event(H.ms, 'e', due, detail)
+    hset[#hset + 1] = ARGV[j + 1]
     if #hset == 1000 then -- one unpack takes a few thousand values at most
       redis.call('HSET', H.key, unpack(hset))
       hset = {}

@@ -13,9 +13,8 @@
 local function hist_event(now_ms, kind, a, detail)
   return string.format('%d', now_ms) .. '\31' .. kind .. '\31' .. a .. '\31' .. detail .. '\30'
 end
-local function hist_add(key, field, now_ms, kind, a, detail)
-  if not key then return end
-  local ev = hist_event(now_ms, kind, a, detail)
+-- hist_append adds event ev (hist_event's form) to field.
+local function hist_append(key, field, ev)
   -- The common case, a field's first event, in one command.
   if redis.call('HSETNX', key, field, ev) == 1 then return end
   local v = redis.call('HGET', key, field) .. ev
@@ -25,4 +24,7 @@ local function hist_add(key, field, now_ms, kind, a, detail)
     v = string.sub(v, cut + 1)
   end
   redis.call('HSET', key, field, v)
+end
+local function hist_add(key, field, now_ms, kind, a, detail)
+  if key then hist_append(key, field, hist_event(now_ms, kind, a, detail)) end
 end
