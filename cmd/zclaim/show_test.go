@@ -28,22 +28,7 @@ func TestShowFindsJobInAsynq(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	key := ownKey(t)
 	queue := fmt.Sprint("cli-show-", time.Now().UnixNano())
-	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ac := asynq.NewClientFromRedisClient(rdb)
-	t.Cleanup(func() { ac.Close() })
-	d, err := zclaim.NewDispatcher(b, ac, zclaim.DispatcherOptions{TaskOptions: func(j zclaim.Job) []asynq.Option {
-		return []asynq.Option{asynq.Queue(queue), asynq.MaxRetry(1)}
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); d.Run(dctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	b := dispatching(t, rdb, key, asynq.Queue(queue), asynq.MaxRetry(1))
 	due := time.Now().Add(-time.Second).Truncate(time.Second)
 	var jobs []zclaim.Job
 	for _, id := range []string{"order-pending", "order-retry", "order-archived", "order-done"} {
@@ -159,10 +144,6 @@ func TestShowTakenOver(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	key := ownKey(t)
 	queue := fmt.Sprint("cli-taken-", time.Now().UnixNano())
-	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: key})
-	if err != nil {
-		t.Fatal(err)
-	}
 	worker := exec.Command(os.Args[0], "-test.run=^$")
 	worker.Env = append(os.Environ(), takeoverWorker+"=1", "ZCLAIM_TEST_ADDR="+srv.Addr, "ZCLAIM_TEST_KEY="+key,
 		"ZCLAIM_TEST_QUEUE="+queue)
@@ -171,18 +152,7 @@ func TestShowTakenOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { worker.Process.Kill(); worker.Wait() })
-	ac := asynq.NewClientFromRedisClient(rdb)
-	t.Cleanup(func() { ac.Close() })
-	d, err := zclaim.NewDispatcher(b, ac, zclaim.DispatcherOptions{TaskOptions: func(zclaim.Job) []asynq.Option {
-		return []asynq.Option{asynq.Queue(queue)}
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); d.Run(dctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	b := dispatching(t, rdb, key, asynq.Queue(queue))
 	if err := b.Schedule(ctx, zclaim.Job{ID: "order-taken", RunAt: time.Now().Add(-time.Second), Type: "work"}); err != nil {
 		t.Fatal(err)
 	}
@@ -225,4 +195,26 @@ func TestShowTakenOver(t *testing.T) {
 		t.Fatalf("show order-taken: the takeover names token %s, silent %s, after a run of token %s; the run after it %s, "+
 			"finished %s:\n%s", m[2], m[3], m[1], m[4], m[5], out)
 	}
+}
+
+// dispatching gives t a schedule at key whose Dispatcher enqueues each job
+// as a task with opts until t ends.
+func dispatching(t *testing.T, rdb *redis.Client, key string, opts ...asynq.Option) *zclaim.Broker {
+	b, err := zclaim.NewBroker(rdb, zclaim.BrokerOptions{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac := asynq.NewClientFromRedisClient(rdb)
+	t.Cleanup(func() { ac.Close() })
+	d, err := zclaim.NewDispatcher(b, ac, zclaim.DispatcherOptions{TaskOptions: func(zclaim.Job) []asynq.Option {
+		return opts
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(dctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	return b
 }
