@@ -14,10 +14,10 @@ package zclaim
 // and sets the hash to expire Retention + Lease later, as every event off
 // the success path does: a Complete's "finished" alone is one HSETNX, its
 // time the client's reading of Redis' clock (the run's token and the time
-// since), so that path asks Redis for nothing more. A hash not swept yet
-// keeps what it holds until it is (about 32 runs' worth). A run's start is its token (Redis
-// TIME in µs at Begin), which each of its events carries: the start costs
-// no write of its own.
+// since), made whole by the client, so that path asks Redis for nothing
+// more. A hash not swept yet keeps what it holds until it is (about 32
+// runs' worth). A run's start is its token (Redis' TIME in µs at Begin),
+// which each of its events carries: the start costs no write of its own.
 
 import (
 	"context"
