@@ -215,15 +215,19 @@ end
 -- units per second (H.ups). hist adds an event of id to it (history.lua),
 -- with the occurrence's due, a score ('' when unknown), in ms.
 local H = {}
+-- hist_due is due, a score, in ms ('' when it is none).
+local function hist_due(due)
+  local d = tonumber(due)
+  if not d then return '' end
+  return string.format('%d', math.floor(d * 1000 / H.ups + 0.5))
+end
 local function hist(id, kind, due, detail)
   if not H.key then return end
   if not H.ms then
     local t = redis.call('TIME')
     H.ms = t[1] * 1000 + math.floor(t[2] / 1000)
   end
-  local d = tonumber(due)
-  if d then d = string.format('%d', math.floor(d * 1000 / H.ups + 0.5)) else d = '' end
-  hist_add(H.key, id, H.ms, kind, d, detail)
+  hist_add(H.key, id, H.ms, kind, hist_due(due), detail)
   H.written = true
 end
 

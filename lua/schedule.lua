@@ -30,7 +30,7 @@ for i = 4, #ARGV, 3 do
   local id, score, rec = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   if H.key then
     hs[#hs + 1] = id .. '\0s'
-    hs[#hs + 1] = hist_event(now_ms, 's', string.format('%d', math.floor(tonumber(score) * 1000 / H.ups + 0.5)), '')
+    hs[#hs + 1] = hist_event(now_ms, 's', hist_due(score), '')
   end
   zadd[#zadd + 1] = score
   zadd[#zadd + 1] = id

@@ -209,7 +209,12 @@ func cmdShow(ctx context.Context, c *cli, args []string) int {
 			return j.State == zclaim.StateRunning || j.State == zclaim.StateAbandoned
 		})
 	}
-	runs, _, err := c.runsOf(ctx, "", 0)
+	var runs []zclaim.RunInfo
+	if idem != nil {
+		runs, _, err = idem.Runs(ctx, "", 0)
+	} else {
+		runs, _, err = c.runsOf(ctx, "", 0)
+	}
 	switch {
 	case errors.As(err, &queueErr): // the other queues' runs were read
 		fmt.Fprintf(c.errw, "%v\n", err)
