@@ -28,6 +28,7 @@ type Execution struct {
 	keys       []string  // the run record's key, the bucket of finished records that holds Key's, and its history's
 	field      any       // Key's field in that bucket (a string)
 	sent       time.Time // local time just before Begin was sent: no later than Redis' start of the lease
+	replied    time.Time // local time Begin's reply arrived: no earlier than Redis' Token
 	state      string    // the store's state marker at Begin
 	mu         sync.Mutex
 	leaseUntil time.Time
@@ -78,12 +79,15 @@ func (e *Execution) completeArgs() []any {
 	rec := strconv.AppendInt(append(strconv.AppendInt(append(make([]byte, 0, 40), "run "...), e.Token, 10), ' '), dl, 10)
 	// The finished event (history.lua's form), at Redis' time as this
 	// process reads it: its token is Redis' time at Begin (µs), and the
-	// time since then is the client's.
+	// time since Begin's reply is the client's. That is no later than
+	// Redis' clock when complete.lua runs (so no event written after it
+	// reads earlier) and no earlier than the token, a round trip early at
+	// most.
 	ev := ""
 	if len(e.keys) > 2 {
 		at := time.UnixMicro(e.Token)
-		if !e.sent.IsZero() {
-			at = at.Add(time.Since(e.sent))
+		if !e.replied.IsZero() {
+			at = at.Add(time.Since(e.replied))
 		}
 		tok := strconv.FormatInt(e.Token, 10)
 		ev = strconv.FormatInt(at.UnixMilli(), 10) + "\x1ff\x1f" + tok + "\x1f" + thisProcess() + "\x00\x1e"

@@ -315,6 +315,7 @@ func (i *Idempotency) Begin(ctx context.Context, key string) (*Execution, error)
 	if err != nil {
 		return nil, i.wrap(ctx, "begin", e.keys, err)
 	}
+	e.replied = time.Now()
 	if tok, ok := reply.(int64); ok { // a key with no record
 		e.Token, e.leaseUntil, e.state = tok, time.UnixMilli(tok/1000+ms(i.opts.Lease)), i.state.current()
 		return e, nil

@@ -1,11 +1,15 @@
 package zclaim
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // whats lists a History's steps, as "started failed ...".
@@ -120,6 +124,59 @@ func TestRunHistory(t *testing.T) {
 	must(t, e.Complete(ctx))
 	if h, _, err := runEvents(ctx, off, "k"); err != nil || len(h) != 0 {
 		t.Errorf("NoHistory: %q, %v", whats(h), err)
+	}
+}
+
+// A run's finished event is timed by Redis' clock as the client reads it: no
+// later than Redis' time when complete.lua ran, so no event written after it
+// reads earlier, even when Begin's request was slow to reach Redis (a
+// loaded client: here 25 ms late), and no earlier than its start.
+func TestRunHistoryFinishedTime(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	late := &lateCalls{d: 25 * time.Millisecond}
+	rdb.AddHook(late)
+	i := newIdem(t, rdb, IdempotencyOptions{})
+	late.on.Store(true)
+	e, err := i.Begin(ctx, "k")
+	late.on.Store(false)
+	must(t, err)
+	must(t, e.Complete(ctx))
+	after, err := rdb.Time(ctx).Result()
+	must(t, err)
+	h, _, err := runEvents(ctx, i, "k")
+	must(t, err)
+	if got := whats(h); got != "started finished" {
+		t.Fatalf("history %q", got)
+	}
+	if f := h[1].At; f.After(after) || f.Before(h[0].At.Truncate(time.Millisecond)) {
+		t.Errorf("finished at %s: not within its start %s and Redis' time after it %s", f, h[0].At, after)
+	}
+}
+
+// lateCalls holds each command d before sending it while on.
+type lateCalls struct {
+	d  time.Duration
+	on atomic.Bool
+}
+
+func (l *lateCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (l *lateCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if l.on.Load() {
+			time.Sleep(l.d)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (l *lateCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if l.on.Load() {
+			time.Sleep(l.d)
+		}
+		return next(ctx, cmds)
 	}
 }
 
