@@ -634,6 +634,74 @@ func (st *analysisState) removal(s *fnScope, ev *event, call *ast.CallExpr, zrem
 		ev.member = members[0]
 	}
 	ev.Checked = single && (st.countTested(s, call) || st.receivesTested(s, call))
+	ev.picked = single && st.picked(s, call, members[0])
+	ev.Exact = ev.Name == "ZREMRANGEBYSCORE" && len(members) == 2 && !ellipsis && st.sameScore(members[0], members[1])
+}
+
+// sameScore reports two score bounds that are one score: the same
+// expression, or equal constants.
+func (st *analysisState) sameScore(lo, hi ast.Expr) bool {
+	if a, ok := scoreConst(st.pass, lo); ok {
+		b, ok := scoreConst(st.pass, hi)
+		return ok && a == b
+	}
+	return types.ExprString(lo) == types.ExprString(hi) && isPure(lo)
+}
+
+// isPure reports an expression of names, fields and constants only: two
+// of them with the same text have the same value.
+func isPure(e ast.Expr) bool {
+	switch x := ast.Unparen(e).(type) {
+	case *ast.Ident, *ast.BasicLit:
+		return true
+	case *ast.SelectorExpr:
+		return isPure(x.X)
+	}
+	return false
+}
+
+// picked reports a removal (call) of one member m that the function's
+// caller named: a parameter of the function, or a member read that the
+// removal stands under a test of equality with a parameter (a console's
+// kill finds the job the user picked in its listing, then moves it). It
+// removes one member its caller chose, not the members a read found due.
+func (st *analysisState) picked(s *fnScope, call *ast.CallExpr, m ast.Expr) bool {
+	info := st.pass.TypesInfo
+	param := func(e ast.Expr) bool {
+		if c, ok := ast.Unparen(e).(*ast.CallExpr); ok && len(c.Args) == 1 { // string(id), []byte(id)
+			if tv, ok := info.Types[c.Fun]; ok && tv.IsType() {
+				e = c.Args[0]
+			}
+		}
+		id, ok := ast.Unparen(e).(*ast.Ident)
+		if !ok {
+			return false
+		}
+		o := info.ObjectOf(id)
+		i, isParam := s.params[o]
+		return isParam && i >= 0 && !s.multi[o]
+	}
+	if param(m) {
+		return true
+	}
+	shown := types.ExprString(ast.Unparen(m))
+	child := ast.Node(call)
+	for p := s.parent[call]; p != nil; child, p = p, s.parent[p] {
+		if _, ok := p.(*ast.FuncLit); ok {
+			return false
+		}
+		ifs, ok := p.(*ast.IfStmt)
+		if !ok || ifs.Body != child {
+			continue
+		}
+		if b, ok := ast.Unparen(ifs.Cond).(*ast.BinaryExpr); ok && b.Op == token.EQL {
+			x, y := ast.Unparen(b.X), ast.Unparen(b.Y)
+			if types.ExprString(x) == shown && param(y) || types.ExprString(y) == shown && param(x) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // isSlice reports a slice or array of members; a []byte (a payload kept

@@ -60,8 +60,10 @@ func gates(g, rm event) bool {
 func (st *analysisState) pair(evs []event, body ast.Node, rels []release) map[int]bool {
 	paired := map[int]bool{}
 	for i, rm := range evs {
-		if rm.Read || rm.Score || rm.claim || rm.MoveArg > 0 || rm.cleanup {
-			continue // a ZADD of a parameter is its callers' to judge; a cleanup pairs with nothing
+		if rm.Read || rm.Score || rm.claim || rm.MoveArg > 0 || rm.cleanup || rm.picked {
+			// a ZADD of a parameter is its callers' to judge; a cleanup pairs
+			// with nothing; nor does a removal of the member the caller picked
+			continue
 		}
 		claimed, gated := -1, -1 // the last claim and gate before the removal
 		for k := i - 1; k >= 0 && claimed < 0; k-- {
@@ -462,7 +464,11 @@ func (st *analysisState) report(r, rm event, lock *event, free *freed) {
 // A read of one fixed score (Access.Fixed) is a lookup handed to the
 // caller (the dead members), and a removal elsewhere its caller's ack: not
 // paired; nor is a page of a listing (Access.Page), whose removal
-// elsewhere is a user's action on one member.
+// elsewhere is a user's action on one member. Nor is a removal by one
+// score (Access.Exact): what it removes its caller names. Nor is one in a
+// method that reads the key itself before it (a ZSCORE or a read:
+// lookedUp), which pair judged where it stands: a user's move or kill of
+// the one job they picked looks it up first.
 func (st *analysisState) pairFields() {
 	type acc struct {
 		fn   *types.Func
@@ -504,7 +510,8 @@ func (st *analysisState) pairFields() {
 				continue
 			}
 			for _, rm := range list {
-				if rm.a.Read || rm.a.Score || rm.a.MoveArg > 0 || rm.fn == r.fn {
+				if rm.a.Read || rm.a.Score || rm.a.MoveArg > 0 || rm.fn == r.fn || rm.a.Exact ||
+					lookedUp(st.summaries[rm.fn].Accesses[:rm.i], rm.a.Key) {
 					continue
 				}
 				st.report(event{Access: r.a, node: r.node}, event{Access: rm.a, node: rm.node}, nil, nil)
@@ -512,6 +519,11 @@ func (st *analysisState) pairFields() {
 			}
 		}
 	}
+}
+
+// lookedUp reports a ZSCORE or a read of key among accesses.
+func lookedUp(accesses []Access, key string) bool {
+	return slices.ContainsFunc(accesses, func(a Access) bool { return (a.Score || a.Read) && a.Key == key })
 }
 
 // recvNamed returns the named type of fn's receiver, or nil.

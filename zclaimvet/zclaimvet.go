@@ -297,7 +297,12 @@ type Access struct {
 	// does not pair it with a removal in another method (the user's
 	// action on one member); a function that reads and removes it itself
 	// is still a poll.
-	Page  bool
+	Page bool
+	// Exact: a removal by one score (ZREMRANGEBYSCORE key s s): a delete
+	// of what sits at the score its caller names. pairFields does not pair
+	// it with a read in another method; a function that reads and removes
+	// at each score it read is still a poll.
+	Exact bool
 	Shown string // the key as the source writes it, for messages
 	// Async: sent by a goroutine the function starts, which may run after
 	// anything that follows the start.
@@ -339,6 +344,7 @@ type event struct {
 	echo    bool     // a loop's second iteration (events): paired, never summarized
 	member  ast.Expr // the one member of a removal of one (removal)
 	cleanup bool     // a removal that drops a member a script takes on another path (cleanup.go)
+	picked  bool     // a removal of the one member the function's caller named (picked), not one a read found
 }
 
 type analysisState struct {
