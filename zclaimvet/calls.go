@@ -363,6 +363,19 @@ func (st *analysisState) viaCallee(s *fnScope, call *ast.CallExpr, group any) []
 			}
 			ev.MoveArg = param // 0 where the member is one this caller read
 		}
+		if a.Lookup && a.LookupArg > 0 {
+			// A lookup of the score its caller names: the clock's time
+			// makes it a read of what came due; a parameter of this
+			// function passes the question on.
+			ev.LookupArg = 0
+			if a.LookupArg <= len(call.Args) {
+				arg := call.Args[a.LookupArg-1]
+				ev.Lookup = !st.fromClock(s, arg, 0)
+				if ev.Lookup {
+					ev.LookupArg = st.paramOf(s, arg, 0)
+				}
+			}
+		}
 		if a.Async {
 			ev.gor = call // the callee's goroutines: their order is the callee's to pair
 		}

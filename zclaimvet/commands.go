@@ -251,6 +251,7 @@ func (st *analysisState) classify(s *fnScope, call *ast.CallExpr) (event, bool) 
 			if len(call.Args) > k+1 {
 				opt := st.literalOf(s, call.Args[k+1])
 				ev.Fixed = oneScore(pass, field(opt, "Min"), field(opt, "Max"))
+				ev.Lookup, ev.LookupArg = st.lookup(s, ev.Fixed, field(opt, "Min"), field(opt, "Max"))
 			}
 			return ev, true
 		case rankReadMethods[name]:
@@ -277,6 +278,7 @@ func (st *analysisState) classify(s *fnScope, call *ast.CallExpr) (event, bool) 
 				}
 				ev := mk(n, key, true)
 				ev.Fixed = byScore && oneScore(pass, field(lit, "Start"), field(lit, "Stop"))
+				ev.Lookup, ev.LookupArg = st.lookup(s, ev.Fixed || !byScore, field(lit, "Start"), field(lit, "Stop"))
 				return ev, true
 			}
 		case zaddMethods[name]:
@@ -524,6 +526,7 @@ func (st *analysisState) doCommandNamed(s *fnScope, call *ast.CallExpr, cmd stri
 	byScore := ev.Name == "ZRANGEBYSCORE" || ev.Name == "ZREVRANGEBYSCORE" || ev.Name == "ZRANGE BYSCORE"
 	if ok && ev.Read && byScore && len(args) >= 4 {
 		ev.Fixed = oneScore(st.pass, args[2], args[3]) // min max, or max min
+		ev.Lookup, ev.LookupArg = st.lookup(s, ev.Fixed, args[2], args[3])
 	}
 	return ev, ok
 }
@@ -606,11 +609,14 @@ func (st *analysisState) zsetCommand(s *fnScope, call *ast.CallExpr, cmd string,
 		st.removal(s, &ev, call, cmd == "ZREM", members, spread)
 		return ev, true
 	case cmd == "ZADD" && !has("NX"): // ZADD NX only adds
-		read, param := st.readMember(s, members)
+		read, from, param := st.readMemberOf(s, members)
 		if !read && param == 0 {
 			return event{}, false
 		}
 		ev := mk(cmd, false)
+		if read && from != "" && from != ev.Key {
+			return event{}, false // a member read from another key: put there, not moved on this one
+		}
 		ev.Moves, ev.MoveArg = true, param
 		return ev, true
 	}
@@ -636,6 +642,78 @@ func (st *analysisState) removal(s *fnScope, ev *event, call *ast.CallExpr, zrem
 	ev.Checked = single && (st.countTested(s, call) || st.receivesTested(s, call))
 	ev.picked = single && st.picked(s, call, members[0])
 	ev.Exact = ev.Name == "ZREMRANGEBYSCORE" && len(members) == 2 && !ellipsis && st.sameScore(members[0], members[1])
+}
+
+// lookup reports read bounds lo and hi (of a read not fixed) that are one
+// score (sameScore) which the clock does not give: a lookup of what sits
+// at a score the caller names; arg is 1 + the index of the parameter the
+// score is made from, for the caller to judge, or 0. A poll of the
+// current second (ZRANGEBYSCORE key now now) reads what came due.
+func (st *analysisState) lookup(s *fnScope, fixed bool, lo, hi ast.Expr) (lookup bool, arg int) {
+	if fixed || lo == nil || hi == nil || !st.sameScore(lo, hi) || st.fromClock(s, lo, 0) {
+		return false, 0
+	}
+	return true, st.paramOf(s, lo, 0)
+}
+
+// paramOf returns 1 + the index of the one parameter expression e is made
+// from (directly, or through locals assigned once), or 0.
+func (st *analysisState) paramOf(s *fnScope, e ast.Expr, depth int) int {
+	found := map[int]bool{}
+	var walk func(e ast.Expr, depth int)
+	walk = func(e ast.Expr, depth int) {
+		if depth > 6 {
+			return
+		}
+		ast.Inspect(e, func(n ast.Node) bool {
+			id, ok := n.(*ast.Ident)
+			if !ok {
+				return true
+			}
+			o := st.pass.TypesInfo.ObjectOf(id)
+			if i, ok := s.params[o]; ok && i >= 0 {
+				found[i] = true
+			} else if d, ok := s.defs[o]; ok && !s.multi[o] {
+				walk(d, depth+1)
+			}
+			return true
+		})
+	}
+	walk(e, depth)
+	if len(found) != 1 {
+		return 0
+	}
+	for i := range found {
+		return i + 1
+	}
+	return 0
+}
+
+// fromClock reports an expression that calls time.Now, directly or
+// through the locals it is built from.
+func (st *analysisState) fromClock(s *fnScope, e ast.Expr, depth int) bool {
+	if depth > 6 || e == nil {
+		return false
+	}
+	found := false
+	ast.Inspect(e, func(n ast.Node) bool {
+		if found {
+			return false
+		}
+		switch x := n.(type) {
+		case *ast.CallExpr:
+			if fn := calleeOf(st.pass, x); fn != nil && fn.Pkg() != nil && fn.Pkg().Path() == "time" && fn.Name() == "Now" {
+				found = true
+			}
+		case *ast.Ident:
+			o := st.pass.TypesInfo.ObjectOf(x)
+			if d, ok := s.defs[o]; ok && !s.multi[o] {
+				found = st.fromClock(s, d, depth+1)
+			}
+		}
+		return !found
+	})
+	return found
 }
 
 // sameScore reports two score bounds that are one score: the same

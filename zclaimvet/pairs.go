@@ -78,7 +78,7 @@ func (st *analysisState) pair(evs []event, body ast.Node, rels []release) map[in
 		}
 		for j := i - 1; j >= 0; j-- {
 			r := evs[j]
-			if !r.Read || r.claim || r.Key != rm.Key || r.Rank && !scoresRead(evs[j+1:i], r.Key) {
+			if !r.Read || r.claim || r.Lookup || r.Key != rm.Key || r.Rank && !scoresRead(evs[j+1:i], r.Key) && !st.pushed(r, body) {
 				continue
 			}
 			if r.group != nil && r.group == rm.group || gated > j {
@@ -112,6 +112,14 @@ func (st *analysisState) pair(evs []event, body ast.Node, rels []release) map[in
 		}
 	}
 	return paired
+}
+
+// pushed reports a read by rank whose members body pushes on to a list or
+// stream (pushOf): every member it read is handed to a worker, due or
+// not, as a poll hands on what came due (a start that moves the whole set
+// back to a work list).
+func (st *analysisState) pushed(r event, body ast.Node) bool {
+	return r.Rank && r.callee == nil && body != nil && st.pushOf(r, body) != nil
 }
 
 // pairLater pairs removal evs[i], sent by a goroutine started before the
@@ -506,7 +514,7 @@ func (st *analysisState) pairFields() {
 		list := byKey[k]
 		slices.SortFunc(list, func(x, y acc) int { return int(x.node.Pos() - y.node.Pos()) })
 		for _, r := range list {
-			if !r.a.Read || r.a.Rank || r.a.Fixed || r.a.Page {
+			if !r.a.Read || r.a.Rank || r.a.Fixed || r.a.Page || r.a.Lookup {
 				continue
 			}
 			for _, rm := range list {

@@ -70,7 +70,16 @@ func zaddMembers(args []ast.Expr) []ast.Expr {
 // parameter one of them is, or ranges over (a helper that puts back what
 // its caller read: whether it does is the caller's to tell), or 0.
 func (st *analysisState) readMember(s *fnScope, es []ast.Expr) (read bool, param int) {
+	read, _, param = st.readMemberOf(s, es)
+	return read, param
+}
+
+// readMemberOf is readMember that also names the key the members were
+// read from, where the read is one this function sends itself ("" for a
+// read through a summary or rueidis, whose key it does not follow).
+func (st *analysisState) readMemberOf(s *fnScope, es []ast.Expr) (read bool, key string, param int) {
 	info := st.pass.TypesInfo
+	readKey := ""
 	var from func(e ast.Expr, depth int) (bool, int)
 	from = func(e ast.Expr, depth int) (bool, int) {
 		if depth > 6 {
@@ -106,6 +115,9 @@ func (st *analysisState) readMember(s *fnScope, es []ast.Expr) (read bool, param
 				return from(x.Args[0], depth+1) // a conversion
 			}
 			if ev, ok := st.classify(s, x); ok {
+				if ev.Read {
+					readKey = ev.Key
+				}
 				return ev.Read, 0
 			}
 			if evs, _, ok := st.rueidisEvents(s, x, nil); ok {
@@ -136,11 +148,11 @@ func (st *analysisState) readMember(s *fnScope, es []ast.Expr) (read bool, param
 	for _, e := range es {
 		r, p := from(e, 0)
 		if r {
-			return true, 0
+			return true, readKey, 0
 		}
 		if param == 0 {
 			param = p
 		}
 	}
-	return false, param
+	return false, "", param
 }

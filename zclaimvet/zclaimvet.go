@@ -298,6 +298,15 @@ type Access struct {
 	// action on one member); a function that reads and removes it itself
 	// is still a poll.
 	Page bool
+	// Lookup: a read of one score that is not constant and not the
+	// clock's (ZRANGEBYSCORE key s s, s the caller's): a lookup of the
+	// members at the score its caller names (a job by its time and id),
+	// not a read of what came due. Neither pair nor pairFields pairs it.
+	Lookup bool
+	// LookupArg: for a Lookup whose score is the function's parameter
+	// LookupArg-1 (or made from it), 1 + that index: a caller that passes
+	// the clock's time there reads what came due (viaCallee); 0 for none.
+	LookupArg int
 	// Exact: a removal by one score (ZREMRANGEBYSCORE key s s): a delete
 	// of what sits at the score its caller names. pairFields does not pair
 	// it with a read in another method; a function that reads and removes
@@ -320,6 +329,8 @@ func (a Access) String() string {
 		v = "read fixed"
 	case a.Read && a.Page:
 		v = "read page"
+	case a.Read && a.Lookup:
+		v = "lookup"
 	case a.Read:
 		v = "read"
 	case a.Moves && a.MoveArg > 0:

@@ -16,7 +16,7 @@ type actions struct {
 	dead string
 }
 
-func (a *actions) kill(id string) error { // want kill:`^zset\(read ⟨r⟩.key, rm ⟨r⟩.key, mv ⟨r⟩.dead\)$`
+func (a *actions) kill(id string) error { // want kill:`^zset\(read ⟨r⟩.key, rm ⟨r⟩.key\)$`
 	zs, err := a.rdb.ZRangeWithScores(ctx, a.key, 0, -1).Result()
 	if err != nil {
 		return err

@@ -1138,7 +1138,8 @@ func runParked(rdb *redis.Client) {
 
 // The same lookup by a command sent by name (redigo, the bounds a number
 // and a string), and reads of a range: up to a constant, and of one score
-// that a variable names; neither is fixed.
+// that a parameter names; neither is fixed, and the last is a lookup its
+// callers judge (lookupscore.go).
 func deadIDs(c redigo.Conn, key string) ([]string, error) { // want deadIDs:`read fixed ⟨p1⟩`
 	return redigo.Strings(c.Do("ZREVRANGEBYSCORE", key, 0, "0"))
 }
@@ -1147,6 +1148,6 @@ func upTo(c redigo.Conn, key string) ([]string, error) { // want upTo:`^zset\(re
 	return redigo.Strings(c.Do("ZRANGE", key, "-inf", 0, "BYSCORE"))
 }
 
-func atScore(c redigo.Conn, key string, now int64) ([]string, error) { // want atScore:`^zset\(read ⟨p1⟩\)$`
+func atScore(c redigo.Conn, key string, now int64) ([]string, error) { // want atScore:`^zset\(lookup ⟨p1⟩\)$`
 	return redigo.Strings(c.Do("ZRANGEBYSCORE", key, now, now))
 }

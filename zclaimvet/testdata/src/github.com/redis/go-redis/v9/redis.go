@@ -118,6 +118,7 @@ type Pipeliner interface {
 	HDel(ctx context.Context, key string, fields ...string) *IntCmd
 	Del(ctx context.Context, keys ...string) *IntCmd
 	LPush(ctx context.Context, key string, values ...any) *IntCmd
+	ZAdd(ctx context.Context, key string, members ...Z) *IntCmd
 	HSet(ctx context.Context, key string, values ...any) *IntCmd
 	HIncrBy(ctx context.Context, key, field string, incr int64) *IntCmd
 	Exec(ctx context.Context) ([]any, error)
