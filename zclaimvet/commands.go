@@ -264,6 +264,7 @@ func (st *analysisState) classify(s *fnScope, call *ast.CallExpr) (event, bool) 
 		case name == "ZRange" || name == "ZRevRange":
 			ev := mk(strings.ToUpper(name), call.Args[k], true)
 			ev.Rank = true
+			ev.Head = len(call.Args) > k+2 && headOnly(pass, call.Args[k+1], call.Args[k+2])
 			return ev, true
 		case name == "ZScore":
 			ev := mk("ZSCORE", call.Args[k], false)
@@ -546,6 +547,13 @@ func field(lit *ast.CompositeLit, name string) ast.Expr {
 	return nil
 }
 
+// headOnly reports rank bounds 0 and 0: the first member alone.
+func headOnly(pass *analysis.Pass, start, stop ast.Expr) bool {
+	a, ok1 := scoreConst(pass, start)
+	b, ok2 := scoreConst(pass, stop)
+	return ok1 && ok2 && a == 0 && b == 0
+}
+
 // oneScore reports score bounds that are one constant finite number ("0"
 // and 0, "5" and "5.0"): a range of one fixed score, which stays where it
 // is whatever the time. "+inf", an exclusive bound and anything not
@@ -599,6 +607,7 @@ func (st *analysisState) zsetCommand(s *fnScope, call *ast.CallExpr, cmd string,
 		}
 		ev := mk(cmd, true)
 		ev.Rank = true
+		ev.Head = len(members) >= 2 && headOnly(pass, members[0], members[1])
 		return ev, true
 	case cmd == "ZSCORE":
 		ev := mk(cmd, false)

@@ -8,6 +8,7 @@ import (
 	"go/ast"
 	"go/types"
 	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/tools/go/analysis"
@@ -78,7 +79,8 @@ func (st *analysisState) pair(evs []event, body ast.Node, rels []release) map[in
 		}
 		for j := i - 1; j >= 0; j-- {
 			r := evs[j]
-			if !r.Read || r.claim || r.Lookup || r.Key != rm.Key || r.Rank && !scoresRead(evs[j+1:i], r.Key) && !st.pushed(r, body) {
+			if !r.Read || r.claim || r.Lookup || r.Key != rm.Key ||
+				r.Rank && !r.Head && !scoresRead(evs[j+1:i], r.Key) && !st.pushed(r, body) {
 				continue
 			}
 			if r.group != nil && r.group == rm.group || gated > j {
@@ -468,7 +470,8 @@ func (st *analysisState) report(r, rm event, lock *event, free *freed) {
 
 // pairFields reports what a type's methods leave unpaired: a read of a
 // receiver's field key in one method and a removal of it in another (the
-// batch handed on between them), unless a call site already paired them.
+// batch handed on between them), unless a call site already paired them,
+// or the type takes the key's members in one script (scriptPolls).
 // A read of one fixed score (Access.Fixed) is a lookup handed to the
 // caller (the dead members), and a removal elsewhere its caller's ack: not
 // paired; nor is a page of a listing (Access.Page), whose removal
@@ -514,7 +517,7 @@ func (st *analysisState) pairFields() {
 		list := byKey[k]
 		slices.SortFunc(list, func(x, y acc) int { return int(x.node.Pos() - y.node.Pos()) })
 		for _, r := range list {
-			if !r.a.Read || r.a.Rank || r.a.Fixed || r.a.Page || r.a.Lookup {
+			if !r.a.Read || r.a.Rank || r.a.Fixed || r.a.Page || r.a.Lookup || st.scriptPolls(recvNamed(r.fn))[r.a.Key] {
 				continue
 			}
 			for _, rm := range list {
@@ -532,6 +535,65 @@ func (st *analysisState) pairFields() {
 // lookedUp reports a ZSCORE or a read of key among accesses.
 func lookedUp(accesses []Access, key string) bool {
 	return slices.ContainsFunc(accesses, func(a Access) bool { return (a.Score || a.Read) && a.Key == key })
+}
+
+// scriptPolls returns the keys that a method of type named hands to a
+// Lua script which takes members of them itself (its source reads the
+// key and removes or pops from it: luaTakes; a script whose source is not
+// in the code counts too). Such a type claims in one script: its poll is
+// there, and a read of the key in another method is a peek or a listing
+// whose members it hands to no removal of its own.
+func (st *analysisState) scriptPolls(named *types.Named) map[string]bool {
+	if keys, ok := st.polls[named]; ok {
+		return keys
+	}
+	keys := map[string]bool{}
+	for fn, fd := range st.decls {
+		if recvNamed(fn) != named {
+			continue
+		}
+		sc := st.scope(fd)
+		ast.Inspect(fd.Body, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			args, ok := st.scriptCall(sc, call)
+			if !ok {
+				return true
+			}
+			src, known := st.scriptSource(sc, call)
+			for i, k := range args.elts {
+				if !known || luaTakes(src, i) {
+					keys[st.norm(sc, k, 0)] = true
+				}
+			}
+			return true
+		})
+	}
+	st.polls[named] = keys
+	return keys
+}
+
+// luaTakes reports whether script src both reads the sorted set that is
+// its key i (from 0) and removes or pops members of it.
+func luaTakes(src string, i int) bool {
+	aliases := map[string]bool{"KEYS[" + strconv.Itoa(i+1) + "]": true}
+	for _, m := range luaAlias.FindAllStringSubmatch(src, -1) {
+		if m[2] == strconv.Itoa(i+1) {
+			aliases[m[1]] = true
+		}
+	}
+	read, taken := false, false
+	for _, m := range luaCall.FindAllStringSubmatch(src, -1) {
+		cmd := strings.ToUpper(m[1])
+		if !aliases[m[2]] {
+			continue
+		}
+		read = read || luaReads[cmd]
+		taken = taken || cmd == "ZREM" || cmd == "ZPOPMIN" || cmd == "ZPOPMAX" || cmd == "ZREMRANGEBYSCORE"
+	}
+	return read && taken
 }
 
 // recvNamed returns the named type of fn's receiver, or nil.

@@ -285,7 +285,11 @@ type Access struct {
 	MoveArg int
 	// Rank: a read by rank without scores (ZRANGE key 0 9), a read of due
 	// members only where the scores are read too (Score) and compared.
-	Rank  bool
+	Rank bool
+	// Head: a read by rank of the first member alone (ZRANGE key 0 0): a
+	// removal of its key after it takes that member off the head, a pop
+	// sent in two requests, whatever its score.
+	Head  bool
 	Score bool // a ZSCORE: neither a read of members nor a removal
 	// Fixed: a read of one constant score (ZRANGEBYSCORE key 0 0): a
 	// lookup of the members parked there (the dead ones), which no clock
@@ -367,11 +371,12 @@ type analysisState struct {
 	watched   map[ast.Node]bool // function bodies run in a WATCH transaction
 	final     bool              // the reporting pass
 	reported  map[ast.Node]bool
-	paired    map[*types.Func]map[int]bool // callee accesses paired at a call site
-	impls     map[*types.Func]*Summary     // interface methods' summaries (summaryOf), nil for none
-	origin    map[*types.Func][]ast.Node   // node of each access of this package's summaries
-	discarded map[*ast.CallExpr]bool       // calls whose replies are thrown away (discard)
-	taken     map[*ast.CallExpr]bool       // calls whose values are assigned or returned (take)
+	paired    map[*types.Func]map[int]bool     // callee accesses paired at a call site
+	impls     map[*types.Func]*Summary         // interface methods' summaries (summaryOf), nil for none
+	polls     map[*types.Named]map[string]bool // keys a type's methods take in one script (scriptPolls)
+	origin    map[*types.Func][]ast.Node       // node of each access of this package's summaries
+	discarded map[*ast.CallExpr]bool           // calls whose replies are thrown away (discard)
+	taken     map[*ast.CallExpr]bool           // calls whose values are assigned or returned (take)
 }
 
 func run(pass *analysis.Pass) (any, error) {
@@ -380,7 +385,7 @@ func run(pass *analysis.Pass) (any, error) {
 	}
 	st := &analysisState{pass: pass, ok: okLines(pass), ignored: map[token.Position]string{}, summaries: map[*types.Func]*Summary{},
 		decls: map[*types.Func]*ast.FuncDecl{}, watched: map[ast.Node]bool{}, reported: map[ast.Node]bool{},
-		paired: map[*types.Func]map[int]bool{}, impls: map[*types.Func]*Summary{}, origin: map[*types.Func][]ast.Node{}, discarded: map[*ast.CallExpr]bool{},
+		paired: map[*types.Func]map[int]bool{}, impls: map[*types.Func]*Summary{}, polls: map[*types.Named]map[string]bool{}, origin: map[*types.Func][]ast.Node{}, discarded: map[*ast.CallExpr]bool{},
 		taken: map[*ast.CallExpr]bool{}}
 	var funcs []*ast.FuncDecl
 	var files []*ast.File
