@@ -63,6 +63,9 @@ func (st *analysisState) summarize(fd *ast.FuncDecl) *Summary {
 			ev.group != nil && atomic[[2]any{ev.group, ev.Key}] == 3 {
 			continue
 		}
+		if ev.Checked && !ev.Read && !ev.Forward && ev.callee == nil {
+			ev.Access.Guards = st.ownGuard(s, fd, ev.node)
+		}
 		out.Accesses = append(out.Accesses, ev.Access)
 		nodes = append(nodes, ev.node)
 	}
@@ -392,8 +395,9 @@ func (st *analysisState) viaCallee(s *fnScope, call *ast.CallExpr, group any) []
 		}
 		if !a.Read && !a.Score && !a.Forward && a.Checked {
 			// The callee tests the count and returns the outcome: a check
-			// only where this caller tests it in turn.
-			ev.Checked = st.countTested(s, call)
+			// only where this caller tests it in turn, or where the
+			// callee's test guards the work it does itself.
+			ev.Checked = a.Guards || st.countTested(s, call)
 		}
 		if !a.Read && a.Forward {
 			sig := fn.Type().(*types.Signature)

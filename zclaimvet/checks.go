@@ -302,3 +302,78 @@ func varTested(s *fnScope, o types.Object, pass *analysis.Pass) bool {
 	})
 	return tested
 }
+
+// ownGuard reports whether the tested count of removal call guards work
+// the function does itself: the if statement that tests it leaves the
+// function (or its loop) from its body, a statement after that if makes
+// a call (the work), and the function returns no count or bool, so that its
+// callers cannot be the ones who decide. A wrapper that returns the
+// outcome (return n == 1, or a bool set from it) is left to its callers.
+func (st *analysisState) ownGuard(s *fnScope, fd *ast.FuncDecl, call ast.Node) bool {
+	if fd.Type.Results != nil {
+		for _, f := range fd.Type.Results.List {
+			t := st.pass.TypesInfo.TypeOf(f.Type)
+			if b, ok := t.Underlying().(*types.Basic); ok && b.Info()&(types.IsBoolean|types.IsInteger) != 0 {
+				return false
+			}
+		}
+	}
+	// The variable the count is kept in, if any.
+	var kept types.Object
+	n := ast.Node(call)
+	for p := s.parent[n]; p != nil; n, p = p, s.parent[p] {
+		if as, ok := p.(*ast.AssignStmt); ok {
+			if id, ok := as.Lhs[0].(*ast.Ident); ok && id.Name != "_" {
+				kept = st.pass.TypesInfo.ObjectOf(id)
+			}
+			break
+		}
+		if _, ok := p.(ast.Stmt); ok {
+			break
+		}
+	}
+	guard := false
+	ast.Inspect(s.body, func(node ast.Node) bool {
+		ifs, ok := node.(*ast.IfStmt)
+		if !ok || guard {
+			return !guard
+		}
+		uses := false
+		ast.Inspect(ifs.Cond, func(c ast.Node) bool {
+			switch x := c.(type) {
+			case *ast.Ident:
+				uses = uses || kept != nil && st.pass.TypesInfo.Uses[x] == kept
+			case *ast.CallExpr:
+				uses = uses || c == call
+			}
+			return !uses
+		})
+		if !uses || len(ifs.Body.List) == 0 {
+			return true
+		}
+		switch ifs.Body.List[len(ifs.Body.List)-1].(type) {
+		case *ast.ReturnStmt, *ast.BranchStmt:
+		default:
+			return true
+		}
+		block, ok := s.parent[ifs].(*ast.BlockStmt)
+		if !ok {
+			return true
+		}
+		for i, stmt := range block.List {
+			if stmt != ifs {
+				continue
+			}
+			for _, after := range block.List[i+1:] {
+				ast.Inspect(after, func(c ast.Node) bool {
+					_, call := c.(*ast.CallExpr)
+					_, lit := c.(*ast.FuncLit)
+					guard = guard || call
+					return !guard && !lit
+				})
+			}
+		}
+		return true
+	})
+	return guard
+}

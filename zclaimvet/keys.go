@@ -311,3 +311,64 @@ func display(key string) string {
 	}
 	return out
 }
+
+// sameKey reports whether a read of key a and a removal of key b in one
+// function name one sorted set: the same key, or keys made by one
+// fmt.Sprintf format whose arguments differ where one of them is not a
+// constant (a read of fmt.Sprintf(f, "default") and a removal of
+// fmt.Sprintf(f, job.Queue), the queue of a job that read found). Two
+// constants that differ name two sets.
+func sameKey(a, b string) bool {
+	if a == b {
+		return true
+	}
+	const sprintf = "fmt.Sprintf("
+	if !strings.HasPrefix(a, sprintf) || !strings.HasPrefix(b, sprintf) || !strings.HasSuffix(a, ")") || !strings.HasSuffix(b, ")") {
+		return false
+	}
+	as, bs := splitArgs(a[len(sprintf):len(a)-1]), splitArgs(b[len(sprintf):len(b)-1])
+	if len(as) != len(bs) || len(as) < 2 || as[0] != bs[0] || !strings.HasPrefix(as[0], `"`) {
+		return false
+	}
+	for i := 1; i < len(as); i++ {
+		if as[i] != bs[i] && constKey(as[i]) && constKey(bs[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// constKey reports a normalized argument that is a constant: a quoted
+// string or a number.
+func constKey(k string) bool {
+	if strings.HasPrefix(k, `"`) {
+		return true
+	}
+	_, err := strconv.ParseFloat(k, 64)
+	return err == nil
+}
+
+// splitArgs splits a normalized call's arguments (norm joins them with
+// ", ") at the commas outside quotes, brackets and parentheses.
+func splitArgs(s string) []string {
+	var out []string
+	depth, start, quoted := 0, 0, false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case quoted:
+		case c == '(' || c == '[':
+			depth++
+		case c == ')' || c == ']':
+			depth--
+		case c == ',' && depth == 0 && i+1 < len(s) && s[i+1] == ' ':
+			out = append(out, s[start:i])
+			start = i + 2
+			i++
+		}
+	}
+	return append(out, s[start:])
+}

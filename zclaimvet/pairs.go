@@ -79,7 +79,7 @@ func (st *analysisState) pair(evs []event, body ast.Node, rels []release) map[in
 		}
 		for j := i - 1; j >= 0; j-- {
 			r := evs[j]
-			if !r.Read || r.claim || r.Lookup || r.Key != rm.Key ||
+			if !r.Read || r.claim || r.Lookup || !sameKey(r.Key, rm.Key) ||
 				r.Rank && !r.Head && !scoresRead(evs[j+1:i], r.Key) && !st.pushed(r, body) {
 				continue
 			}
@@ -152,7 +152,7 @@ func (st *analysisState) pairLater(evs []event, i int, paired map[int]bool, rels
 	}
 	for j := i + 1; j < len(evs); j++ {
 		r := evs[j]
-		if !r.Read || r.claim || r.gor != nil && r.gor == rm.gor || r.Key != rm.Key || r.Rank && !scoresRead(evs[j+1:], r.Key) {
+		if !r.Read || r.claim || r.gor != nil && r.gor == rm.gor || !sameKey(r.Key, rm.Key) || r.Rank && !scoresRead(evs[j+1:], r.Key) {
 			continue
 		}
 		if r.group != nil && r.group == rm.group {

@@ -269,6 +269,11 @@ type Access struct {
 	Key     string // the key, normalized (see norm)
 	Pos     string // where the command is sent, as file.go:line
 	Checked bool   // a removal of one member whose count is tested
+	// Guards: a Checked removal whose test leaves the function before the
+	// work after it (if n == 0 { return nil }), in a function that returns
+	// no count or bool: it acts on its own check, whatever its callers do
+	// with what it returns (ownGuard).
+	Guards bool
 	// Forward: a removal whose members are the function's variadic
 	// parameter, so its caller's arguments say whether it removes one.
 	Forward bool
