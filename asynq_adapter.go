@@ -1,13 +1,14 @@
 package zclaim
 
 // The asynq adapter: what zclaim knows of asynq's own Redis layout (its
-// keys, its task hash, its scripts) beyond asynq's public API, and where
-// it applies. It holds for the release line knownAsynq only, and for the
-// scripts it knows by SHA1: asynqDequeue (middleware_dequeue.go, with the
-// tasks taken ahead in middleware_prefetch.go and their holder marks in
-// middleware_held.go) and asynqDones (middleware_done.go, done.lua).
-// Under another asynq, or another script, each part that needs it is
-// off, and says so (adapterOff).
+// keys, its task hash, its lease timing, its scripts) beyond asynq's
+// public API, and where it applies. It holds for the release line
+// knownAsynq only, and for the scripts it knows by SHA1: asynqDequeue
+// (dequeue.lua, run by middleware_dequeue.go, with the tasks taken ahead
+// in middleware_prefetch.go and their holder marks in middleware_held.go)
+// and asynqDones (middleware_done.go, done.lua). Under another asynq, or
+// another script, each part that needs it is off, and says so
+// (adapterOff).
 
 import (
 	"context"
@@ -18,8 +19,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	_ "embed"
@@ -83,16 +82,6 @@ func requeue(ctx context.Context, rdb redis.UniversalClient, q, id string) (bool
 		[]string{asynqKey(q, "pending"), asynqKey(q, "active"), asynqKey(q, "lease"), heldKey(q)},
 		asynqKey(q, "t:"), time.Now().UnixNano(), id).Int64()
 	return n > 0, err
-}
-
-// adapter is a store's view of the asynq adapter: the asynq it was built
-// with, the scripts it knows, and the parts found not to apply.
-type adapter struct {
-	version string // asynq's, as the build says ("" where it does not)
-	known   bool   // version is of knownAsynq's line
-	dequeue string // the SHA1 of asynq's dequeue script that dequeue.lua stands for (asynqDequeue)
-	seen    sync.Map
-	off     atomic.Int64
 }
 
 func newAdapter() adapter {
@@ -168,3 +157,39 @@ func looksLikeDequeue(keys []string, args []any) bool {
 	return len(keys) == 4 && len(args) == 2 && strings.HasPrefix(keys[0], "asynq:{") &&
 		strings.HasSuffix(keys[0], "}:pending") && strings.HasSuffix(keys[2], "}:active")
 }
+
+func (i *Idempotency) asynqRedis() redis.UniversalClient {
+	if i.opts.AsynqRedis != nil {
+		return i.opts.AsynqRedis
+	}
+	return i.rdb
+}
+
+// asynq's server leases each task it holds for asynqLease and renews the
+// leases of all its tasks every asynqBeat (asynq v0.24 and later; both
+// fixed in asynq). A lease last renewed more than asynqGone ago belongs to
+// a server that missed two renewals: its process is gone (or stalled so
+// long that a takeover is due: the middleware's Begin still lets only one
+// run of the key go on).
+const (
+	asynqLease = 30 * time.Second
+	asynqBeat  = 5 * time.Second
+	asynqGone  = 2*asynqBeat + 2*time.Second
+)
+
+// heldKey is queue q's hash of holder marks (task id -> holder), among
+// asynq's keys of the queue (asynqKey): in their slot, and within the keys
+// that the workers' ACL grants (docs/operations.md).
+func heldKey(q string) string { return asynqKey(q, "zclaim:held") }
+
+// asynqDequeue is the SHA1 of asynq v0.26's dequeue script, whose writes
+// dequeue.lua makes.
+const asynqDequeue = "a8153319360adc71cdc370107f8ab9786f204765"
+
+var (
+	//go:embed lua/dequeue.lua
+	dequeueLua string
+	// dequeueScript is asynq v0.26's dequeue of several tasks, with their
+	// holder marks (lua/dequeue.lua).
+	dequeueScript = redis.NewScript(dequeueLua)
+)

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -26,10 +27,6 @@ const (
 	DefaultBatchSize = 100
 	// MaxBatchSize bounds one claim or recovery script.
 	MaxBatchSize = 1000
-	// MaxIDLen is the longest job id, in bytes.
-	MaxIDLen = 512
-	// MaxPayloadLen bounds a job's Type, Queue and Payload together, in bytes.
-	MaxPayloadLen = 1 << 20
 	// DefaultDeadMax is used when BrokerOptions.DeadMax is zero: asynq's
 	// own bound on its archive.
 	DefaultDeadMax = 10000
@@ -126,17 +123,6 @@ func DefaultBackoff(attempt int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// discardLogger is the logger of options that name none.
-var discardLogger = slog.New(slog.DiscardHandler)
-
-// orDefault sets an option left at its zero value to its default d.
-func orDefault[T comparable](v *T, d T) {
-	var zero T
-	if *v == zero {
-		*v = d
-	}
-}
-
 func (o *BrokerOptions) setDefaults() {
 	orDefault(&o.Key, DefaultKey)
 	orDefault(&o.ScoreUnit, time.Second)
@@ -193,64 +179,6 @@ type Broker struct {
 	history      jobHistory   // the tasks jobs became, for Jobs
 }
 
-// Job is one piece of work on the schedule. Its ID is the member of the
-// schedule set; together with the due time it is first scheduled for, it
-// names an occurrence (see JobInfo), the unit that runs once: the asynq
-// TaskID when dispatched and the middleware's default key.
-type Job struct {
-	ID      string
-	RunAt   time.Time
-	Type    string // asynq task type, used when dispatched
-	Payload []byte
-	Queue   string // asynq queue; "" means "default"
-	// Headers travel with the job: kept in its record and copied into
-	// the asynq task's headers when dispatched (a trace's context, as
-	// zclaimotel.Inject writes it). Names beginning with "zclaim-" are
-	// the dispatcher's. They count toward MaxPayloadLen.
-	Headers map[string]string
-}
-
-// Claim is a job taken off the schedule by one claimer, with a lease.
-type Claim struct {
-	Job
-	// Token is the fencing token of this claim: strictly increasing per
-	// schedule and never reused. Ack, Extend, Retry and Kill succeed only
-	// while it is current.
-	Token int64
-	// Attempt is 1 on the first claim of a job, 2 on the claim after one
-	// retry or one expired lease, and so on.
-	Attempt int
-	// Due is the due time of the claim's occurrence (see JobInfo), to the
-	// millisecond: the time the job was first scheduled for, which a
-	// retry's backoff does not move. RunAt is this claim's own due time:
-	// its score in the schedule, except on a first attempt of a job written
-	// by Schedule, which reads it from the job's record (what Schedule
-	// wrote: the same time, unless another program has since moved the
-	// member with a ZADD of its own).
-	Due time.Time
-	// LeaseUntil is the lease deadline by Redis' clock. After it, recovery
-	// may take the job back and void Token. The claims of one
-	// Broker.Claim call (from one shard) share one lease: Extend of any of
-	// them moves the deadline of those not settled yet.
-	LeaseUntil time.Time
-
-	state string     // the schedule's state marker when claimed
-	mdue  string     // the occurrence's due score when it rides in the in-flight member
-	shard int        // the shard it was claimed from
-	lease batchLease // the lease it shares with the claims of its call; n = 0: its own in-flight member
-	place int        // its place in the lease, from 1
-	at    int        // where its entry starts in the lease's jobs (see prelude.lua), from 1
-}
-
-// member is the claim's entry in the in-flight set (see claim.lua).
-func (c Claim) member() string {
-	m := c.ID + "|" + strconv.FormatInt(c.Token, 10)
-	if c.mdue != "" {
-		m += "@" + c.mdue
-	}
-	return m
-}
-
 // NewBroker returns a Broker on rdb, which it never closes. It fails when
 // an option is out of range, when rdb is a cluster client and the keys
 // derived from opts.Key cannot share its hash slot, and with
@@ -300,16 +228,64 @@ func (b *Broker) Key() string { return b.opts.Key }
 // (BrokerOptions.Runs), nil if none.
 func (b *Broker) Runs() *Idempotency { return b.opts.Runs }
 
-// validateJob checks one job against the documented limits.
-func checkID(ctx context.Context, op, id string) error {
-	if err := ctx.Err(); err != nil {
-		return wrap(ctx, op, err, nil)
+// ShardKey returns the schedule key of the shard that holds job id: the
+// key itself with one shard; with Shards, that of id's shard, whose hash
+// slot says which Redis Cluster master holds the job.
+func (b *Broker) ShardKey(id string) string { return b.shardOf(id).schedule }
+
+// recordShards records the shard count with the schedule, or checks it
+// against the one recorded: in a string beside the unsharded schedule's
+// keys ("{delay:jobs}:shards"), written only for more than one shard. A
+// count that differs is refused; so is a sharded schedule on a key that
+// holds a set already (producers writing it would never be read).
+func (b *Broker) recordShards() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rec := shardRecord(b.opts.Key)
+	n := strconv.Itoa(len(b.shards))
+	if len(b.shards) > 1 {
+		if exists, err := b.rdb.Exists(ctx, b.opts.Key).Result(); err == nil && exists == 1 {
+			return zerr("zclaim: %w: key %q holds a set already; only Shards 1 adopts an existing set "+
+				"(docs/broker.md, Redis Cluster)", ErrShards, b.opts.Key)
+		}
+		b.rdb.SetNX(ctx, rec, n, 0)
 	}
-	if id == "" {
-		return zerr("zclaim: %s: %w", op, ErrEmptyID)
+	got, err := b.rdb.Get(ctx, rec).Result()
+	switch {
+	case err == redis.Nil:
+		got = "1"
+	case err != nil:
+		b.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not read the schedule's shard count",
+			slog.String("key", rec), slog.String("error", err.Error()))
+		return nil
 	}
-	if len(id) > MaxIDLen {
-		return zerr("zclaim: %s: %w", op, ErrIDTooLong)
+	if got != n {
+		return zerr("zclaim: %w: the schedule %q has %s shards, not %s; open it with Shards %s (docs/operations.md "+
+			"says how to change the count)",
+			ErrShards, b.opts.Key, got, n, got)
 	}
 	return nil
+}
+
+// quietShards tell, by shard, whether a Broker's last claim of the shard
+// found nothing due and nothing in flight.
+type quietShards []atomic.Bool
+
+// all reports whether every shard is quiet.
+func (q quietShards) all() bool {
+	for i := range q {
+		if !q[i].Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// jobHistory is what a Broker keeps of the tasks its jobs became: how long
+// (BrokerOptions.History; negative: nothing), and asynq's Inspector, made
+// on first use, to read the tasks back.
+type jobHistory struct {
+	keep time.Duration
+	once sync.Once
+	insp *asynq.Inspector
 }

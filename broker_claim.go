@@ -209,16 +209,6 @@ func dispatchArg(dispatch bool) string {
 	return ""
 }
 
-// batchLease names the lease of a batch claim: the token of its first job
-// and the number of jobs.
-type batchLease struct {
-	first int64
-	n     int
-	shard int
-}
-
-func (l batchLease) member() string { return strconv.FormatInt(l.first, 10) + ":" + strconv.Itoa(l.n) }
-
 // batchEnd is how a batch claim ended: every job is done but those in
 // retry (back to the schedule after a delay) and dead (with a reason),
 // keyed by their place in the batch (from 1).
@@ -281,17 +271,6 @@ func (b *Broker) finishBatches(ctx context.Context, ends ...batchEnd) ([]batchEn
 		lost = append(lost, notHeld(res, byShard[shards[i].shard])...)
 	}
 	return lost, nil
-}
-
-// notHeld returns the xs whose script result is 0: their lease or token was
-// no longer held.
-func notHeld[T any](res []int64, xs []T) (lost []T) {
-	for i, n := range res {
-		if n == 0 && i < len(xs) {
-			lost = append(lost, xs[i])
-		}
-	}
-	return lost
 }
 
 // buryCorrupt sends a claim whose record cannot be decoded to the dead set,

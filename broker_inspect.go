@@ -14,57 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// JobState is where a job is.
-type JobState int
-
-// The states of a job. The zero value is StateUnknown: a JobInfo from
-// JobFromContext does not say, since the task a handler runs has left
-// the schedule.
-const (
-	StateUnknown   JobState = iota
-	StateScheduled          // on the schedule, waiting for its due time (or due and not yet claimed)
-	StateInFlight           // claimed, under a lease
-	StateDead               // in the dead set
-	StateRunning            // its asynq task's handler runs under the middleware (BrokerOptions.Runs)
-	StateAbandoned          // its asynq task's worker is gone; a takeover starts it again (BrokerOptions.Runs)
-	StateEnqueued           // a Dispatcher made it an asynq task (BrokerOptions.History): TaskState says where that is
-)
-
-// String returns "scheduled", "in flight", "dead", "running", "abandoned",
-// "enqueued" or "unknown".
-func (s JobState) String() string {
-	switch s {
-	case StateEnqueued:
-		return "enqueued"
-	case StateRunning:
-		return "running"
-	case StateAbandoned:
-		return "abandoned"
-	case StateScheduled:
-		return "scheduled"
-	case StateInFlight:
-		return "in flight"
-	case StateDead:
-		return "dead"
-	}
-	return "unknown"
-}
-
-// MarshalText writes the state as String does, for JSON.
-func (s JobState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
-
-// UnmarshalText reads what MarshalText writes.
-func (s *JobState) UnmarshalText(b []byte) error {
-	for _, st := range []JobState{StateUnknown, StateScheduled, StateInFlight, StateDead,
-		StateRunning, StateAbandoned, StateEnqueued} {
-		if st.String() == string(b) {
-			*s = st
-			return nil
-		}
-	}
-	return zerr("zclaim: %w: job state %q", ErrInvalidArgument, b)
-}
-
 // MaxListLimit bounds one page of Broker.List.
 const MaxListLimit = MaxBatchSize
 

@@ -326,3 +326,14 @@ func (b *shardSet) extendBatches(ctx context.Context, leases []batchLease, lease
 	}
 	return deadlines, nil
 }
+
+// notHeld returns the xs whose script result is 0: their lease or token was
+// no longer held.
+func notHeld[T any](res []int64, xs []T) (lost []T) {
+	for i, n := range res {
+		if n == 0 && i < len(xs) {
+			lost = append(lost, xs[i])
+		}
+	}
+	return lost
+}

@@ -12,32 +12,6 @@ import (
 	"unicode/utf8"
 )
 
-// unfitForAsynq says why an asynq task of id, type typ and queue q could
-// never be enqueued (asynq refuses its TaskID, type or queue before it
-// writes anything), or "" when it could. An empty type or queue means the
-// dispatcher's defaults.
-func unfitForAsynq(id, typ, q string) string {
-	switch {
-	case id == "":
-		return "empty job id"
-	case len(id) > MaxIDLen:
-		return fmt.Sprintf("job id of %d bytes, longer than MaxIDLen (%d)", len(id), MaxIDLen)
-	case !utf8.ValidString(id):
-		return "job id is not valid UTF-8 (asynq task ids must be)"
-	case blank(id):
-		return "job id of white space only (asynq refuses such a task id)"
-	case !utf8.ValidString(typ):
-		return "task type is not valid UTF-8"
-	case typ != "" && blank(typ):
-		return "task type of white space only (asynq refuses it)"
-	case !utf8.ValidString(q):
-		return "queue name is not valid UTF-8"
-	case q != "" && blank(q):
-		return "queue name of white space only (asynq refuses it)"
-	}
-	return ""
-}
-
 // badHeaders says why asynq could not carry headers h, or "".
 func badHeaders(h map[string]string) string {
 	for k, v := range h {

@@ -23,7 +23,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -62,15 +61,6 @@ func enqueuedParts(r rawEvent) (claimed, enqueued time.Time, queue, task string,
 
 // sentBuckets is how many buckets History spans.
 const sentBuckets = 24
-
-// jobHistory is what a Broker keeps of the tasks its jobs became: how long
-// (BrokerOptions.History; negative: nothing), and asynq's Inspector, made
-// on first use, to read the tasks back.
-type jobHistory struct {
-	keep time.Duration
-	once sync.Once
-	insp *asynq.Inspector
-}
 
 // bucketLen is the length of a sent bucket.
 func (h *jobHistory) bucketLen() time.Duration {

@@ -6,7 +6,6 @@ package zclaim
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 )
 
@@ -151,36 +150,25 @@ func (d *Dispatcher) idleWait() time.Duration {
 // claimBackoffMax caps the backoff of a claim that keeps failing.
 const claimBackoffMax = 5 * time.Second
 
-// claimWarnEvery is how often a claim failure of one cause is logged.
-const claimWarnEvery = 10 * time.Second
-
-// rateLog logs a warning once per cause per claimWarnEvery, with how many
-// of that cause went unlogged since.
-type rateLog struct {
-	mu    sync.Mutex
-	last  map[string]time.Time
-	quiet map[string]int
+// limit is how many claims may be out (queued or being enqueued) now: a
+// claim per worker, and as many more as the workers enqueue in a quarter
+// of the lease at the pace of the recent enqueues (all the queue while
+// they are quick), so that a claim waits for a worker a quarter of its
+// lease at most and its batch is settled in time. Until an enqueue has
+// ended, a claim per worker.
+func (p *pipeline) limit() int {
+	conc, most := p.d.opts.Concurrency, cap(p.queue)
+	took := p.d.enqueueTime.get()
+	if took <= 0 {
+		return conc
+	}
+	rounds := p.d.opts.Lease / 4 / took // of Concurrency enqueues, in a quarter of the lease
+	if rounds >= time.Duration(most) {
+		return most
+	}
+	return min(most, conc*(1+int(rounds)))
 }
 
-func (r *rateLog) warn(ctx context.Context, log *slog.Logger, cause, msg string, attrs ...slog.Attr) {
-	r.mu.Lock()
-	if r.last == nil {
-		r.last, r.quiet = map[string]time.Time{}, map[string]int{}
-	}
-	if len(cause) > 200 {
-		cause = cause[:200]
-	}
-	if time.Since(r.last[cause]) < claimWarnEvery {
-		r.quiet[cause]++
-		r.mu.Unlock()
-		return
-	}
-	n := r.quiet[cause]
-	r.last[cause], r.quiet[cause] = time.Now(), 0
-	if len(r.last) > 100 { // causes that vary without end: start over
-		clear(r.last)
-		r.last[cause] = time.Now()
-	}
-	r.mu.Unlock()
-	log.LogAttrs(ctx, slog.LevelWarn, msg, append(attrs, slog.Int("unlogged_since", n))...)
-}
+// half is half the queue a limit of lim leaves beside a claim per worker
+// (one at least): the room the claim stage waits for after a full batch.
+func (p *pipeline) half(lim int) int { return max(1, (lim-p.d.opts.Concurrency)/2) }

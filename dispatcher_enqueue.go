@@ -245,9 +245,6 @@ func (e *enqueueContext) stop() {
 	}
 }
 
-// blank is asynq's test of a task type, task id or queue name it refuses.
-func blank(s string) bool { return strings.TrimSpace(s) == "" }
-
 func (d *Dispatcher) report(c Claim, redisNow, claimedAt time.Time, err error) {
 	if d.opts.OnDispatch != nil {
 		// Sub saturates for a due time ~292 years back; so must the sum.

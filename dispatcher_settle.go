@@ -7,8 +7,6 @@ package zclaim
 import (
 	"context"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -16,20 +14,6 @@ import (
 // settles them: one round trip costs Redis more than the batches in it,
 // and a lease is long.
 const ackLinger = 5 * time.Millisecond
-
-// batchRun follows the jobs of one batch claim through the workers.
-type batchRun struct {
-	left   atomic.Int64 // jobs not yet dispatched
-	noType atomic.Int64 // jobs dead for want of a task type
-	until  atomic.Int64 // the lease's deadline, Unix ms by Redis' clock; 0 once it was found lost
-	closed atomic.Bool  // the acker is done with it
-	mu     sync.Mutex
-	end    batchEnd
-
-	// The keeper's alone, once the batch is kept:
-	renewed time.Time // when its lease was claimed or last renewed
-	mark    int64     // the pipeline's dispatches ended by then
-}
 
 // outcome is how one job's dispatch ended: done (the zero value), back to
 // the schedule after retry, or dead with a reason (noType: for want of a
@@ -135,14 +119,6 @@ func resetTimer(t *time.Timer, d time.Duration) {
 	default:
 	}
 	t.Reset(d)
-}
-
-// keptBatches are the batches in a pipeline's hands (their jobs being
-// enqueued, or waiting for their settle), for the keeper.
-type keptBatches struct {
-	mu         sync.Mutex
-	runs       []*batchRun
-	stop, done chan struct{} // the keeper's end
 }
 
 // keeping hands batch r to the keeper.

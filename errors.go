@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -52,6 +53,10 @@ var (
 	ErrNotFound = errors.New("zclaim: job not found")
 	// ErrInvalidOptions: an options struct holds a value out of range.
 	ErrInvalidOptions = errors.New("zclaim: invalid options")
+	// ErrStateLost: the keys zclaim wrote are gone: the server restarted
+	// without them, was flushed, or failed over to a replica that lacked
+	// them. Claims and runs made before are void.
+	ErrStateLost = errors.New("zclaim: the state in Redis was lost")
 	// ErrWrongType is matched by a *WrongTypeError.
 	ErrWrongType = errors.New("zclaim: key holds the wrong Redis type")
 	// ErrMisuse is matched by errors that name a misuse of zclaim or of a
@@ -204,3 +209,62 @@ type opError struct {
 
 func (e *opError) Error() string { return e.msg }
 func (e *opError) Unwrap() error { return e.err }
+
+const (
+	// MaxIDLen is the longest job id, in bytes.
+	MaxIDLen = 512
+	// MaxPayloadLen bounds a job's Type, Queue and Payload together, in bytes.
+	MaxPayloadLen = 1 << 20
+)
+
+// orDefault sets an option left at its zero value to its default d.
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
+}
+
+// checkID checks a job id (or idempotency key) against the documented
+// limits, and the context.
+func checkID(ctx context.Context, op, id string) error {
+	if err := ctx.Err(); err != nil {
+		return wrap(ctx, op, err, nil)
+	}
+	if id == "" {
+		return zerr("zclaim: %s: %w", op, ErrEmptyID)
+	}
+	if len(id) > MaxIDLen {
+		return zerr("zclaim: %s: %w", op, ErrIDTooLong)
+	}
+	return nil
+}
+
+// unfitForAsynq says why an asynq task of id, type typ and queue q could
+// never be enqueued (asynq refuses its TaskID, type or queue before it
+// writes anything), or "" when it could. An empty type or queue means the
+// dispatcher's defaults.
+func unfitForAsynq(id, typ, q string) string {
+	switch {
+	case id == "":
+		return "empty job id"
+	case len(id) > MaxIDLen:
+		return fmt.Sprintf("job id of %d bytes, longer than MaxIDLen (%d)", len(id), MaxIDLen)
+	case !utf8.ValidString(id):
+		return "job id is not valid UTF-8 (asynq task ids must be)"
+	case blank(id):
+		return "job id of white space only (asynq refuses such a task id)"
+	case !utf8.ValidString(typ):
+		return "task type is not valid UTF-8"
+	case typ != "" && blank(typ):
+		return "task type of white space only (asynq refuses it)"
+	case !utf8.ValidString(q):
+		return "queue name is not valid UTF-8"
+	case q != "" && blank(q):
+		return "queue name of white space only (asynq refuses it)"
+	}
+	return ""
+}
+
+// blank is asynq's test of a task type, task id or queue name it refuses.
+func blank(s string) bool { return strings.TrimSpace(s) == "" }

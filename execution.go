@@ -7,32 +7,10 @@ import (
 	"context"
 	"math/rand/v2"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// Execution is one run of a key, holding its lease.
-type Execution struct {
-	Key   string // the idempotency key
-	Token int64  // fencing token: larger than every earlier run's of Key
-	// Resumed tells that an earlier run of Key began and did not complete:
-	// its worker died or stalled past its lease, or it failed and was
-	// released. Its effect may have happened. A handler whose effect lives
-	// outside the database of zclaimpg checks its own store for Key first.
-	// It is false for a key whose earlier record expired or was lost.
-	Resumed bool
-
-	i          *Idempotency
-	keys       []string  // the run record's key, the bucket of finished records that holds Key's, and its history's
-	field      any       // Key's field in that bucket (a string)
-	sent       time.Time // local time just before Begin was sent: no later than Redis' start of the lease
-	replied    time.Time // local time Begin's reply arrived: no earlier than Redis' Token
-	state      string    // the store's state marker at Begin
-	mu         sync.Mutex
-	leaseUntil time.Time
-}
 
 // execution is a run of key under token tok, with the keys of its records.
 func (i *Idempotency) execution(key string, tok int64) *Execution {

@@ -42,11 +42,6 @@ const DefaultDoneBuckets = 1 << 16
 // maxDoneBuckets bounds IdempotencyOptions.DoneBuckets.
 const maxDoneBuckets = 1 << 24
 
-// doneInfix follows the store's prefix in the names of its own keys: the
-// buckets of finished records, and the key that records their number. A
-// run key of that form would be one of them, so Begin refuses such keys.
-const doneInfix = "\x00done"
-
 // doneSweepOdds: a Complete drops its bucket's expired fields with odds 1
 // in this.
 const doneSweepOdds = 32

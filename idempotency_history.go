@@ -88,31 +88,6 @@ func runEvents(ctx context.Context, i *Idempotency, key string) ([]Event, *Takeo
 	return ev, took, nil
 }
 
-// takenOver fills in the Takeover of each run that has one, from the
-// runs' histories, in one round trip.
-func takenOver(ctx context.Context, i *Idempotency, runs []RunInfo) error {
-	if len(runs) == 0 {
-		return nil
-	}
-	cmds := make([]*redis.StringCmd, len(runs))
-	_, err := i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for n, r := range runs {
-			bucket, field := i.doneOf(r.Key)
-			cmds[n] = p.HGet(ctx, historyOf(bucket, i.opts.Prefix), field)
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) && !isReplyErr(err) {
-		return err
-	}
-	for n := range runs {
-		if v, err := cmds[n].Result(); err == nil {
-			_, runs[n].TakenOver = runStory(parseEvents(v, nil))
-		}
-	}
-	return nil
-}
-
 // runStory tells a run key's raw events as a History, with each run's
 // start (its token's time) before the first event that names its token,
 // and returns its last takeover.

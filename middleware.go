@@ -6,15 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
 )
-
-// settleTimeout bounds Complete and Release after the handler returned;
-// they run on a context that outlives the handler's cancellation.
-const settleTimeout = 5 * time.Second
 
 type executionKey struct{}
 
@@ -265,34 +260,6 @@ func (i *Idempotency) run(ctx context.Context, e *Execution, next asynq.Handler,
 	}()
 	herr := next.ProcessTask(hctx, t)
 	return settle(herr, false)
-}
-
-// afterComplete counts and logs the Complete of run e, which returned
-// cerr, and returns the error for asynq; skipped tells that the handler
-// found the work done (ErrAlreadyDone).
-func (i *Idempotency) afterComplete(ctx context.Context, e *Execution, skipped bool, cerr error) error {
-	if skipped {
-		i.count(cerr, &i.skipped)
-	} else {
-		i.count(cerr, &i.completed)
-	}
-	if cerr != nil {
-		i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not complete a run",
-			slog.String("key", short(e.Key)), slog.Int64("token", e.Token), slog.String("error", cerr.Error()))
-		return zerr("zclaim: complete %q: %w", e.Key, cerr)
-	}
-	return nil
-}
-
-// count counts a run's settling: ok when err is nil, a lost lease when it
-// matches ErrLeaseLost (a Redis error counts nothing).
-func (i *Idempotency) count(err error, ok *atomic.Int64) {
-	switch {
-	case err == nil:
-		ok.Add(1)
-	case errors.Is(err, ErrLeaseLost):
-		i.leaseLost.Add(1)
-	}
 }
 
 // endsTask tells whether asynq ends the task after its handler failed

@@ -17,22 +17,6 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// activeRun is an asynq task that is active now, with the key the
-// middleware gives it.
-type activeRun struct {
-	task *asynq.TaskInfo
-	key  string
-	job  JobInfo // for a task that carries one
-	has  bool
-	// unsure: key is what a Key function of the user's tells of the task,
-	// for a type the middleware has not handled (not taken over).
-	unsure bool
-	// gone: the task's worker is gone, as asynq's lease of it tells (set by
-	// records: see workersGone); held: as the mark of the process that
-	// held it tells (heldGone), which dequeued it on a store's AsynqClient.
-	gone, held bool
-}
-
 // activeRuns lists, through in, the active tasks of the takeover's queues
 // (TakeoverQueues, else every queue asynq knows), with their keys; tasks
 // whose key cannot be told from the task alone are left out. A queue that
@@ -200,18 +184,6 @@ func parseRecord(rec string) (state string, token int64, n int64, ok bool) {
 	return f[0], t, v, err1 == nil && err2 == nil
 }
 
-// asynq's server leases each task it holds for asynqLease and renews the
-// leases of all its tasks every asynqBeat (asynq v0.24 and later; both
-// fixed in asynq). A lease last renewed more than asynqGone ago belongs to
-// a server that missed two renewals: its process is gone (or stalled so
-// long that a takeover is due: the middleware's Begin still lets only one
-// run of the key go on).
-const (
-	asynqLease = 30 * time.Second
-	asynqBeat  = 5 * time.Second
-	asynqGone  = 2*asynqBeat + 2*time.Second
-)
-
 // workersGone marks the runs whose worker is gone: asynq's lease of the
 // task ran out (IsOrphaned), or, for a run whose record does not tell
 // whether its worker lives, the process that holds it stopped beating
@@ -324,10 +296,6 @@ func (tk *takeover) asynqHeld(ctx context.Context, ids []string) (map[heldTask]b
 	return held, nil
 }
 
-// heldTask names a task that a live asynq worker holds: its queue (""
-// where its worker's record does not tell) and its id.
-type heldTask struct{ queue, id string }
-
 // holds tells whether held names the task id of queue q.
 func holds(held map[heldTask]bool, q, id string) bool {
 	return held[heldTask{q, id}] || held[heldTask{"", id}]
@@ -361,3 +329,9 @@ func workerQueue(info string) string {
 	}
 	return q
 }
+
+// headerTakeover is the header of a copy of an abandoned run's task, as
+// takeovers of earlier versions enqueued one: the key of the run it starts
+// again. The middleware keys such a task by it, whatever its Key function
+// says of the copy. Takeovers now put the task itself back (requeue).
+const headerTakeover = "zclaim-takeover"

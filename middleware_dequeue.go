@@ -13,18 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-var (
-	//go:embed lua/dequeue.lua
-	dequeueLua string
-	// dequeueScript is asynq v0.26's dequeue of several tasks, with their
-	// holder marks (lua/dequeue.lua).
-	dequeueScript = redis.NewScript(dequeueLua)
-)
-
-// asynqDequeue is the SHA1 of asynq v0.26's dequeue script, whose writes
-// dequeue.lua makes.
-const asynqDequeue = "a8153319360adc71cdc370107f8ab9786f204765"
-
 // handled notes that the middleware handled a task of type typ.
 func (i *Idempotency) handled(typ string) {
 	if _, ok := i.types.Load(typ); !ok {

@@ -6,7 +6,9 @@ package zclaim
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -119,15 +121,6 @@ var asynqDones = map[string]struct{}{
 	"a2631c71357a54b4c3e7450b1757e7f3f49d6c81": {},
 	"117dca952700588e559c7ace20b925096d587974": {},
 	"ce6833ccce362a8c0ee53beee413341daf52e39c": {},
-}
-
-// lateComplete is the Complete of a run whose handler returned, waiting
-// for asynq's done of its task.
-type lateComplete struct {
-	e       *Execution
-	skipped bool   // the handler found the work done (ErrAlreadyDone)
-	task    string // asynq's key of the task
-	since   time.Time
 }
 
 // completeLater holds back the Complete of run e, whose handler returned
@@ -300,5 +293,33 @@ func (i *Idempotency) flushLate() {
 	gs.mu.Unlock()
 	for _, l := range late {
 		i.completeNow(l)
+	}
+}
+
+// afterComplete counts and logs the Complete of run e, which returned
+// cerr, and returns the error for asynq; skipped tells that the handler
+// found the work done (ErrAlreadyDone).
+func (i *Idempotency) afterComplete(ctx context.Context, e *Execution, skipped bool, cerr error) error {
+	if skipped {
+		i.count(cerr, &i.skipped)
+	} else {
+		i.count(cerr, &i.completed)
+	}
+	if cerr != nil {
+		i.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not complete a run",
+			slog.String("key", short(e.Key)), slog.Int64("token", e.Token), slog.String("error", cerr.Error()))
+		return zerr("zclaim: complete %q: %w", e.Key, cerr)
+	}
+	return nil
+}
+
+// count counts a run's settling: ok when err is nil, a lost lease when it
+// matches ErrLeaseLost (a Redis error counts nothing).
+func (i *Idempotency) count(err error, ok *atomic.Int64) {
+	switch {
+	case err == nil:
+		ok.Add(1)
+	case errors.Is(err, ErrLeaseLost):
+		i.leaseLost.Add(1)
 	}
 }

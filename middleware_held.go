@@ -19,17 +19,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// heldKey is queue q's hash of holder marks (task id -> holder), among
-// asynq's keys of the queue (asynqKey): in their slot, and within the keys
-// that the workers' ACL grants (docs/operations.md).
-func heldKey(q string) string { return asynqKey(q, "zclaim:held") }
 
 // liveKey is the store's sorted set of live holders (holder -> its last
 // beat, Unix ms by Redis' clock).
@@ -38,20 +31,6 @@ func (h *holder) liveKey() string { return h.i.opts.Prefix + doneInfix + ":live"
 // beatsKept is how long a holder's last beat is kept once it stopped: its
 // marks are read as a dead holder's meanwhile, and as no holder's after.
 const beatsKept = 10 * time.Minute
-
-// holder is the process's part as a holder of tasks: its id, the beat
-// loop (from the first dequeue that marks a task until Close), and the
-// marks of tasks whose runs began, taken out at the next beat.
-type holder struct {
-	i     *Idempotency
-	once  sync.Once
-	id    string
-	stop  chan struct{}
-	done  chan struct{}
-	mu    sync.Mutex
-	began map[string][]string // queue -> task ids
-	on    atomic.Bool         // the loop runs (set and cleared under mu)
-}
 
 // start starts the beat loop, once, and returns the holder's id.
 func (h *holder) start() string {

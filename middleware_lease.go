@@ -7,40 +7,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"time"
 )
-
-// leaseGuard renews a run's lease while its handler runs: its heartbeat
-// starts only if the handler outlives Lease/4 (most do not, and make no
-// goroutine, channel or timer for it: the store's guards start it).
-type leaseGuard struct {
-	i      *Idempotency
-	e      *Execution
-	ctx    context.Context // the handler's
-	cancel context.CancelCauseFunc
-	since  time.Time // when the handler was called
-
-	mu      sync.Mutex
-	stopped bool
-	stop    chan struct{} // closed to end the heartbeat
-	hbDone  chan struct{} // closed when it has ended
-}
-
-// guards are the lease guards of a store's handlers whose heartbeat has not
-// started. One loop, running while there are any, starts the heartbeat of
-// each whose handler has run Lease/4, within Lease/12 of that, so that its
-// first renewal comes by Lease/3. A timer per run would cost each task
-// the wake-up of an idle thread, which Go's runtime makes when a timer is
-// added ahead of the others.
-// The same loop sends the Completes that wait for asynq's done of their
-// task (late) but have waited Lease/4 (see completeLater).
-type guards struct {
-	mu      sync.Mutex
-	set     map[*leaseGuard]struct{}
-	late    map[string]*lateComplete // by asynq's key of the task
-	running bool                     // the loop runs
-}
 
 // add adds g, and starts the loop unless it runs.
 func (gs *guards) add(g *leaseGuard, lease time.Duration) {
@@ -103,7 +71,7 @@ func (gs *guards) loop(i *Idempotency, lease time.Duration) {
 		}
 		due = due[:0]
 		for k, l := range late {
-			go i.completeNow(l)
+			go gs.sendLate(l)
 			late[k] = nil
 		}
 		late = late[:0]

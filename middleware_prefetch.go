@@ -8,7 +8,6 @@ package zclaim
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 )
 
@@ -16,34 +15,9 @@ import (
 // dequeue of its queue before it goes back (ahead.hold: at most Lease/4).
 const takeAheadHold = 20 * time.Millisecond
 
-// takenTask is a task dequeue.lua took ahead: its message and id.
-type takenTask struct{ msg, id string }
-
-// aheadQueue is what a store took ahead of one asynq queue.
-type aheadQueue struct {
-	// k is how many tasks the next dequeue takes: it doubles (up to
-	// ahead.most) when asynq asked for all that a dequeue took, and
-	// halves when some went back unasked.
-	k      int
-	batch  int // how many the dequeue that filled tasks took
-	tasks  []takenTask
-	gen    uint64 // counts the dequeues that filled tasks
-	keys   []string
-	prefix string // asynq's prefix of the queue's task keys
-}
-
 // grow doubles how many tasks the next dequeue takes, up to most: asynq
 // asked for all that a full dequeue took.
 func (aq *aheadQueue) grow(most int) { aq.k = min(2*aq.k, most) }
-
-// ahead holds a store's tasks taken ahead, by asynq queue.
-type ahead struct {
-	i    *Idempotency
-	hold time.Duration // how long a task waits for asynq's dequeue: takeAheadHold, at most Lease/4
-	most int           // the most tasks a dequeue takes (IdempotencyOptions.TakeAhead)
-	mu   sync.Mutex
-	qs   map[string]*aheadQueue
-}
 
 // next returns the task taken ahead that asynq's dequeue of queue q gets,
 // if any, and how many tasks a dequeue of q takes otherwise.

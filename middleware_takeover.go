@@ -8,36 +8,13 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 )
-
-// headerTakeover is the header of a copy of an abandoned run's task, as
-// takeovers of earlier versions enqueued one: the key of the run it starts
-// again. The middleware keys such a task by it, whatever its Key function
-// says of the copy. Takeovers now put the task itself back (requeue).
-const headerTakeover = "zclaim-takeover"
-
-// takeover is an Idempotency store's takeover loop: it starts with the
-// store's first Middleware and stops with Close.
-type takeover struct {
-	i       *Idempotency
-	passes  atomic.Int64 // passes made (passTurn)
-	once    sync.Once
-	stop    chan struct{}
-	done    chan struct{}
-	mu      sync.Mutex
-	in      *asynq.Inspector
-	stopped bool
-	warn    rateLog // of the passes that failed
-}
 
 // takeoverInterval is how often a pass looks for abandoned runs: a quarter
 // of the lease, from 100ms to 1s.
@@ -56,13 +33,6 @@ func (tk *takeover) startTakeover() {
 		tk.in = asynq.NewInspectorFromRedisClient(i.asynqRedis())
 		go i.takeover.takeoverLoop()
 	})
-}
-
-func (i *Idempotency) asynqRedis() redis.UniversalClient {
-	if i.opts.AsynqRedis != nil {
-		return i.opts.AsynqRedis
-	}
-	return i.rdb
 }
 
 // Close sends the Completes held back for asynq's done (see AsynqClient),
@@ -298,37 +268,4 @@ func (tk *takeover) takeOver(ctx context.Context, r activeRun, token int64) (boo
 		slog.String("key", short(r.key)), slog.Int64("token", token), slog.Duration("silent", silent),
 		slog.String("task", short(ti.ID)), slog.String("queue", ti.Queue))
 	return true, nil
-}
-
-// Takeover says who took a run over from its dead worker, and when (the
-// key's history keeps it: takeover.lua writes it).
-type Takeover struct {
-	At     time.Time     // by the taker's clock
-	By     string        // the taking process: "host:pid"
-	From   int64         `json:",omitzero"` // the dead run's token (0: its run never began)
-	Silent time.Duration // how long the dead run had been silent
-}
-
-// String says who took the run over, from what and after how long, as
-// "by host:pid, from token 123, silent 5.1s" (without the time, At).
-func (t Takeover) String() string {
-	from := "its run had not begun"
-	if t.From != 0 {
-		from = "from token " + strconv.FormatInt(t.From, 10)
-	}
-	return "by " + t.By + ", " + from + ", silent " + t.Silent.Round(time.Millisecond).String()
-}
-
-// thisProcess names this process for a Takeover: "host:pid".
-var thisProcess = sync.OnceValue(func() string {
-	host, _ := os.Hostname()
-	return host + ":" + strconv.Itoa(os.Getpid())
-})
-
-// short cuts an id for a log line: at most about 200 bytes.
-func short(s string) string {
-	if len(s) <= 200 {
-		return s
-	}
-	return s[:180] + "…(" + strconv.Itoa(len(s)) + " bytes)"
 }

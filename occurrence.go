@@ -289,3 +289,73 @@ func taskIDKey(ctx context.Context, _ *asynq.Task) (string, error) {
 	}
 	return id, nil
 }
+
+// JobState is where a job is.
+type JobState int
+
+// The states of a job. The zero value is StateUnknown: a JobInfo from
+// JobFromContext does not say, since the task a handler runs has left
+// the schedule.
+const (
+	StateUnknown   JobState = iota
+	StateScheduled          // on the schedule, waiting for its due time (or due and not yet claimed)
+	StateInFlight           // claimed, under a lease
+	StateDead               // in the dead set
+	StateRunning            // its asynq task's handler runs under the middleware (BrokerOptions.Runs)
+	StateAbandoned          // its asynq task's worker is gone; a takeover starts it again (BrokerOptions.Runs)
+	StateEnqueued           // a Dispatcher made it an asynq task (BrokerOptions.History): TaskState says where that is
+)
+
+// String returns "scheduled", "in flight", "dead", "running", "abandoned",
+// "enqueued" or "unknown".
+func (s JobState) String() string {
+	switch s {
+	case StateEnqueued:
+		return "enqueued"
+	case StateRunning:
+		return "running"
+	case StateAbandoned:
+		return "abandoned"
+	case StateScheduled:
+		return "scheduled"
+	case StateInFlight:
+		return "in flight"
+	case StateDead:
+		return "dead"
+	}
+	return "unknown"
+}
+
+// MarshalText writes the state as String does, for JSON.
+func (s JobState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText reads what MarshalText writes.
+func (s *JobState) UnmarshalText(b []byte) error {
+	for _, st := range []JobState{StateUnknown, StateScheduled, StateInFlight, StateDead,
+		StateRunning, StateAbandoned, StateEnqueued} {
+		if st.String() == string(b) {
+			*s = st
+			return nil
+		}
+	}
+	return zerr("zclaim: %w: job state %q", ErrInvalidArgument, b)
+}
+
+// Takeover says who took a run over from its dead worker, and when (the
+// key's history keeps it: takeover.lua writes it).
+type Takeover struct {
+	At     time.Time     // by the taker's clock
+	By     string        // the taking process: "host:pid"
+	From   int64         `json:",omitzero"` // the dead run's token (0: its run never began)
+	Silent time.Duration // how long the dead run had been silent
+}
+
+// String says who took the run over, from what and after how long, as
+// "by host:pid, from token 123, silent 5.1s" (without the time, At).
+func (t Takeover) String() string {
+	from := "its run had not begun"
+	if t.From != 0 {
+		from = "from token " + strconv.FormatInt(t.From, 10)
+	}
+	return "by " + t.By + ", " + from + ", silent " + t.Silent.Round(time.Millisecond).String()
+}

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 )
 
@@ -127,20 +126,6 @@ const DefaultRecoveryInterval = time.Second
 // quietRecovery is the longest a recovery loop rests while its Broker's
 // claims find nothing due and nothing in flight.
 const quietRecovery = 30 * time.Second
-
-// quietShards tell, by shard, whether a Broker's last claim of the shard
-// found nothing due and nothing in flight.
-type quietShards []atomic.Bool
-
-// all reports whether every shard is quiet.
-func (q quietShards) all() bool {
-	for i := range q {
-		if !q[i].Load() {
-			return false
-		}
-	}
-	return true
-}
 
 // RunRecovery runs Recover every interval until ctx is done, and at once
 // again after a pass that found a full batch (of expired leases, or of dead

@@ -24,10 +24,6 @@ var (
 	// ErrEvictionPolicy: the server may evict keys (a maxmemory-policy other
 	// than noeviction), which loses jobs and run records in silence.
 	ErrEvictionPolicy = errors.New("zclaim: the Redis server may evict keys")
-	// ErrStateLost: the keys zclaim wrote are gone: the server restarted
-	// without them, was flushed, or failed over to a replica that lacked
-	// them. Claims and runs made before are void.
-	ErrStateLost = errors.New("zclaim: the state in Redis was lost")
 	// ErrNotReplicated: a write reached the primary but not the replicas
 	// that BrokerOptions.WaitReplicas (or IdempotencyOptions.WaitReplicas)
 	// asks for within WaitTimeout; a failover now could lose it.

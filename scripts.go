@@ -5,7 +5,6 @@ package zclaim
 // entry point of the design, beside the Go files, the rest in lua/.
 
 import (
-	"context"
 	_ "embed"
 	"strconv"
 	"strings"
@@ -119,72 +118,4 @@ func storeBody(body string, lease, ttl, retention int64) string {
 		"LEASE_MS", strconv.FormatInt(lease, 10),
 		"TTL_MS", strconv.FormatInt(ttl, 10),
 		"RETENTION_MS", strconv.FormatInt(retention, 10)).Replace(body)
-}
-
-// eachShard runs script s, a read, on every shard of the schedule, with
-// the keys and arguments args gives for each, in one pipeline: one round
-// trip per node. It returns each shard's reply, by shard.
-func (b *shardSet) eachShard(ctx context.Context, s *redis.Script, args func(k *keys) ([]string, []any)) []*redis.Cmd {
-	return b.pipelined(ctx, s, b.shards, args)
-}
-
-// writeShards runs script s, a write, on shards: in one pipeline, or shard
-// by shard where writes wait for replicas (WAIT counts the writes of its
-// own connection, on each shard's node). It returns the replies in the
-// shards' order.
-func (b *shardSet) writeShards(ctx context.Context, s *redis.Script, shards []*keys,
-	args func(k *keys) ([]string, []any)) []*redis.Cmd {
-	if len(shards) > 1 && b.repl.n == 0 {
-		return b.pipelined(ctx, s, shards, args)
-	}
-	cmds := make([]*redis.Cmd, len(shards))
-	for i, k := range shards {
-		keys, a := args(k)
-		cmds[i] = b.repl.run(ctx, b.rdb, s, keys, a...)
-	}
-	return cmds
-}
-
-// pipelined sends s to each of shards in one pipeline (pipelinedScripts).
-func (b *shardSet) pipelined(ctx context.Context, s *redis.Script, shards []*keys,
-	args func(k *keys) ([]string, []any)) []*redis.Cmd {
-	return pipelinedScripts(ctx, b.rdb, len(shards), func(i int) (*redis.Script, []string, []any) {
-		keys, a := args(shards[i])
-		return s, keys, a
-	})
-}
-
-// neverRan gives the commands of a pipeline that never ran (its
-// connection could not be made or authenticated: WRONGPASS, NOAUTH), which
-// are left without a reply or an error, the pipeline's error perr.
-func neverRan(perr error, cmds ...*redis.Cmd) {
-	for _, c := range cmds {
-		if perr != nil && c.Err() == nil && c.Val() == nil {
-			c.SetErr(perr)
-		}
-	}
-}
-
-// pipelinedScripts sends n script calls in one pipeline, call(i) naming
-// the i-th's script, keys and arguments, and returns their replies in
-// order. A call refused before it ran (NOSCRIPT: the node lacks the
-// script; or retryable) is sent again, alone, with the script's body.
-func pipelinedScripts(ctx context.Context, rdb redis.UniversalClient, n int,
-	call func(i int) (*redis.Script, []string, []any)) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, n)
-	_, perr := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range cmds {
-			s, keys, a := call(i)
-			cmds[i] = s.EvalSha(ctx, p, keys, a...)
-		}
-		return nil
-	})
-	neverRan(perr, cmds...)
-	for i := range cmds {
-		if err := cmds[i].Err(); redis.HasErrorPrefix(err, "NOSCRIPT") || retryable(err) {
-			s, keys, a := call(i)
-			cmds[i] = replication{}.run(ctx, rdb, s, keys, a...)
-		}
-	}
-	return cmds
 }

@@ -1,11 +1,11 @@
 package zclaim
 
 // Shards: a schedule spread over hash tags of its own (BrokerOptions.Shards),
-// which job goes to which, and the count recorded with the schedule.
+// which job goes to which, the count recorded with the schedule, and the
+// scripts sent to every shard (or some) in one pipeline.
 
 import (
 	"context"
-	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -100,11 +100,6 @@ func (b *shardSet) byShard(ids []string, f func(k *keys, ids []string) error) er
 	return nil
 }
 
-// ShardKey returns the schedule key of the shard that holds job id: the
-// key itself with one shard; with Shards, that of id's shard, whose hash
-// slot says which Redis Cluster master holds the job.
-func (b *Broker) ShardKey(id string) string { return b.shardOf(id).schedule }
-
 // shardOf returns the keys of id's shard.
 func (b *shardSet) shardOf(id string) *keys { return b.shards[shardOf(id, len(b.shards))] }
 
@@ -127,40 +122,6 @@ func recordedShards(rdb redis.UniversalClient, key string) int {
 	return n
 }
 
-// recordShards records the shard count with the schedule, or checks it
-// against the one recorded: in a string beside the unsharded schedule's
-// keys ("{delay:jobs}:shards"), written only for more than one shard. A
-// count that differs is refused; so is a sharded schedule on a key that
-// holds a set already (producers writing it would never be read).
-func (b *Broker) recordShards() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	rec := shardRecord(b.opts.Key)
-	n := strconv.Itoa(len(b.shards))
-	if len(b.shards) > 1 {
-		if exists, err := b.rdb.Exists(ctx, b.opts.Key).Result(); err == nil && exists == 1 {
-			return zerr("zclaim: %w: key %q holds a set already; only Shards 1 adopts an existing set "+
-				"(docs/broker.md, Redis Cluster)", ErrShards, b.opts.Key)
-		}
-		b.rdb.SetNX(ctx, rec, n, 0)
-	}
-	got, err := b.rdb.Get(ctx, rec).Result()
-	switch {
-	case err == redis.Nil:
-		got = "1"
-	case err != nil:
-		b.log.LogAttrs(ctx, slog.LevelWarn, "zclaim: could not read the schedule's shard count",
-			slog.String("key", rec), slog.String("error", err.Error()))
-		return nil
-	}
-	if got != n {
-		return zerr("zclaim: %w: the schedule %q has %s shards, not %s; open it with Shards %s (docs/operations.md "+
-			"says how to change the count)",
-			ErrShards, b.opts.Key, got, n, got)
-	}
-	return nil
-}
-
 // notice is the argument that names k's notice channel to a script: on
 // Redis Cluster "s|" before it, and the script publishes it with SPUBLISH
 // (sharded pub/sub, to the node of its slot only).
@@ -169,4 +130,72 @@ func (b *shardSet) notice(k *keys) string {
 		return "s|" + k.notice
 	}
 	return k.notice
+}
+
+// eachShard runs script s, a read, on every shard of the schedule, with
+// the keys and arguments args gives for each, in one pipeline: one round
+// trip per node. It returns each shard's reply, by shard.
+func (b *shardSet) eachShard(ctx context.Context, s *redis.Script, args func(k *keys) ([]string, []any)) []*redis.Cmd {
+	return b.pipelined(ctx, s, b.shards, args)
+}
+
+// writeShards runs script s, a write, on shards: in one pipeline, or shard
+// by shard where writes wait for replicas (WAIT counts the writes of its
+// own connection, on each shard's node). It returns the replies in the
+// shards' order.
+func (b *shardSet) writeShards(ctx context.Context, s *redis.Script, shards []*keys,
+	args func(k *keys) ([]string, []any)) []*redis.Cmd {
+	if len(shards) > 1 && b.repl.n == 0 {
+		return b.pipelined(ctx, s, shards, args)
+	}
+	cmds := make([]*redis.Cmd, len(shards))
+	for i, k := range shards {
+		keys, a := args(k)
+		cmds[i] = b.repl.run(ctx, b.rdb, s, keys, a...)
+	}
+	return cmds
+}
+
+// pipelined sends s to each of shards in one pipeline (pipelinedScripts).
+func (b *shardSet) pipelined(ctx context.Context, s *redis.Script, shards []*keys,
+	args func(k *keys) ([]string, []any)) []*redis.Cmd {
+	return pipelinedScripts(ctx, b.rdb, len(shards), func(i int) (*redis.Script, []string, []any) {
+		keys, a := args(shards[i])
+		return s, keys, a
+	})
+}
+
+// neverRan gives the commands of a pipeline that never ran (its
+// connection could not be made or authenticated: WRONGPASS, NOAUTH), which
+// are left without a reply or an error, the pipeline's error perr.
+func neverRan(perr error, cmds ...*redis.Cmd) {
+	for _, c := range cmds {
+		if perr != nil && c.Err() == nil && c.Val() == nil {
+			c.SetErr(perr)
+		}
+	}
+}
+
+// pipelinedScripts sends n script calls in one pipeline, call(i) naming
+// the i-th's script, keys and arguments, and returns their replies in
+// order. A call refused before it ran (NOSCRIPT: the node lacks the
+// script; or retryable) is sent again, alone, with the script's body.
+func pipelinedScripts(ctx context.Context, rdb redis.UniversalClient, n int,
+	call func(i int) (*redis.Script, []string, []any)) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, n)
+	_, perr := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range cmds {
+			s, keys, a := call(i)
+			cmds[i] = s.EvalSha(ctx, p, keys, a...)
+		}
+		return nil
+	})
+	neverRan(perr, cmds...)
+	for i := range cmds {
+		if err := cmds[i].Err(); redis.HasErrorPrefix(err, "NOSCRIPT") || retryable(err) {
+			s, keys, a := call(i)
+			cmds[i] = replication{}.run(ctx, rdb, s, keys, a...)
+		}
+	}
+	return cmds
 }
