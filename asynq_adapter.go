@@ -21,8 +21,6 @@ import (
 	"strings"
 	"time"
 
-	_ "embed"
-
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 )
@@ -62,15 +60,6 @@ func asynqVersion() string {
 	}
 	return ""
 }
-
-var (
-	//go:embed lua/giveback.lua
-	givebackLua string
-	// givebackScript puts active tasks back at the front of their queue
-	// (lua/giveback.lua): tasks taken ahead and not asked for, and the
-	// tasks of runs taken over.
-	givebackScript = redis.NewScript(givebackLua)
-)
 
 // requeue puts the active task id of queue q back at the front of its
 // queue in knownAsynq's layout, as asynq's recoverer would move it, but to
@@ -185,11 +174,3 @@ func heldKey(q string) string { return asynqKey(q, "zclaim:held") }
 // asynqDequeue is the SHA1 of asynq v0.26's dequeue script, whose writes
 // dequeue.lua makes.
 const asynqDequeue = "a8153319360adc71cdc370107f8ab9786f204765"
-
-var (
-	//go:embed lua/dequeue.lua
-	dequeueLua string
-	// dequeueScript is asynq v0.26's dequeue of several tasks, with their
-	// holder marks (lua/dequeue.lua).
-	dequeueScript = redis.NewScript(dequeueLua)
-)

@@ -7,7 +7,6 @@ package zclaim
 
 import (
 	"context"
-	_ "embed"
 	"strings"
 
 	"github.com/redis/go-redis/v9"

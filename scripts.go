@@ -119,3 +119,18 @@ func storeBody(body string, lease, ttl, retention int64) string {
 		"TTL_MS", strconv.FormatInt(ttl, 10),
 		"RETENTION_MS", strconv.FormatInt(retention, 10)).Replace(body)
 }
+
+// The scripts that stand in for asynq's own (see asynq_adapter.go).
+var (
+	//go:embed lua/giveback.lua
+	givebackLua string
+	//go:embed lua/dequeue.lua
+	dequeueLua string
+	// givebackScript puts active tasks back at the front of their queue
+	// (lua/giveback.lua): tasks taken ahead and not asked for, and the
+	// tasks of runs taken over.
+	givebackScript = redis.NewScript(givebackLua)
+	// dequeueScript is asynq v0.26's dequeue of several tasks, with their
+	// holder marks (lua/dequeue.lua).
+	dequeueScript = redis.NewScript(dequeueLua)
+)
