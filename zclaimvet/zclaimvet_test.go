@@ -15,7 +15,8 @@ import (
 // package wrap's methods, so its reports come from wrap's facts; tnone's
 // test file is skipped; ru polls through rueidis, rx through radix.
 func TestAnalyzer(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), zclaimvet.Analyzer, "a", "wrap", "b", "rwrap", "c", "tnone", "ru", "rx", "gf")
+	analysistest.Run(t, analysistest.TestData(), zclaimvet.Analyzer, "a", "wrap", "b", "rwrap", "c", "tnone", "ru", "rx", "gf",
+		"layered/queue/naive", "layered/queue/counted", "layered/service")
 }
 
 // With -tests, test files are analysed too.
