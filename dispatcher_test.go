@@ -190,8 +190,10 @@ func TestDispatcherStoppedMidRun(t *testing.T) {
 	brokerPx, asynqPx := newProxy(t, testAddr), newProxy(t, testAddr)
 	ba, err := NewBroker(viaProxy(brokerPx), BrokerOptions{Key: key, Lease: lease})
 	must(t, err)
+	// Its enqueues outlast the test's pauses: the claims behind them stay
+	// held until the connections are cut.
 	da, err := NewDispatcher(ba, asynq.NewClientFromRedisClient(viaProxy(asynqPx)), DispatcherOptions{
-		TaskOptions: taskOpts, EnqueueTimeout: 100 * time.Millisecond, RecoveryInterval: -1, Concurrency: 8})
+		TaskOptions: taskOpts, EnqueueTimeout: 5 * time.Second, RecoveryInterval: -1, Concurrency: 8})
 	must(t, err)
 	stopA := runDispatcher(t, da)
 
@@ -200,9 +202,12 @@ func TestDispatcherStoppedMidRun(t *testing.T) {
 	must(t, b.Schedule(ctx, jobs...))
 	waitFor(t, 20*time.Second, "the first dispatcher to claim", func() bool { return da.Stats().Claimed >= 50 })
 	asynqPx.Pause() // its enqueues hang ...
+	// Claims held behind the hung enqueues, not those of the moment
+	// before the pause, which settle.
 	waitFor(t, 20*time.Second, "claims to pile up", func() bool {
+		s := da.Stats()
 		st, _ := b.Stats(ctx)
-		return st.Inflight >= 8
+		return s.Claimed-s.Enqueued-s.Conflicts-s.Failed-s.Dead >= 8 && st.Inflight >= 8
 	})
 	brokerPx.Pause() // ... and so do its acks and give-backs, until
 	stopped := make(chan struct{})
