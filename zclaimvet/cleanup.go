@@ -2,7 +2,9 @@ package zclaimvet
 
 // Cleanups: a removal of one member, on a path that then only logs and
 // leaves, in a function that on another path hands the same member to a
-// Lua script among whose keys is the removal's key. The script takes what
+// Lua script among whose keys is the removal's key, or removes it from
+// that key again (a mover that drops a member it cannot parse, and takes
+// the others by a removal of their own). The script takes what
 // it is handed (a script is taken to claim the members it takes, as it is
 // where no plain removal stands beside one, unless its source is in the
 // code and shows it removing them unasked: lua.go, whose removal is then
@@ -24,7 +26,7 @@ import (
 // function of s, that drop a member a script takes on another path.
 func (st *analysisState) markCleanups(s *fnScope, evs []event) []event {
 	for i := range evs {
-		evs[i].cleanup = st.cleanup(s, evs[i])
+		evs[i].cleanup = st.cleanup(s, evs[i], evs)
 	}
 	return evs
 }
@@ -33,8 +35,9 @@ func (st *analysisState) markCleanups(s *fnScope, evs []event) []event {
 // variable, removed by a statement that, with those after it in its block,
 // only makes quiet calls (sweep: the removal, reads, a log line) and whose
 // block ends in a return or a continue; and a script call outside that
-// block is handed the member, with the removal's key among its keys.
-func (st *analysisState) cleanup(s *fnScope, ev event) bool {
+// block is handed the member, with the removal's key among its keys, or
+// another removal of evs outside it removes the member from that key.
+func (st *analysisState) cleanup(s *fnScope, ev event, evs []event) bool {
 	if ev.member == nil || ev.Checked || ev.Read || ev.claim {
 		return false
 	}
@@ -74,7 +77,10 @@ func (st *analysisState) cleanup(s *fnScope, ev event) bool {
 	if !sw.quietUses(blk.List[at:], false) {
 		return false
 	}
-	handed := false
+	handed := slices.ContainsFunc(evs, func(e event) bool {
+		return e.member != nil && !e.Read && !e.Score && !e.claim && e.Key == ev.Key &&
+			!within(e.node, blk) && mentionsAny(info, member, e.member)
+	})
 	ast.Inspect(s.body, func(n ast.Node) bool {
 		call, ok := n.(*ast.CallExpr)
 		if !ok || handed || within(call, blk) {

@@ -2,6 +2,7 @@ package a
 
 import (
 	"log/slog"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -55,7 +56,7 @@ func reapHere(rdb *redis.Client, key, threshold string) { // want reapHere:`^zse
 // Its twins: the dropped member run after all; pushed to a list where the
 // script stood; handed to a script whose keys are not the key read.
 func (r *reaper) reapRun(key, threshold string) {
-	for _, id := range r.rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: threshold}).Val() { // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at cleanups.go:60 removes`
+	for _, id := range r.rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: threshold}).Val() { // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at cleanups.go:61 removes`
 		if r.rdb.Exists(ctx, "job:"+id).Val() == 0 {
 			r.rdb.ZRem(ctx, key, id)
 			run(id)
@@ -66,7 +67,7 @@ func (r *reaper) reapRun(key, threshold string) {
 }
 
 func (r *reaper) reapPush(key, threshold string) {
-	for _, id := range r.rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: threshold}).Val() { // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at cleanups.go:71 removes`
+	for _, id := range r.rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: threshold}).Val() { // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at cleanups.go:72 removes`
 		if r.rdb.Exists(ctx, "job:"+id).Val() == 0 {
 			r.rdb.ZRem(ctx, key, id)
 			return
@@ -76,7 +77,7 @@ func (r *reaper) reapPush(key, threshold string) {
 }
 
 func (r *reaper) reapOther(key, threshold string) {
-	for _, id := range r.rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: threshold}).Val() { // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at cleanups.go:81 removes`
+	for _, id := range r.rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: threshold}).Val() { // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at cleanups.go:82 removes`
 		if r.rdb.Exists(ctx, "job:"+id).Val() == 0 {
 			r.rdb.ZRem(ctx, key, id)
 			return
@@ -122,16 +123,57 @@ func (w *wrapped) rangeAndPush(key, max string) []string { // want rangeAndPush:
 }
 
 func (w *wrapped) expirePushed(key, max string) {
-	ids := w.rangeAndPush(key, max) // want `racy poller: ZRANGEBYSCORE \(in rangeAndPush\) reads due members of key here, and ZREM at cleanups.go:127 removes`
+	ids := w.rangeAndPush(key, max) // want `racy poller: ZRANGEBYSCORE \(in rangeAndPush\) reads due members of key here, and ZREM at cleanups.go:128 removes`
 	for _, id := range ids {
 		w.rdb.ZRem(ctx, key, id)
 	}
 }
 
 func (w *wrapped) expireNoting(key, max string) {
-	ids, _ := w.rangeByScore(key, max) // want `racy poller: ZRANGEBYSCORE \(in rangeByScore\) reads due members of key here, and ZREM at cleanups.go:134 removes`
+	ids, _ := w.rangeByScore(key, max) // want `racy poller: ZRANGEBYSCORE \(in rangeByScore\) reads due members of key here, and ZREM at cleanups.go:135 removes`
 	for _, id := range ids {
 		w.rdb.ZRem(ctx, key, id)
 	}
 	w.rdb.HSet(ctx, "stats", "last", ids[len(ids)-1])
+}
+
+// A mover that drops a member it cannot parse (a ZREM, then continue:
+// nothing runs on it) and takes the others by a ZREM of their own, its
+// count tested: the second removal is the claim, and it is checked.
+func moveParsed(rdb *redis.Client, key string) {
+	for _, m := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "+inf"}).Val() { // want `checked ZREM at cleanups.go:150 after ZRANGEBYSCORE on key`
+		queue, id, ok := strings.Cut(m, "/")
+		if !ok {
+			rdb.ZRem(ctx, key, m)
+			continue
+		}
+		if rdb.ZRem(ctx, key, m).Val() == 1 {
+			rdb.RPush(ctx, queue, id)
+		}
+	}
+}
+
+// Its twins: the other removal unchecked (racy, and named), and the drop
+// the only removal (racy: the parsed members are pushed and never taken).
+func moveParsedRacy(rdb *redis.Client, key string) {
+	for _, m := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "+inf"}).Val() { // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at cleanups.go:165 removes`
+		queue, id, ok := strings.Cut(m, "/")
+		if !ok {
+			rdb.ZRem(ctx, key, m)
+			continue
+		}
+		rdb.ZRem(ctx, key, m)
+		rdb.RPush(ctx, queue, id)
+	}
+}
+
+func moveParsedNever(rdb *redis.Client, key string) {
+	for _, m := range rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "+inf"}).Val() { // want `racy poller: ZRANGEBYSCORE reads due members of key here, and ZREM at cleanups.go:174 removes`
+		queue, id, ok := strings.Cut(m, "/")
+		if !ok {
+			rdb.ZRem(ctx, key, m)
+			continue
+		}
+		rdb.RPush(ctx, queue, id)
+	}
 }
