@@ -23,7 +23,8 @@ import (
 )
 
 // markCleanups sets cleanup on the removals among evs, events of the
-// function of s, that drop a member a script takes on another path.
+// function of s, that drop a member a script or another removal takes on
+// another path.
 func (st *analysisState) markCleanups(s *fnScope, evs []event) []event {
 	for i := range evs {
 		evs[i].cleanup = st.cleanup(s, evs[i], evs)
