@@ -131,6 +131,32 @@ func TestJobsFindsTaskInAsynq(t *testing.T) {
 // its "scheduled", recovery a lease that ran out ("back on the schedule",
 // then "dead" after the last attempt), each with its reason; the dead
 // entry tells the story.
+// A dispatch whose task asynq already has (a TaskID conflict: the task a
+// dispatcher enqueued before its claim lapsed) is enqueued in the story
+// with the queue TaskOptions name, and Jobs finds the task there.
+func TestJobsFindsConflictedTask(t *testing.T) {
+	t.Parallel()
+	key, queue := testKey(t), testQueue(t)
+	b := newBroker(t, BrokerOptions{Key: key})
+	now := redisNow(t, b.rdb).Add(-time.Second).Truncate(time.Second)
+	_, err := newAsynqClient(t, testAddr).Enqueue(asynq.NewTask("t", nil),
+		asynq.TaskID(OccurrenceID("c-1", now)), asynq.Queue(queue))
+	must(t, err)
+	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{
+		TaskOptions: func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(queue)} }})
+	must(t, err)
+	runDispatcher(t, d)
+	must(t, b.Schedule(ctx, Job{ID: "c-1", RunAt: now, Type: "t"}))
+	var j JobInfo
+	waitFor(t, 10*time.Second, "c-1 settled as a conflict", func() bool {
+		j, err = b.Job(ctx, "c-1")
+		return err == nil && j.State == StateEnqueued && d.Stats().Conflicts == 1
+	})
+	if j.Queue != queue || j.TaskState != "pending" || j.TaskID != OccurrenceID("c-1", now) {
+		t.Fatalf("c-1: queue %q, task %q in state %q; want %q, pending", j.Queue, j.TaskID, j.TaskState, queue)
+	}
+}
+
 func TestScheduleHistory(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t, BrokerOptions{Key: testKey(t), Lease: 20 * time.Millisecond, MaxAttempts: 2,

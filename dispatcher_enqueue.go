@@ -109,7 +109,8 @@ func (d *Dispatcher) enqueue(ctx context.Context, c Claim, redisNow, claimedAt t
 	}
 	o := d.afterEnqueue(ctx, c, redisNow, claimedAt, err, advance)
 	if o.retry == 0 && o.dead == "" && d.b.opts.History > 0 {
-		queue, task := c.Queue, c.info().Occurrence() // a TaskID conflict: the occurrence's task
+		// A TaskID conflict: the occurrence's task, in the queue it was sent to.
+		queue, task := queueOf(opts, "default"), c.info().Occurrence()
 		if info != nil {
 			queue, task = info.Queue, info.ID
 		}
@@ -165,11 +166,7 @@ func (d *Dispatcher) enqueueHook(ctx context.Context, c Claim, task *asynq.Task,
 	}
 	j := c.Job
 	j.Headers = task.Headers()
-	for _, o := range opts {
-		if o != nil && o.Type() == asynq.QueueOpt {
-			j.Queue, _ = o.Value().(string)
-		}
-	}
+	j.Queue = queueOf(opts, j.Queue)
 	var end func(error)
 	if perr := callback("Enqueue", func() { end = d.opts.Enqueue(ctx, &j) }); perr != nil {
 		d.log.LogAttrs(ctx, slog.LevelError, "zclaim: the Enqueue hook panicked; the job is enqueued without it",
@@ -179,6 +176,17 @@ func (d *Dispatcher) enqueueHook(ctx context.Context, c Claim, task *asynq.Task,
 	}
 	maps.Copy(task.Headers(), j.Headers) // a hook that made a map of its own
 	return end
+}
+
+// queueOf returns the queue that options opts send a task to (the last
+// asynq.Queue among them), or def when none names one.
+func queueOf(opts []asynq.Option, def string) string {
+	for _, o := range opts {
+		if o != nil && o.Type() == asynq.QueueOpt {
+			def, _ = o.Value().(string)
+		}
+	}
+	return def
 }
 
 // afterEnqueue tells how claim c's enqueue ended (err) and counts it.
