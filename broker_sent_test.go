@@ -22,6 +22,9 @@ func TestJobsFindsTaskInAsynq(t *testing.T) {
 	idem := newIdem(t, newClient(t), IdempotencyOptions{Lease: time.Second})
 	b := newBroker(t, BrokerOptions{Key: key, Runs: idem})
 	d, err := NewDispatcher(b, newAsynqClient(t, testAddr), DispatcherOptions{
+		// Claims held a second: a lapse under load would add a "back on
+		// the schedule" to the stories this test reads.
+		Lease:       time.Second,
 		TaskOptions: func(Job) []asynq.Option { return []asynq.Option{asynq.Queue(queue), asynq.MaxRetry(1)} }})
 	must(t, err)
 	stop := runDispatcher(t, d)

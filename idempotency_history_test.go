@@ -185,7 +185,9 @@ func (l *lateCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func TestRunHistorySwept(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
-	i := newIdem(t, rdb, IdempotencyOptions{Lease: 10 * time.Millisecond, Retention: 30 * time.Millisecond, DoneBuckets: 1})
+	// Windows wide enough that a starved test does not outlive the new
+	// run's records (they expire Retention + Lease after its Complete).
+	i := newIdem(t, rdb, IdempotencyOptions{Lease: 50 * time.Millisecond, Retention: 250 * time.Millisecond, DoneBuckets: 1})
 	i.sweepOdds = 1 // every Complete sweeps
 	run := func(key string) {
 		e, err := i.Begin(ctx, key)
@@ -193,7 +195,7 @@ func TestRunHistorySwept(t *testing.T) {
 		must(t, e.Complete(ctx))
 	}
 	run("old")
-	time.Sleep(60 * time.Millisecond) // past Lease + Retention
+	time.Sleep(350 * time.Millisecond) // past Lease + Retention
 	run("new")
 	bucket, _ := i.doneOf("old")
 	n, err := rdb.HLen(ctx, historyOf(bucket, i.Prefix())).Result()
@@ -204,7 +206,7 @@ func TestRunHistorySwept(t *testing.T) {
 		t.Fatalf("after the sweep: %d histories, new's %q", n, whats(h))
 	}
 	// -1: no expiry (-2: already expired, on a slow machine).
-	if ttl, err := rdb.Do(ctx, "PTTL", historyOf(bucket, i.Prefix())).Int(); err != nil || ttl == -1 || ttl > 40 {
+	if ttl, err := rdb.Do(ctx, "PTTL", historyOf(bucket, i.Prefix())).Int(); err != nil || ttl == -1 || ttl > 300 {
 		t.Fatalf("the swept histories expire in %d ms (%v), want Retention + Lease", ttl, err)
 	}
 }
