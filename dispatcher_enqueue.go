@@ -110,7 +110,7 @@ func (d *Dispatcher) enqueue(ctx context.Context, c Claim, redisNow, claimedAt t
 	o := d.afterEnqueue(ctx, c, redisNow, claimedAt, err, advance)
 	if o.retry == 0 && o.dead == "" && d.b.opts.History > 0 {
 		// A TaskID conflict: the occurrence's task, in the queue it was sent to.
-		queue, task := queueOf(opts, "default"), c.info().Occurrence()
+		queue, task := queueOf(opts, c.Queue), c.info().Occurrence()
 		if info != nil {
 			queue, task = info.Queue, info.ID
 		}
