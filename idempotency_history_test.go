@@ -29,7 +29,8 @@ func whats(h []Event) string {
 func TestRunHistory(t *testing.T) {
 	t.Parallel()
 	rdb := newClient(t)
-	i := newIdem(t, rdb, IdempotencyOptions{Lease: 30 * time.Millisecond})
+	// A lease that a starved test's next Begin does not outlive.
+	i := newIdem(t, rdb, IdempotencyOptions{Lease: 300 * time.Millisecond})
 	const key = "order-7@2026-12-07T10:00:00.000Z"
 
 	e1, err := i.Begin(ctx, key)
@@ -41,10 +42,10 @@ func TestRunHistory(t *testing.T) {
 	if _, err := i.Begin(ctx, key); !errors.As(err, &ip) {
 		t.Fatalf("Begin while e2 runs: %v, want InProgressError", err)
 	}
-	time.Sleep(40 * time.Millisecond) // e2's lease runs out
+	time.Sleep(350 * time.Millisecond) // e2's lease runs out
 	bucket, field := i.doneOf(key)
 	raw, err := takeoverScript.Run(ctx, rdb, []string{i.recordKey(key), bucket, historyOf(bucket, i.Prefix())},
-		strconv.FormatInt(e2.Token, 10), 60000, 30, field, 60000, "taker:42").Int64Slice()
+		strconv.FormatInt(e2.Token, 10), 60000, 300, field, 60000, "taker:42").Int64Slice()
 	must(t, err)
 	if raw[0] != 1 {
 		t.Fatalf("takeover: %v", raw)
