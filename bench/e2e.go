@@ -31,7 +31,7 @@ func e2eScenario() {
 			dispatcher: true, autopipeline: true, middleware: true, viaDone: true, noHistory: true},
 		{name: "the same with the asynq server on a client of its own (each Begin and Complete a round trip of its own): asynq's public API only",
 			dispatcher: true, autopipeline: true, middleware: true},
-		{name: "the same on the store's AsynqClient, the Dispatcher through an asynq client on a plain go-redis client (the quick start as it stands)",
+		{name: "the same on the store's AsynqClient, the Dispatcher through an asynq client on a plain go-redis client (the quick start's clients; TaskRetention -1, as the rows above)",
 			dispatcher: true, middleware: true, viaDone: true},
 		{name: "the quick start with Faster's settings but the Dispatcher's default TaskRetention (asynq keeps each finished task 66 s)",
 			dispatcher: true, autopipeline: true, middleware: true, keepFinished: true, viaDone: true},
@@ -78,7 +78,7 @@ func e2eScenario() {
 			"(its dequeues take tasks ahead; each run is completed in one script with asynq's done of its task); "+
 			"the next row is the same with the histories off (the events of each job's steps and of its run, for Broker.Jobs; their memory a job is below the table and in the memory table); "+
 			"the row after it puts the server on a client of its own, each Begin and Complete a round trip of its own: asynq's public API only; "+
-			"the row after that is the quick start as it stands, its Dispatcher's asynq client on a plain go-redis client. "+
+			"the row after that has the quick start's clients, its Dispatcher's asynq client on a plain go-redis client, with Faster's TaskRetention -1. "+
 			"The two floor rows have no schedule: 16 goroutines enqueue the tasks (asynq alone's) on such a client once the clock runs, "+
 			"which is what feeding asynq inside the window costs whatever the feeder; the second adds the two plain commands a middleware "+
 			"that records each run's start and finish sends at least (table 3's second floor). "+
