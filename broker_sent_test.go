@@ -130,10 +130,6 @@ func TestJobsFindsTaskInAsynq(t *testing.T) {
 	}
 }
 
-// The schedule's scripts write each step of a job's occurrence: Schedule
-// its "scheduled", recovery a lease that ran out ("back on the schedule",
-// then "dead" after the last attempt), each with its reason; the dead
-// entry tells the story.
 // A dispatch whose task asynq already has (a TaskID conflict: the task a
 // dispatcher enqueued before its claim lapsed) is enqueued in the story
 // with the queue TaskOptions name, and Jobs finds the task there.
@@ -160,6 +156,10 @@ func TestJobsFindsConflictedTask(t *testing.T) {
 	}
 }
 
+// The schedule's scripts write each step of a job's occurrence: Schedule
+// its "scheduled", recovery a lease that ran out ("back on the schedule",
+// then "dead" after the last attempt), each with its reason; the dead
+// entry tells the story.
 func TestScheduleHistory(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t, BrokerOptions{Key: testKey(t), Lease: 20 * time.Millisecond, MaxAttempts: 2,
