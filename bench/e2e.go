@@ -47,12 +47,13 @@ func e2eScenario() {
 	}
 	rates := make([]samples, len(contenders))
 	cpu := make([]cpuRounds, len(contenders))
+	scripts := make([]samples, len(contenders))
 	nr := shortRounds(len(contenders))
 	for round := 1; round <= nr; round++ {
 		for _, k := range slots(round, len(contenders)) {
 			c := contenders[k]
-			rate, used := e2eRound(c, n, conc)
-			rates[k], cpu[k] = append(rates[k], rate), append(cpu[k], used)
+			rate, used, sc := e2eRound(c, n, conc)
+			rates[k], cpu[k], scripts[k] = append(rates[k], rate), append(cpu[k], used), append(scripts[k], sc)
 			progress("e2e round %d/%d, %s: %s jobs/s", round, nr, c.name, human(rate))
 		}
 	}
@@ -63,10 +64,10 @@ func e2eScenario() {
 		ratio := paired(rates[k], rates[0])
 		rows = append(rows, []string{c.name, human(rates[k].median()), rates[k].spread(),
 			fmt.Sprintf("%.2f×", ratio.median()), ratio.middleHalf(),
-			fmt.Sprintf("%.2f×", paired(rates[k], rates[last]).median()), cpu[k].cell(), cpu[k].over(cpu[0])})
+			fmt.Sprintf("%.2f×", paired(rates[k], rates[last]).median()), fmt.Sprintf("%.2f", scripts[k].median()), cpu[k].cell(), cpu[k].over(cpu[0])})
 	}
 	table(fmt.Sprintf("1b. End to end: a backlog of %s due jobs, asynq Concurrency %d, TaskCheckInterval 10 ms", human(float64(n)), conc),
-		[]string{"contender", "jobs/s (median)", "spread", "ratio", "ratio's middle half of rounds", "ratio to asynq's due tasks", "CPU / job: Redis + client (the round of median total)", "CPU / job beyond asynq alone's (median)"},
+		[]string{"contender", "jobs/s (median)", "spread", "ratio", "ratio's middle half of rounds", "ratio to asynq's due tasks", "Redis scripts / job (median)", "CPU / job: Redis + client (the round of median total)", "CPU / job beyond asynq alone's (median)"},
 		rows,
 		"Targets: the quick start with the README's Faster settings ≥ 1.2× asynq alone; on asynq's public API only ≥ 0.9×. The time runs from the start of the asynq server (and of the dispatcher) "+
 			"to the last handler's return; the backlog is written before. "+
@@ -84,6 +85,7 @@ func e2eScenario() {
 			"that records each run's start and finish sends at least (table 3's second floor). "+
 			"A ratio is the median over the rounds of the two contenders' rates in one round, whose contenders run one after the other, "+turns(nr, len(contenders))+", "+
 			"and the next column the middle half of those per-round ratios (first to third quartile): how far one round's ratio strays; "+
+			"Scripts a job are the EVALSHA and EVAL calls Redis ran within the window (INFO commandstats), whoever sent them: asynq's dequeue and done, its enqueue of a task, the Begin, the dispatcher's claims and settles. "+
 			"CPU beyond asynq alone's is the median over the rounds of the difference of CPU a job (Redis' and this process') from the first row's in the same round. "+
 			"The row before the last runs the first again in each round: how far its ratio is from 1.00× is how far a ratio moves when nothing changes. "+
 			fmt.Sprintf("The schedule's history held %.0f B a job dispatched (MEMORY USAGE of its hashes after Schedule and a Dispatcher's enqueue of %s jobs of 2-to-6-byte ids; "+
@@ -152,8 +154,9 @@ type e2eContender struct {
 	noHistory       bool // no histories (BrokerOptions.History -1, IdempotencyOptions.NoHistory)
 }
 
-// e2eRound runs contender c of e2eScenario once: its rate and CPU per job.
-func e2eRound(c e2eContender, n, conc int) (float64, [2]time.Duration) {
+// e2eRound runs contender c of e2eScenario once: its rate, CPU per job
+// and the scripts a job Redis ran meanwhile.
+func e2eRound(c e2eContender, n, conc int) (float64, [2]time.Duration, float64) {
 	admin := newClient(4)
 	defer admin.Close()
 	key := ns("e2e")
@@ -231,6 +234,7 @@ func e2eRound(c e2eContender, n, conc int) (float64, [2]time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	runtime.GC()
+	scripts0 := callsOf(admin, "cmdstat_eval")
 	r0, s0 := cpuMeter(admin)
 	start := time.Now()
 	if c.dispatcher {
@@ -249,7 +253,8 @@ func e2eRound(c e2eContender, n, conc int) (float64, [2]time.Duration) {
 	<-done
 	el := time.Since(start)
 	r1, s1 := cpuMeter(admin)
+	scripts := callsOf(admin, "cmdstat_eval") - scripts0
 	cancel()
 	srv.Shutdown()
-	return float64(n) / el.Seconds(), [2]time.Duration{(r1 - r0) / time.Duration(n), (s1 - s0) / time.Duration(n)}
+	return float64(n) / el.Seconds(), [2]time.Duration{(r1 - r0) / time.Duration(n), (s1 - s0) / time.Duration(n)}, float64(scripts) / float64(n)
 }
