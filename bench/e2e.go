@@ -85,8 +85,8 @@ func e2eScenario() {
 			"that records each run's start and finish sends at least (table 3's second floor). "+
 			"A ratio is the median over the rounds of the two contenders' rates in one round, whose contenders run one after the other, "+turns(nr, len(contenders))+", "+
 			"and the next column the middle half of those per-round ratios (first to third quartile): how far one round's ratio strays; "+
-			"Scripts a job are the EVALSHA and EVAL calls Redis ran within the window (INFO commandstats), whoever sent them: asynq's dequeue and done, its enqueue of a task, the Begin, the dispatcher's claims and settles. "+
 			"CPU beyond asynq alone's is the median over the rounds of the difference of CPU a job (Redis' and this process') from the first row's in the same round. "+
+			"Scripts a job are the EVALSHA and EVAL calls Redis ran within the window (INFO commandstats), whoever sent them: asynq's dequeue and done, its enqueue of a task, the Begin, the dispatcher's claims and settles. "+
 			"The row before the last runs the first again in each round: how far its ratio is from 1.00× is how far a ratio moves when nothing changes. "+
 			fmt.Sprintf("The schedule's history held %.0f B a job dispatched (MEMORY USAGE of its hashes after Schedule and a Dispatcher's enqueue of %s jobs of 2-to-6-byte ids; "+
 				"kept for BrokerOptions.History, a day by default: rate × History × this).", perJob, human(float64(n))))
